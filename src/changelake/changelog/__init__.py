@@ -1,0 +1,1 @@
+"""Changelog producers and streaming scanners (built on :mod:`changelake.table`)."""

@@ -1,0 +1,1 @@
+"""PySpark Structured Streaming integration (the only subpackage that imports pyspark)."""

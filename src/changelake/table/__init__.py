@@ -1,0 +1,1 @@
+"""The storage engine: Paimon's on-disk format, writes, commits and merge-on-read."""

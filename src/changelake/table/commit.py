@@ -1,0 +1,231 @@
+"""Committing: manifests, manifest lists and an atomically created snapshot file.
+
+A commit retries on a lost race (another committer created the snapshot id first): it
+re-reads the latest snapshot, re-checks exactly-once and conflicts, and tries the next id.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from changelake.errors import CommitConflictError
+from changelake.table import binary_row, live_files, manifest, snapshot
+from changelake.table.manifest import ADD, DELETE, DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from changelake.table.table import Table
+
+APPEND = "APPEND"
+COMPACT = "COMPACT"
+
+
+@dataclass(frozen=True)
+class CommitMessage:
+    """What one writer task produced for one (partition, bucket)."""
+
+    partition: bytes
+    bucket: int
+    total_buckets: int
+    new_files: tuple[DataFileMeta, ...] = ()
+    compact_before: tuple[DataFileMeta, ...] = ()
+    compact_after: tuple[DataFileMeta, ...] = ()
+
+    def bucket_dir(self, table: Table) -> str:
+        return table.bucket_dir(self.partition, self.bucket)
+
+
+@dataclass
+class _Attempt:
+    """Files written for one commit that must be removed if it does not land."""
+
+    written: list[str] = field(default_factory=list)
+
+
+def latest_of_user(table: Table, commit_user: str, latest: Snapshot | None) -> Snapshot | None:
+    """The newest snapshot committed by ``commit_user``, scanning back from ``latest``."""
+    if latest is None:
+        return None
+    earliest = snapshot.earliest_id(table.file_io, table.paths) or 1
+    for snapshot_id in range(latest.id, earliest - 1, -1):
+        try:
+            candidate = latest if snapshot_id == latest.id else table.snapshot(snapshot_id)
+        except Exception:  # expired concurrently: nothing older can be ours any more
+            return None
+        if candidate.commit_user == commit_user:
+            return candidate
+    return None
+
+
+def _entries(messages: Iterable[CommitMessage], compact: bool) -> list[ManifestEntry]:
+    out: list[ManifestEntry] = []
+    for m in messages:
+        if compact:
+            out += [ManifestEntry(DELETE, m.partition, m.bucket, m.total_buckets, f) for f in m.compact_before]
+            out += [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f) for f in m.compact_after]
+        else:
+            out += [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f) for f in m.new_files]
+    return out
+
+
+def _partition_stats(table: Table, partitions: Sequence[bytes]) -> SimpleStats:
+    types = table.partition_types
+    arity = len(types)
+    if arity == 0:
+        empty = binary_row.serialize(binary_row.to_bytes([], []), 0)
+        return SimpleStats(empty, empty, ())
+    rows = [binary_row.from_bytes(binary_row.deserialize(p)[1], types) for p in set(partitions)]
+    mins, maxs, nulls = [], [], []
+    for i in range(arity):
+        present = [r[i] for r in rows if r[i] is not None]
+        mins.append(min(present) if present else None)
+        maxs.append(max(present) if present else None)
+        nulls.append(sum(1 for r in rows if r[i] is None))
+    return SimpleStats(
+        binary_row.serialize(binary_row.to_bytes(mins, types), arity),
+        binary_row.serialize(binary_row.to_bytes(maxs, types), arity),
+        tuple(nulls),
+    )
+
+
+def write_manifest(table: Table, entries: Sequence[ManifestEntry], attempt: _Attempt) -> ManifestFileMeta:
+    name = f"manifest-{uuid.uuid4()}-0"
+    data = manifest.encode_avro(
+        manifest.ENTRY_SCHEMA, [e.to_avro() for e in entries], table.config.manifest_compression
+    )
+    table.file_io.write_bytes(table.paths.manifest(name), data)
+    attempt.written.append(table.paths.manifest(name))
+    min_bucket, max_bucket = manifest.bounds([e.bucket for e in entries])
+    min_level, max_level = manifest.bounds([e.file.level for e in entries])
+    return ManifestFileMeta(
+        file_name=name,
+        file_size=len(data),
+        num_added_files=sum(1 for e in entries if e.kind == ADD),
+        num_deleted_files=sum(1 for e in entries if e.kind == DELETE),
+        partition_stats=_partition_stats(table, [e.partition for e in entries]),
+        schema_id=table.paimon_schema.id,
+        min_bucket=min_bucket,
+        max_bucket=max_bucket,
+        min_level=min_level,
+        max_level=max_level,
+        total_buckets=entries[0].total_buckets if entries else None,
+    )
+
+
+def _write_manifest_list(table: Table, metas: Sequence[ManifestFileMeta], attempt: _Attempt) -> tuple[str, int]:
+    name = f"manifest-list-{uuid.uuid4()}-0"
+    data = manifest.encode_avro(
+        manifest.MANIFEST_FILE_SCHEMA, [m.to_avro() for m in metas], table.config.manifest_compression
+    )
+    table.file_io.write_bytes(table.paths.manifest(name), data)
+    attempt.written.append(table.paths.manifest(name))
+    return name, len(data)
+
+
+def _check_conflicts(table: Table, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
+    deleted = [e for e in entries if e.kind == DELETE]
+    if not deleted:
+        return
+    live = (
+        manifest.merge_entries(
+            e for m in live_files.data_manifests(table, latest) for e in live_files.manifest_entries(table, m.file_name)
+        )
+        if latest is not None
+        else {}
+    )
+    gone = [e.file.file_name for e in deleted if e.identifier not in live]
+    if gone:
+        raise CommitConflictError(
+            f"table {table.name}: files {gone[:5]} were removed by a concurrent commit; "
+            "this commit's compaction is void"
+        )
+
+
+def commit(
+    table: Table, messages: Sequence[CommitMessage], commit_user: str, identifier: int
+) -> list[Snapshot]:
+    """Commit the messages as an APPEND snapshot (new files) and then a COMPACT snapshot
+    (compaction changes), skipping everything if ``commit_user`` already committed
+    ``identifier``. Returns the new snapshots ([] when skipped or empty)."""
+    plans = [(APPEND, _entries(messages, compact=False)), (COMPACT, _entries(messages, compact=True))]
+    plans = [(kind, entries) for kind, entries in plans if entries]
+    data_files = [
+        f"{m.bucket_dir(table)}/{f.file_name}" for m in messages for f in m.new_files + m.compact_after
+        if f not in m.compact_before
+    ]
+    done: list[Snapshot] = []
+    try:
+        for kind, entries in plans:
+            landed = _commit_one(table, kind, entries, commit_user, identifier, first=not done)
+            if landed is None:
+                for path in data_files:
+                    table.file_io.delete(path)
+                return done
+            done.append(landed)
+    except CommitConflictError:
+        if not done:
+            for path in data_files:
+                table.file_io.delete(path)
+        else:
+            for m in messages:
+                for f in m.compact_after:
+                    if f not in m.compact_before:
+                        table.file_io.delete(f"{m.bucket_dir(table)}/{f.file_name}")
+        raise
+    return done
+
+
+def _commit_one(
+    table: Table, kind: str, entries: list[ManifestEntry], commit_user: str, identifier: int, first: bool
+) -> Snapshot | None:
+    attempt = _Attempt()
+    delta_meta = write_manifest(table, entries, attempt)
+    delta_count = sum(e.file.row_count if e.kind == ADD else -e.file.row_count for e in entries)
+    retries = table.config.commit_max_retries
+    for _ in range(retries + 1):
+        latest = table.latest_snapshot()
+        if first and identifier != snapshot.BATCH_COMMIT_IDENTIFIER:
+            mine = latest_of_user(table, commit_user, latest)
+            if mine is not None and mine.commit_identifier >= identifier:
+                _remove(table, attempt.written)
+                return None
+        try:
+            _check_conflicts(table, latest, entries)
+        except CommitConflictError:
+            _remove(table, attempt.written)
+            raise
+        base = live_files.data_manifests(table, latest) if latest is not None else []
+        lists = _Attempt()
+        base_name, base_size = _write_manifest_list(table, base, lists)
+        delta_name, delta_size = _write_manifest_list(table, [delta_meta], lists)
+        new = Snapshot(
+            id=(latest.id + 1) if latest is not None else 1,
+            schemaId=table.paimon_schema.id,
+            baseManifestList=base_name,
+            baseManifestListSize=base_size,
+            deltaManifestList=delta_name,
+            deltaManifestListSize=delta_size,
+            commitUser=commit_user,
+            commitIdentifier=identifier,
+            commitKind=kind,
+            timeMillis=int(time.time() * 1000),
+            logOffsets={},
+            totalRecordCount=((latest.total_record_count or 0) if latest is not None else 0) + delta_count,
+            deltaRecordCount=delta_count,
+            changelogRecordCount=0,
+        )
+        if snapshot.try_commit(table.file_io, table.paths, new):
+            return new
+        _remove(table, lists.written)
+    _remove(table, attempt.written)
+    raise CommitConflictError(f"table {table.name}: commit gave up after {retries} lost races")
+
+
+def _remove(table: Table, paths: Iterable[str]) -> None:
+    for path in paths:
+        table.file_io.delete(path)
+

@@ -1,0 +1,61 @@
+"""The data files a snapshot consists of, read through a cache of immutable manifests."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from changelake.table import manifest
+from changelake.table.manifest import ManifestEntry, ManifestFileMeta
+from changelake.table.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from changelake.table.table import Table
+
+_T = TypeVar("_T")
+_CACHE_SIZE = 512
+_cache: OrderedDict[tuple[str, str], object] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _cached(key: tuple[str, str], load: Callable[[], _T]) -> _T:
+    # Manifest files never change once written, so a file's parsed content can be reused
+    # for as long as it is held; the cache only bounds memory.
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]  # type: ignore[return-value]
+    value = load()
+    with _lock:
+        _cache[key] = value
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return value
+
+
+def manifest_list(table: Table, name: str) -> list[ManifestFileMeta]:
+    path = table.paths.manifest(name)
+    return _cached((table.file_io.protocol, path), lambda: manifest.read_manifest_list(table.file_io, path))
+
+
+def manifest_entries(table: Table, name: str) -> list[ManifestEntry]:
+    path = table.paths.manifest(name)
+    return _cached((table.file_io.protocol, path), lambda: manifest.read_entries(table.file_io, path))
+
+
+def data_manifests(table: Table, snapshot: Snapshot) -> list[ManifestFileMeta]:
+    """Base then delta manifests of a snapshot."""
+    return manifest_list(table, snapshot.base_manifest_list) + manifest_list(table, snapshot.delta_manifest_list)
+
+
+def live_entries(
+    table: Table, snapshot: Snapshot, keep: Callable[[ManifestFileMeta], bool] | None = None
+) -> list[ManifestEntry]:
+    """ADD entries of every file live in the snapshot (manifests ``keep`` rejects are skipped)."""
+    entries: list[ManifestEntry] = []
+    for meta in data_manifests(table, snapshot):
+        if keep is None or keep(meta):
+            entries.extend(manifest_entries(table, meta.file_name))
+    return list(manifest.merge_entries(entries).values())

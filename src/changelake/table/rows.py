@@ -1,0 +1,104 @@
+"""Turning user input into validated table rows plus row kinds, or a clear error."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from changelake.errors import DataError, NullKeyError, RowKindError, SchemaMismatchError
+from changelake.table import kv
+
+if TYPE_CHECKING:
+    from changelake.table.table import Table
+
+ROWKIND_COLUMN = "rowkind"
+_KIND_VALUES = pa.array(kv.ROW_KINDS)
+
+
+def to_arrow(data: Any, table_name: str) -> pa.Table:
+    """An Arrow table from a Table, RecordBatch, RecordBatchReader or pandas DataFrame."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if type(data).__name__ == "DataFrame" and hasattr(data, "to_records"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise DataError(
+        f"table {table_name}: cannot write {type(data).__name__}; pass a pyarrow Table, "
+        "RecordBatch, RecordBatchReader or pandas DataFrame"
+    )
+
+
+def row_kinds(column: pa.ChunkedArray, table_name: str, column_name: str) -> np.ndarray:
+    """Value kinds (0..3) of a column of +I/-U/+U/-D strings."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise RowKindError(
+            f"table {table_name}: row kind column {column_name!r} must be strings (+I, -U, +U, -D), "
+            f"got {column.type}"
+        )
+    index = pc.index_in(column, value_set=_KIND_VALUES)
+    if index.null_count:
+        bad = column.filter(index.is_null())
+        first = bad[0].as_py()
+        raise RowKindError(
+            f"table {table_name}: invalid row kind {first!r} in column {column_name!r} "
+            f"({len(bad)} bad rows); expected one of +I, -U, +U, -D"
+        )
+    return np.asarray(index.to_numpy(zero_copy_only=False), dtype=np.int8)
+
+
+def conform(table: Table, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """Rows cast to the table's schema (column order too) and each row's value kind.
+
+    Raises a DataError naming the table and column for anything that does not fit.
+    """
+    schema = table.schema
+    names = set(schema.names)
+    kind_field = table.config.rowkind_field
+    kinds: np.ndarray | None = None
+    if kind_field is None and ROWKIND_COLUMN in data.column_names and ROWKIND_COLUMN not in names:
+        kinds = row_kinds(data.column(ROWKIND_COLUMN), table.name, ROWKIND_COLUMN)
+        data = data.drop_columns([ROWKIND_COLUMN])
+    missing = [n for n in schema.names if n not in data.column_names]
+    if missing:
+        raise SchemaMismatchError(f"table {table.name}: input is missing columns {missing}")
+    extra = [n for n in data.column_names if n not in names]
+    if extra:
+        raise SchemaMismatchError(f"table {table.name}: input has columns not in the table: {extra}")
+    if len(set(data.column_names)) != len(data.column_names):
+        raise SchemaMismatchError(f"table {table.name}: input has duplicate column names {data.column_names}")
+    columns = []
+    for field in schema:
+        column = data.column(field.name)
+        if not column.type.equals(field.type):
+            try:
+                column = column.cast(field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SchemaMismatchError(
+                    f"table {table.name}: column {field.name!r} of type {data.column(field.name).type} "
+                    f"does not cast safely to {field.type}: {exc}"
+                ) from None
+        if not field.nullable and column.null_count:
+            role = (
+                "primary-key" if field.name in table.primary_keys
+                else "partition" if field.name in table.partition_keys else "NOT NULL"
+            )
+            raise NullKeyError(
+                f"table {table.name}: {role} column {field.name!r} has {column.null_count} null values"
+            )
+        columns.append(column)
+    rows = pa.Table.from_arrays(columns, schema=schema)
+    if kind_field is not None:
+        kinds = row_kinds(rows.column(kind_field), table.name, kind_field)
+    if kinds is None:
+        kinds = np.zeros(rows.num_rows, dtype=np.int8)
+    if table.config.ignore_delete:
+        keep = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
+        if not keep.all():
+            rows, kinds = rows.filter(pa.array(keep)), kinds[keep]
+    return rows, kinds

@@ -1,0 +1,122 @@
+"""The table schema as Paimon stores it in ``schema/schema-<id>``."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from changelake.errors import SchemaError
+from changelake.table import types
+
+SCHEMA_VERSION = 3
+
+
+class DataField(BaseModel):
+    """One column: a stable id, a name and a Paimon type."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    id: int
+    name: str
+    type: types.PaimonType
+    description: str | None = None
+
+    @property
+    def nullable(self) -> bool:
+        return types.is_nullable(self.type)
+
+    def arrow_field(self) -> pa.Field:
+        return pa.field(self.name, types.to_arrow(self.type), nullable=self.nullable)
+
+
+class TableSchema(BaseModel):
+    """A version of a table's schema: fields, keys and options."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    version: int = SCHEMA_VERSION
+    id: int = 0
+    fields: tuple[DataField, ...]
+    highest_field_id: int = Field(alias="highestFieldId")
+    partition_keys: tuple[str, ...] = Field(default=(), alias="partitionKeys")
+    primary_keys: tuple[str, ...] = Field(default=(), alias="primaryKeys")
+    options: dict[str, str] = Field(default_factory=dict)
+    comment: str | None = None
+    time_millis: int = Field(default=0, alias="timeMillis")
+
+    def field(self, name: str) -> DataField:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise SchemaError(f"column {name!r} is not in the schema")
+
+    @property
+    def trimmed_primary_keys(self) -> tuple[str, ...]:
+        """Primary-key columns that are not partition columns: the ``_KEY_`` columns of files."""
+        return tuple(k for k in self.primary_keys if k not in self.partition_keys)
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([f.arrow_field() for f in self.fields])
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+
+def from_arrow(
+    schema: pa.Schema,
+    primary_keys: list[str],
+    partition_keys: list[str],
+    options: dict[str, str],
+    comment: str | None,
+) -> TableSchema:
+    """Schema 0 of a new primary-key table; validates keys against the columns."""
+    names = schema.names
+    if len(set(names)) != len(names):
+        raise SchemaError(f"duplicate column names in {names}")
+    if not primary_keys:
+        raise SchemaError("a primary-key table needs at least one primary key")
+    for kind, keys in (("primary key", primary_keys), ("partition key", partition_keys)):
+        for key in keys:
+            if key not in names:
+                raise SchemaError(f"{kind} {key!r} is not a column of the schema {names}")
+        if len(set(keys)) != len(keys):
+            raise SchemaError(f"duplicate {kind}s in {keys}")
+    missing = [p for p in partition_keys if p not in primary_keys]
+    if missing:
+        raise SchemaError(
+            f"primary keys {primary_keys} must contain the partition keys; missing {missing}"
+        )
+    if set(primary_keys) == set(partition_keys):
+        raise SchemaError(
+            f"primary keys {primary_keys} must not be the same as the partition keys"
+        )
+    ids = itertools.count()
+    fields: list[DataField] = []
+    for arrow_field in schema:
+        field_id = next(ids)
+        not_null = arrow_field.name in primary_keys
+        if not_null and not _keyable(arrow_field.type):
+            raise SchemaError(f"column {arrow_field.name!r} of type {arrow_field.type} cannot be a key")
+        paimon = types.to_paimon(arrow_field.type, arrow_field.nullable and not not_null, ids)
+        description = None
+        if arrow_field.metadata and b"description" in arrow_field.metadata:
+            description = arrow_field.metadata[b"description"].decode()
+        fields.append(DataField(id=field_id, name=arrow_field.name, type=paimon, description=description))
+    data: dict[str, Any] = {
+        "fields": tuple(fields),
+        "highestFieldId": next(ids) - 1,
+        "partitionKeys": tuple(partition_keys),
+        "primaryKeys": tuple(primary_keys),
+        "options": dict(options),
+        "comment": comment,
+        "timeMillis": int(time.time() * 1000),
+    }
+    return TableSchema.model_validate(data)
+
+
+def _keyable(data_type: pa.DataType) -> bool:
+    return not pa.types.is_nested(data_type)

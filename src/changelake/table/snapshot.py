@@ -1,0 +1,115 @@
+"""Snapshots: the JSON files that define each version of a table, and how to find them."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
+from changelake.table.fileio import FileIO
+from changelake.table.paths import TablePaths
+
+BATCH_COMMIT_IDENTIFIER = 2**63 - 1
+_SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
+
+
+class Snapshot(BaseModel):
+    """One version of a table (Paimon snapshot format 3). Unknown fields are ignored."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    version: int = 3
+    id: int
+    schema_id: int = Field(alias="schemaId")
+    base_manifest_list: str = Field(alias="baseManifestList")
+    base_manifest_list_size: int | None = Field(default=None, alias="baseManifestListSize")
+    delta_manifest_list: str = Field(alias="deltaManifestList")
+    delta_manifest_list_size: int | None = Field(default=None, alias="deltaManifestListSize")
+    changelog_manifest_list: str | None = Field(default=None, alias="changelogManifestList")
+    changelog_manifest_list_size: int | None = Field(default=None, alias="changelogManifestListSize")
+    index_manifest: str | None = Field(default=None, alias="indexManifest")
+    commit_user: str = Field(alias="commitUser")
+    commit_identifier: int = Field(alias="commitIdentifier")
+    commit_kind: str = Field(alias="commitKind")
+    time_millis: int = Field(alias="timeMillis")
+    log_offsets: dict[int, int] | None = Field(default=None, alias="logOffsets")
+    total_record_count: int | None = Field(default=None, alias="totalRecordCount")
+    delta_record_count: int | None = Field(default=None, alias="deltaRecordCount")
+    changelog_record_count: int | None = Field(default=None, alias="changelogRecordCount")
+    watermark: int | None = None
+    statistics: str | None = None
+    properties: dict[str, str] | None = None
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = self.model_dump(by_alias=True, exclude_none=True)
+        data.setdefault("changelogManifestList", None)
+        return json.dumps(data, indent=2)
+
+
+def parse(text: str, path: str) -> Snapshot:
+    try:
+        return Snapshot.model_validate_json(text)
+    except ValidationError as exc:
+        raise CorruptMetadataError(f"snapshot file {path} is corrupt: {exc.errors()[0]['msg']}") from None
+
+
+def read(file_io: FileIO, paths: TablePaths, snapshot_id: int) -> Snapshot:
+    """Snapshot ``snapshot_id``; SnapshotNotFoundError if there is no such file."""
+    path = paths.snapshot(snapshot_id)
+    try:
+        text = file_io.read_text(path)
+    except FileNotFoundError:
+        raise SnapshotNotFoundError(f"snapshot {snapshot_id} does not exist ({path})") from None
+    return parse(text, path)
+
+
+def list_ids(file_io: FileIO, paths: TablePaths) -> list[int]:
+    """Ids of every snapshot file present, ascending."""
+    ids = []
+    for name in file_io.list_names(paths.snapshot_dir):
+        match = _SNAPSHOT_FILE.match(name)
+        if match:
+            ids.append(int(match.group(1)))
+    return sorted(ids)
+
+
+def _hint(file_io: FileIO, paths: TablePaths, name: str) -> int | None:
+    try:
+        return int(file_io.read_text(f"{paths.snapshot_dir}/{name}").strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def latest_id(file_io: FileIO, paths: TablePaths) -> int | None:
+    """Id of the newest snapshot. LATEST is only a hint: it is verified and walked forward."""
+    hint = _hint(file_io, paths, "LATEST")
+    if hint is not None and file_io.exists(paths.snapshot(hint)):
+        current = hint
+        while file_io.exists(paths.snapshot(current + 1)):
+            current += 1
+        return current
+    ids = list_ids(file_io, paths)
+    return ids[-1] if ids else None
+
+
+def earliest_id(file_io: FileIO, paths: TablePaths) -> int | None:
+    """Id of the oldest snapshot still present (EARLIEST hint verified, else a listing)."""
+    hint = _hint(file_io, paths, "EARLIEST")
+    if hint is not None and file_io.exists(paths.snapshot(hint)):
+        if hint == 1 or not file_io.exists(paths.snapshot(hint - 1)):
+            return hint
+    ids = list_ids(file_io, paths)
+    return ids[0] if ids else None
+
+
+def try_commit(file_io: FileIO, paths: TablePaths, snapshot: Snapshot) -> bool:
+    """Atomically create the snapshot file; False if another commit took that id first."""
+    if not file_io.create_if_absent(paths.snapshot(snapshot.id), snapshot.to_json().encode("utf-8")):
+        return False
+    file_io.overwrite_hint(f"{paths.snapshot_dir}/LATEST", str(snapshot.id))
+    if snapshot.id == 1 or _hint(file_io, paths, "EARLIEST") is None:
+        file_io.overwrite_hint(f"{paths.snapshot_dir}/EARLIEST", str(earliest_id(file_io, paths) or snapshot.id))
+    return True

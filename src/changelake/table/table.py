@@ -1,0 +1,211 @@
+"""A Paimon primary-key table: metadata, time travel, writes, scans and tags."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pydantic import ValidationError
+
+from changelake.errors import (
+    CorruptMetadataError,
+    SnapshotNotFoundError,
+    TableNotFoundError,
+    TagAlreadyExistsError,
+    TagNotFoundError,
+)
+from changelake.table import binary_row, snapshot
+from changelake.table.fileio import FileIO
+from changelake.table.options import TableOptions
+from changelake.table.paths import TablePaths, partition_path
+from changelake.table.schema import TableSchema
+from changelake.table.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
+
+    from changelake.table.scan import Scan
+    from changelake.table.write import TableWriter, WriteInput
+
+_SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
+_TAG_FILE = re.compile(r"^tag-(.+)$")
+
+
+def read_latest_schema(file_io: FileIO, paths: TablePaths, name: str) -> TableSchema:
+    """The newest schema of the table at ``paths``; TableNotFoundError when there is none."""
+    ids = [int(m.group(1)) for n in file_io.list_names(paths.schema_dir) if (m := _SCHEMA_FILE.match(n))]
+    if not ids:
+        raise TableNotFoundError(f"table {name} does not exist (no schema under {paths.schema_dir})")
+    path = paths.schema(max(ids))
+    try:
+        return TableSchema.model_validate_json(file_io.read_text(path))
+    except (ValidationError, ValueError) as exc:
+        raise CorruptMetadataError(f"schema file {path} is corrupt: {exc}") from None
+
+
+class Table:
+    """A primary-key table in a directory (local path or any fsspec URL).
+
+    Cheap to pickle: it carries its file IO, location and schema, never open handles.
+    """
+
+    def __init__(self, name: str, file_io: FileIO, root: str, schema: TableSchema) -> None:
+        self.name = name
+        self.file_io = file_io
+        self.paths = TablePaths(root)
+        self.paimon_schema = schema
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"name": self.name, "file_io": self.file_io, "root": self.paths.root,
+                "schema": self.paimon_schema.model_dump_json(by_alias=True)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["name"], state["file_io"], state["root"],  # type: ignore[misc]
+                      TableSchema.model_validate_json(state["schema"]))
+
+    def __repr__(self) -> str:
+        return f"Table({self.name!r}, {self.paths.root!r})"
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """Arrow schema of the table's rows."""
+        return self.paimon_schema.arrow_schema()
+
+    @property
+    def options(self) -> Mapping[str, str]:
+        """The table's options exactly as stored (Paimon names)."""
+        return dict(self.paimon_schema.options)
+
+    @cached_property
+    def config(self) -> TableOptions:
+        """The options, parsed with Paimon's defaults."""
+        return TableOptions(self.paimon_schema.options, self.name)
+
+    @property
+    def primary_keys(self) -> list[str]:
+        return list(self.paimon_schema.primary_keys)
+
+    @property
+    def partition_keys(self) -> list[str]:
+        return list(self.paimon_schema.partition_keys)
+
+    @property
+    def location(self) -> str:
+        return self.paths.root
+
+    @cached_property
+    def partition_types(self) -> list[pa.DataType]:
+        return [self.schema.field(k).type for k in self.partition_keys]
+
+    @cached_property
+    def key_names(self) -> tuple[str, ...]:
+        """Primary keys minus partition keys: the ``_KEY_`` columns of data files."""
+        return self.paimon_schema.trimmed_primary_keys
+
+    @cached_property
+    def bucket_key(self) -> tuple[str, ...]:
+        return self.config.bucket_key or self.key_names
+
+    def bucket_dir(self, partition: bytes, bucket: int) -> str:
+        """Directory of a bucket given its serialized partition BinaryRow."""
+        values = binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
+        part = partition_path(self.partition_keys, values, self.partition_types, self.config.partition_default_name)
+        return self.paths.bucket_dir(part, bucket)
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def latest_snapshot(self) -> Snapshot | None:
+        """The newest snapshot, or None for a table never written."""
+        latest = snapshot.latest_id(self.file_io, self.paths)
+        return None if latest is None else snapshot.read(self.file_io, self.paths, latest)
+
+    def snapshot(self, snapshot_id: int) -> Snapshot:
+        """Snapshot ``snapshot_id`` (SnapshotNotFoundError if absent)."""
+        return snapshot.read(self.file_io, self.paths, snapshot_id)
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every snapshot still present, oldest first."""
+        return [self.snapshot(i) for i in snapshot.list_ids(self.file_io, self.paths)]
+
+    def snapshot_at(self, timestamp_ms: int) -> Snapshot:
+        """The newest snapshot committed at or before ``timestamp_ms``."""
+        ids = snapshot.list_ids(self.file_io, self.paths)
+        found: Snapshot | None = None
+        for snapshot_id in ids:
+            candidate = self.snapshot(snapshot_id)
+            if candidate.time_millis > timestamp_ms:
+                break
+            found = candidate
+        if found is None:
+            raise SnapshotNotFoundError(f"table {self.name} has no snapshot at or before {timestamp_ms}")
+        return found
+
+    # -- tags -------------------------------------------------------------------------------
+
+    def create_tag(self, name: str, snapshot_id: int | None = None) -> Snapshot:
+        """Tag a snapshot (default: the latest) so it can be read by name."""
+        if snapshot_id is None:
+            target = self.latest_snapshot()
+            if target is None:
+                raise SnapshotNotFoundError(f"table {self.name} has no snapshot to tag")
+        else:
+            target = self.snapshot(snapshot_id)
+        if not self.file_io.create_if_absent(self.paths.tag(name), target.to_json().encode("utf-8")):
+            raise TagAlreadyExistsError(f"table {self.name} already has a tag {name!r}")
+        return target
+
+    def tag(self, name: str) -> Snapshot:
+        """The snapshot a tag points to."""
+        path = self.paths.tag(name)
+        try:
+            text = self.file_io.read_text(path)
+        except FileNotFoundError:
+            raise TagNotFoundError(f"table {self.name} has no tag {name!r}") from None
+        return snapshot.parse(text, path)
+
+    def tags(self) -> dict[str, Snapshot]:
+        """Every tag and its snapshot."""
+        names = sorted(m.group(1) for n in self.file_io.list_names(self.paths.tag_dir) if (m := _TAG_FILE.match(n)))
+        return {name: self.tag(name) for name in names}
+
+    def delete_tag(self, name: str) -> None:
+        if not self.file_io.exists(self.paths.tag(name)):
+            raise TagNotFoundError(f"table {self.name} has no tag {name!r}")
+        self.file_io.delete(self.paths.tag(name))
+
+    # -- reads and writes -------------------------------------------------------------------
+
+    def scan(
+        self,
+        snapshot_id: int | None = None,
+        *,
+        tag: str | None = None,
+        timestamp_ms: int | None = None,
+        filter: pc.Expression | None = None,
+        columns: list[str] | None = None,
+    ) -> Scan:
+        """A merged read of one snapshot (default the latest; or by id, tag or time)."""
+        from changelake.table.scan import Scan
+
+        return Scan(self, snapshot_id=snapshot_id, tag=tag, timestamp_ms=timestamp_ms,
+                    filter=filter, columns=columns)
+
+    def writer(self, commit_user: str | None = None) -> TableWriter:
+        """A writer whose ``commit(identifier)`` lands each identifier at most once per user."""
+        from changelake.table.write import TableWriter
+
+        return TableWriter(self, commit_user or str(uuid.uuid4()))
+
+    def write(self, data: WriteInput) -> Snapshot | None:
+        """Write rows as one commit and return the new snapshot (None when ``data`` is empty)."""
+        writer = self.writer()
+        writer.write(data)
+        landed = writer.commit(snapshot.BATCH_COMMIT_IDENTIFIER)
+        return landed[0] if landed else None
+
