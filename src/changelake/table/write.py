@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -26,13 +25,12 @@ _PARTITION = "__partition_group"
 
 
 @dataclass(frozen=True)
-class BucketRows:
-    """Rows of one (partition, bucket) in input order, before sequence numbers."""
+class BucketGroups:
+    """Rows tagged with their (partition, bucket) group, in input order."""
 
-    partition: bytes
-    bucket: int
-    rows: pa.Table
-    kinds: np.ndarray
+    codes: np.ndarray
+    partitions: list[bytes]
+    buckets: list[int]
 
 
 def file_settings(table: Table) -> data_file.FileSettings:
@@ -46,72 +44,71 @@ def file_settings(table: Table) -> data_file.FileSettings:
     )
 
 
-def split_by_bucket(table: Table, data: pa.Table, kinds: np.ndarray) -> list[BucketRows]:
-    """Group conformed rows by partition and bucket (input order kept inside a group)."""
+def group_by_bucket(table: Table, data: pa.Table) -> BucketGroups:
+    """The (partition, bucket) group of every row."""
     num_buckets = table.config.bucket
     if num_buckets < 1:
         raise OptionError(
             f"table {table.name}: bucket={num_buckets} (dynamic bucket mode) is not supported "
             "for writing; create the table with a fixed 'bucket'"
         )
-    n = data.num_rows
     bucket_ids = bucket.buckets([data.column(k) for k in table.bucket_key], num_buckets).astype(np.int64)
     codes = bucket_ids
+    radix = num_buckets
     partition_columns = [data.column(k) for k in table.partition_keys]
     for column in partition_columns:
         encoded = pc.dictionary_encode(column).combine_chunks()
-        codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * (
-            int(codes.max()) + 1 if n else 1
-        )
-    unique, first_index, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
+        radix *= max(1, len(encoded.dictionary))
+    unique, first_rows, inverse = np.unique(codes, return_index=True, return_inverse=True)
     arity = len(partition_columns)
-    partitions = binary_row.encode([c.take(pa.array(first_index)) for c in partition_columns]) if arity else None
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
-    groups = []
-    for g in range(len(unique)):
-        idx = order[bounds[g] : bounds[g + 1]]
-        partition = binary_row.serialize(partitions.row(g) if partitions is not None
-                                         else binary_row.to_bytes([], []), arity)
-        groups.append(BucketRows(partition, int(bucket_ids[first_index[g]]), data.take(idx), kinds[idx]))
-    return groups
+    if arity:
+        encoded_rows = binary_row.encode([c.take(pa.array(first_rows)) for c in partition_columns])
+        partitions = [binary_row.serialize(encoded_rows.row(g), arity) for g in range(len(unique))]
+    else:
+        partitions = [binary_row.serialize(binary_row.to_bytes([], []), 0)] * len(unique)
+    return BucketGroups(inverse.astype(np.int64), partitions, [int(bucket_ids[i]) for i in first_rows])
 
 
-def restored_sequences(table: Table, groups: Sequence[BucketRows]) -> dict[tuple[bytes, int], int]:
-    """Next sequence number of each touched bucket: one past the restored maximum."""
+def restored_sequences(table: Table, groups: BucketGroups) -> np.ndarray:
+    """Next sequence number of each group's bucket: one past the restored maximum."""
     latest = table.latest_snapshot()
-    out = {(g.partition, g.bucket): 0 for g in groups}
+    index = {(p, b): g for g, (p, b) in enumerate(zip(groups.partitions, groups.buckets, strict=True))}
+    out = np.zeros(len(index), dtype=np.int64)
     if latest is None:
         return out
     for entry in live_files.live_entries(table, latest):
-        key = (entry.partition, entry.bucket)
-        if key in out:
-            out[key] = max(out[key], entry.file.max_sequence_number + 1)
+        g = index.get((entry.partition, entry.bucket))
+        if g is not None:
+            out[g] = max(out[g], entry.file.max_sequence_number + 1)
     return out
 
 
-def to_key_values(table: Table, group: BucketRows, first_sequence: int) -> pa.Table:
-    """A bucket's rows in file layout, merged within the batch (last row per key wins)."""
-    n = group.rows.num_rows
-    keys = [group.rows.column(k) for k in table.key_names]
-    system = [
-        pa.array(np.arange(first_sequence, first_sequence + n, dtype=np.int64)),
-        pa.array(group.kinds, type=pa.int8()),
-    ]
+def to_key_values(table: Table, data: pa.Table, kinds: np.ndarray, groups: BucketGroups) -> tuple[pa.Table, np.ndarray]:
+    """All rows in file layout, sorted by (group, key), merged within the batch (last row per
+    key wins), with each row's group. Sequence numbers follow input order in every bucket."""
+    n = data.num_rows
+    position = np.arange(n, dtype=np.int64)
+    sequence = restored_sequences(table, groups)[groups.codes] + position
+    keys = [data.column(k) for k in table.key_names]
+    order = kv.sort_indices([pa.array(groups.codes), *keys], pa.array(position))
+    sorted_codes = groups.codes[order]
+    ends = kv.group_ends([pa.array(sorted_codes), *(k.take(order) for k in keys)])
+    keep = order[ends]
     schema = kv.file_schema(table.schema, table.key_names)
-    laid_out = pa.Table.from_arrays(keys + system + list(group.rows.columns), schema=schema)
-    return kv.deduplicate(laid_out, [kv.key_column(k) for k in table.key_names])
+    columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
+    laid_out = pa.Table.from_arrays(columns, schema=schema).take(keep)
+    return laid_out, sorted_codes[ends]
 
 
-def write_bucket(table: Table, group: BucketRows, first_sequence: int) -> CommitMessage:
-    merged = to_key_values(table, group, first_sequence)
+def write_bucket(table: Table, partition: bytes, bucket_id: int, merged: pa.Table) -> CommitMessage:
     settings = file_settings(table)
-    bucket_dir = table.bucket_dir(group.partition, group.bucket)
+    bucket_dir = table.bucket_dir(partition, bucket_id)
     files = tuple(
         data_file.write(table.file_io, bucket_dir, part, settings, level=0)
         for part in data_file.roll(merged, settings.target_file_size)
     )
-    return CommitMessage(group.partition, group.bucket, table.config.bucket, new_files=files)
+    return CommitMessage(partition, bucket_id, table.config.bucket, new_files=files)
 
 
 class TableWriter:
@@ -147,11 +144,15 @@ class TableWriter:
         data = pa.concat_tables([t for t, _ in self._pending])
         kinds = np.concatenate([k for _, k in self._pending])
         self._pending.clear()
-        groups = split_by_bucket(self.table, data, kinds)
-        sequences = restored_sequences(self.table, groups)
-        with ThreadPoolExecutor(max_workers=min(4, len(groups))) as pool:
-            return list(pool.map(lambda g: write_bucket(self.table, g, sequences[(g.partition, g.bucket)]),
-                                 groups))
+        groups = group_by_bucket(self.table, data)
+        merged, codes = to_key_values(self.table, data, kinds, groups)
+        bounds = np.searchsorted(codes, np.arange(len(groups.partitions) + 1))
+        jobs = [
+            (groups.partitions[g], groups.buckets[g], merged.slice(bounds[g], bounds[g + 1] - bounds[g]))
+            for g in range(len(groups.partitions))
+        ]
+        with ThreadPoolExecutor(max_workers=min(4, len(jobs))) as pool:
+            return list(pool.map(lambda job: write_bucket(self.table, *job), jobs))
 
     def commit(self, identifier: int) -> list[Snapshot]:
         """Flush and commit as ``identifier``; [] if this user already committed it."""
