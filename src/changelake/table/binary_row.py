@@ -54,26 +54,21 @@ def _slot_value(arr: pa.Array) -> np.ndarray:
     """The uint64 slot content of a fixed-size value column (nulls give 0)."""
     t = arr.type
     if pa.types.is_boolean(t):
-        values = pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(np.uint64)
-        return values
-    if pa.types.is_timestamp(t):
-        ints = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy()
-        if t.unit == "s":
-            ints = ints * 1000
-        return ints.astype(np.int64).view(np.uint64)
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        ints32 = pc.fill_null(arr.cast(pa.int32()), 0).to_numpy()
-        return ints32.view(np.uint32).astype(np.uint64)
-    if pa.types.is_time64(t):
-        millis = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() // 1000
-        return millis.astype(np.int32).view(np.uint32).astype(np.uint64)
-    if pa.types.is_decimal(t):
-        raw = _decimal_words(arr)
-        return raw[:, 0].copy()
-    values = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False)
-    width = values.dtype.itemsize
-    unsigned = values.view(f"<u{width}")
-    return unsigned.astype(np.uint64)
+        values = pc.fill_null(arr, False).to_numpy(zero_copy_only=False)
+    elif pa.types.is_timestamp(t):
+        values = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() * (1000 if t.unit == "s" else 1)
+    elif pa.types.is_date32(t) or pa.types.is_time32(t):
+        values = pc.fill_null(arr.cast(pa.int32()), 0).to_numpy().view(np.uint32)
+    elif pa.types.is_time64(t):
+        values = (pc.fill_null(arr.cast(pa.int64()), 0).to_numpy() // 1000).astype(np.int32).view(np.uint32)
+    elif pa.types.is_decimal(t):
+        values = _decimal_words(arr)[:, 0]
+    else:
+        raw = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False)
+        # Zero-extend narrow values: Java writes only the value's own bytes into the slot.
+        values = raw.view(f"<u{raw.dtype.itemsize}")
+    # int64 -> uint64 keeps the two's-complement bits; narrower unsigned views zero-extend.
+    return np.asarray(values).astype(np.uint64)
 
 
 def _decimal_words(arr: pa.Array) -> np.ndarray:
@@ -292,7 +287,7 @@ def _decode_value(row: bytes, slot: bytes, t: pa.DataType) -> Any:
             millis = struct.unpack("<q", row[offset : offset + 8])[0]
             nanos = word & 0xFFFFFFFF
         value = _EPOCH + dt.timedelta(milliseconds=millis, microseconds=nanos // 1000)
-        return value.replace(tzinfo=dt.timezone.utc) if t.tz is not None else value
+        return value.replace(tzinfo=dt.UTC) if t.tz is not None else value
     if types.is_decimal(t):
         if _is_compact_decimal(t):
             unscaled = struct.unpack("<q", slot)[0]

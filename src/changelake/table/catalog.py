@@ -9,9 +9,9 @@ import pyarrow as pa
 from changelake.errors import (
     DatabaseAlreadyExistsError,
     DatabaseNotFoundError,
+    OptionError,
     SchemaError,
     TableAlreadyExistsError,
-    TableNotFoundError,
 )
 from changelake.table import options as table_options
 from changelake.table import schema as table_schema
@@ -81,17 +81,17 @@ class Catalog:
         checked = table_options.validate_new(options or {}, name)
         checked.setdefault("bucket", _DEFAULT_BUCKETS)
         if int(checked["bucket"]) < 1:
-            raise table_options.OptionError(
+            raise OptionError(
                 f"table {name}: option 'bucket' must be a positive fixed number of buckets; "
                 "dynamic bucket mode is not supported"
             )
         if checked.get("file.format", "parquet") != "parquet":
-            raise table_options.OptionError(f"table {name}: only file.format=parquet is supported")
+            raise OptionError(f"table {name}: only file.format=parquet is supported")
         new_schema = table_schema.from_arrow(schema, list(primary_keys), list(partition_keys or []), checked, comment)
         for key in ("rowkind.field", "bucket-key", "sequence.field"):
             for column in filter(None, (c.strip() for c in checked.get(key, "").split(","))):
                 if column not in schema.names:
-                    raise table_options.OptionError(f"table {name}: option {key!r} names unknown column {column!r}")
+                    raise OptionError(f"table {name}: option {key!r} names unknown column {column!r}")
         root = f"{self._database_dir(database)}/{table_name}"
         paths = TablePaths(root)
         if not self.file_io.create_if_absent(paths.schema(0), new_schema.to_json().encode("utf-8")):

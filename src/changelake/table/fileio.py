@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -127,10 +128,8 @@ class FileIO:
 
     def delete(self, path: str) -> None:
         """Remove a file if it exists."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
-        except FileNotFoundError:
-            pass
 
     def makedirs(self, path: str) -> None:
         self.fs.makedirs(path, exist_ok=True)

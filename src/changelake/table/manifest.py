@@ -10,7 +10,7 @@ import datetime as dt
 import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 
@@ -317,7 +317,7 @@ def read_avro(file_io: FileIO, path: str) -> list[dict[str, Any]]:
     except FileNotFoundError:
         raise CorruptMetadataError(f"metadata file {path} is missing") from None
     try:
-        return list(fastavro.reader(io.BytesIO(data)))
+        return [cast(dict[str, Any], r) for r in fastavro.reader(io.BytesIO(data))]
     except Exception as exc:  # fastavro raises many types for garbage input
         raise CorruptMetadataError(f"metadata file {path} is corrupt: {exc}") from None
 

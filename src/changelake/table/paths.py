@@ -56,7 +56,7 @@ def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str)
         return _java_float(value)
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         precision = {"s": 0, "ms": 3, "us": 6, "ns": 9}[arrow_type.unit]
         return _timestamp_text(value, precision)
     if isinstance(value, dt.date):

@@ -165,7 +165,7 @@ class Scan:
         """The merged rows of one split, filtered and projected."""
         table = self.table
         key_columns = [kv.key_column(k) for k in table.key_names]
-        wanted = key_columns + [kv.SEQUENCE, kv.VALUE_KIND] + self._read_columns()
+        wanted = [*key_columns, kv.SEQUENCE, kv.VALUE_KIND, *self._read_columns()]
         file_schema = kv.file_schema(table.schema, table.key_names)
         parts = [data_file.read(table.file_io, f"{split.bucket_dir}/{f.file_name}", file_schema, wanted)
                  for f in split.files]

@@ -98,9 +98,12 @@ def latest_id(file_io: FileIO, paths: TablePaths) -> int | None:
 def earliest_id(file_io: FileIO, paths: TablePaths) -> int | None:
     """Id of the oldest snapshot still present (EARLIEST hint verified, else a listing)."""
     hint = _hint(file_io, paths, "EARLIEST")
-    if hint is not None and file_io.exists(paths.snapshot(hint)):
-        if hint == 1 or not file_io.exists(paths.snapshot(hint - 1)):
-            return hint
+    if (
+        hint is not None
+        and file_io.exists(paths.snapshot(hint))
+        and (hint == 1 or not file_io.exists(paths.snapshot(hint - 1)))
+    ):
+        return hint
     ids = list_ids(file_io, paths)
     return ids[0] if ids else None
 
