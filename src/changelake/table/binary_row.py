@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1)
+_EXACT = decimal.Context(prec=80)  # decimal128 values need up to 38 digits, exactly
 
 
 def header_size(arity: int) -> int:
@@ -294,7 +295,7 @@ def _decode_value(row: bytes, slot: bytes, t: pa.DataType) -> Any:
         else:
             offset, length = word >> 32, word & 0xFFFFFFFF
             unscaled = int.from_bytes(row[offset : offset + length], "big", signed=True)
-        return decimal.Decimal(unscaled).scaleb(-t.scale)
+        return decimal.Decimal(unscaled).scaleb(-t.scale, _EXACT)
     raw = _var_bytes(row, slot, word)
     if types.is_string(t) or types.is_large_string(t):
         return raw.decode("utf-8")

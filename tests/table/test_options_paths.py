@@ -1,0 +1,59 @@
+"""Option parsing and partition directory names."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from changelake.errors import OptionError
+from changelake.table import options, paths
+
+
+def test_memory_sizes_and_durations() -> None:
+    assert options.parse_memory_size("256 mb") == 256 << 20
+    assert options.parse_memory_size("64MB") == 64 << 20
+    assert options.parse_memory_size("1024") == 1024
+    assert options.parse_duration_ms("10 s") == 10_000
+    assert options.parse_duration_ms("1 h") == 3_600_000
+    with pytest.raises(ValueError):
+        options.parse_memory_size("lots")
+
+
+def test_unknown_option_suggests_the_known_one() -> None:
+    with pytest.raises(OptionError, match=r"'target-file-sise'.*did you mean 'target-file-size'"):
+        options.validate_new({"target-file-sise": "1 mb"}, "db.t")
+
+
+def test_field_options_are_known() -> None:
+    checked = options.validate_new({"fields.v.aggregate-function": "sum", "bucket": "2"}, "db.t")
+    assert checked["bucket"] == "2"
+
+
+def test_defaults() -> None:
+    parsed = options.TableOptions({}, "db.t")
+    assert parsed.target_file_size == 128 << 20
+    assert parsed.file_compression == "zstd"
+    assert parsed.merge_engine == "deduplicate"
+    assert parsed.partition_default_name == "__DEFAULT_PARTITION__"
+
+
+def test_partition_paths_escape_like_paimon() -> None:
+    text = paths.partition_path(
+        ["dt", "hr", "k"],
+        ["2024/01:01", 7, None],
+        [pa.string(), pa.int32(), pa.string()],
+        "__DEFAULT_PARTITION__",
+    )
+    assert text == "dt=2024%2F01%3A01/hr=7/k=__DEFAULT_PARTITION__"
+
+
+def test_partition_value_text_by_type() -> None:
+    assert paths.partition_value_text(dt.date(2024, 1, 2), pa.date32(), "d") == "2024-01-02"
+    assert paths.partition_value_text(True, pa.bool_(), "d") == "true"
+    assert paths.partition_value_text(1e7, pa.float64(), "d") == "1.0E7"
+    assert paths.partition_value_text(0.5, pa.float64(), "d") == "0.5"
+    stamp = dt.datetime(2024, 1, 2, 3, 4, 5)
+    assert paths.partition_value_text(stamp, pa.timestamp("ms"), "d") == "2024-01-02 03:04:05.000"
+    assert paths.partition_value_text(" ", pa.string(), "d") == "d"
