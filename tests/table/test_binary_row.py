@@ -58,7 +58,7 @@ VALUES = [
     (dt.date(1969, 7, 20), pa.date32()),
     (dt.datetime(2024, 1, 2, 3, 4, 5, 123000), pa.timestamp("ms")),
     (dt.datetime(1960, 1, 2, 3, 4, 5, 123456), pa.timestamp("us")),
-    (dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc), pa.timestamp("us", tz="UTC")),
+    (dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC), pa.timestamp("us", tz="UTC")),
     (decimal.Decimal("-12345.67"), pa.decimal128(10, 2)),
     (decimal.Decimal("-123456789012345678901234.567890"), pa.decimal128(38, 6)),
     (decimal.Decimal("0.000000"), pa.decimal128(38, 6)),

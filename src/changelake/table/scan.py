@@ -48,6 +48,8 @@ class Split:
 
 def _range_guarantee(names: Sequence[str], types: Sequence[pa.DataType], stats: SimpleStats) -> pc.Expression:
     """What every row covered by ``stats`` satisfies: each column within its [min, max]."""
+    if binary_row.deserialize(stats.min_values)[0] != len(types):
+        return pc.scalar(True)  # stats of other columns (or none): no guarantee
     lows = binary_row.from_bytes(binary_row.deserialize(stats.min_values)[1], types)
     highs = binary_row.from_bytes(binary_row.deserialize(stats.max_values)[1], types)
     guarantee = pc.scalar(True)
