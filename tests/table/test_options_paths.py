@@ -50,10 +50,24 @@ def test_partition_paths_escape_like_paimon() -> None:
 
 
 def test_partition_value_text_by_type() -> None:
-    assert paths.partition_value_text(dt.date(2024, 1, 2), pa.date32(), "d") == "2024-01-02"
-    assert paths.partition_value_text(True, pa.bool_(), "d") == "true"
-    assert paths.partition_value_text(1e7, pa.float64(), "d") == "1.0E7"
-    assert paths.partition_value_text(0.5, pa.float64(), "d") == "0.5"
+    def text(value: object, arrow_type: pa.DataType, legacy: bool = False) -> str:
+        return paths.partition_value_text(value, arrow_type, "d", legacy)
+
+    assert text(dt.date(2024, 1, 2), pa.date32()) == "2024-01-02"
+    assert text(True, pa.bool_()) == "true"
+    assert text(1e7, pa.float64()) == "1.0E7"
+    assert text(0.5, pa.float64()) == "0.5"
     stamp = dt.datetime(2024, 1, 2, 3, 4, 5)
-    assert paths.partition_value_text(stamp, pa.timestamp("ms"), "d") == "2024-01-02 03:04:05.000"
-    assert paths.partition_value_text(" ", pa.string(), "d") == "d"
+    assert text(stamp, pa.timestamp("ms")) == "2024-01-02 03:04:05.000"
+    assert text(" ", pa.string()) == "d"
+
+
+def test_legacy_partition_names_are_paimons_default() -> None:
+    def text(value: object, arrow_type: pa.DataType) -> str:
+        return paths.partition_value_text(value, arrow_type, "d")
+
+    assert text(dt.date(2024, 1, 2), pa.date32()) == "19724"
+    assert text(dt.datetime(2024, 1, 2, 3, 4), pa.timestamp("ms")) == "2024-01-02T03:04"
+    assert text(dt.datetime(2024, 1, 2, 3, 4, 5, 120000), pa.timestamp("us")) == "2024-01-02T03:04:05.120"
+    assert text(dt.datetime(2024, 1, 2, 3, 4, 5, 123456), pa.timestamp("us")) == "2024-01-02T03:04:05.123456"
+    assert text(7, pa.int32()) == "7"

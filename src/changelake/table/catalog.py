@@ -87,7 +87,9 @@ class Catalog:
             )
         if checked.get("file.format", "parquet") != "parquet":
             raise OptionError(f"table {name}: only file.format=parquet is supported")
-        new_schema = table_schema.from_arrow(schema, list(primary_keys), list(partition_keys or []), checked, comment)
+        new_schema = table_schema.from_arrow(
+            name, schema, list(primary_keys), list(partition_keys or []), checked, comment
+        )
         for key in ("rowkind.field", "bucket-key", "sequence.field"):
             for column in filter(None, (c.strip() for c in checked.get(key, "").split(","))):
                 if column not in schema.names:

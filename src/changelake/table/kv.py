@@ -42,7 +42,18 @@ def _numpy_key(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
         return np.asarray(arr.cast(width).to_numpy())
     if pa.types.is_boolean(t):
         return np.asarray(arr.to_numpy(zero_copy_only=False))
+    if pa.types.is_floating(t) and t.bit_width in (32, 64):
+        return _float_order(np.asarray(arr.to_numpy(zero_copy_only=False)))
     return None
+
+
+def _float_order(values: np.ndarray) -> np.ndarray:
+    """Integers ordered like Java's ``Double.compare`` (one NaN, greatest; -0.0 < 0.0), which
+    is how Paimon orders and equates float keys."""
+    wide = values.astype(np.float64)
+    wide = np.where(np.isnan(wide), np.nan, wide)
+    bits = wide.view(np.int64)
+    return np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
 
 
 def sort_indices(keys: Sequence[pa.Array | pa.ChunkedArray], seq: pa.Array | pa.ChunkedArray) -> np.ndarray:

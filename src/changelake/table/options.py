@@ -245,6 +245,10 @@ class TableOptions:
         return self.raw.get("partition.default-name", "__DEFAULT_PARTITION__")
 
     @property
+    def partition_legacy_name(self) -> bool:
+        return bool(self.get("partition.legacy-name", "true"))
+
+    @property
     def target_file_size(self) -> int:
         return int(self.get("target-file-size", "128 mb"))
 

@@ -46,10 +46,32 @@ def _timestamp_text(value: dt.datetime, precision: int) -> str:
     return f"{text}.{fraction}" if fraction else text
 
 
-def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str) -> str:
-    """A partition value as Paimon casts it to a string for directory names."""
+def _legacy_timestamp_text(value: dt.datetime) -> str:
+    """Java's ``LocalDateTime.toString``: seconds and fraction only when non-zero."""
+    if value.microsecond:
+        text = value.isoformat(timespec="microseconds")
+        return text[:-3] if value.microsecond % 1000 == 0 else text
+    return value.isoformat(timespec="seconds" if value.second else "minutes")
+
+
+def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str, legacy: bool = True) -> str:
+    """A partition value as Paimon writes it in directory names.
+
+    With ``partition.legacy-name`` (Paimon's default) dates are day numbers, times are
+    milliseconds and timestamps use Java's ``LocalDateTime.toString``; otherwise values are
+    cast to strings as Paimon's SQL casts do.
+    """
     if value is None:
         return default_name
+    if legacy:
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is not None:
+                value = value.astimezone(dt.UTC).replace(tzinfo=None)
+            return _legacy_timestamp_text(value)
+        if isinstance(value, dt.date):
+            return str((value - dt.date(1970, 1, 1)).days)
+        if isinstance(value, dt.time):
+            return str(((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + value.microsecond // 1000)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -68,11 +90,15 @@ def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str)
 
 
 def partition_path(
-    keys: Sequence[str], values: Sequence[Any], arrow_types: Sequence[pa.DataType], default_name: str
+    keys: Sequence[str],
+    values: Sequence[Any],
+    arrow_types: Sequence[pa.DataType],
+    default_name: str,
+    legacy: bool = True,
 ) -> str:
     """``k1=v1/k2=v2`` with Paimon's escaping ('' for an unpartitioned table)."""
     return "/".join(
-        f"{escape(k)}={escape(partition_value_text(v, t, default_name))}"
+        f"{escape(k)}={escape(partition_value_text(v, t, default_name, legacy))}"
         for k, v, t in zip(keys, values, arrow_types, strict=True)
     )
 

@@ -84,10 +84,7 @@ def conform(table: Table, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
                     f"does not cast safely to {field.type}: {exc}"
                 ) from None
         if not field.nullable and column.null_count:
-            role = (
-                "primary-key" if field.name in table.primary_keys
-                else "partition" if field.name in table.partition_keys else "NOT NULL"
-            )
+            role = "primary-key" if field.name in table.primary_keys else "NOT NULL"
             raise NullKeyError(
                 f"table {table.name}: {role} column {field.name!r} has {column.null_count} null values"
             )

@@ -67,6 +67,7 @@ class TableSchema(BaseModel):
 
 
 def from_arrow(
+    table_name: str,
     schema: pa.Schema,
     primary_keys: list[str],
     partition_keys: list[str],
@@ -76,23 +77,23 @@ def from_arrow(
     """Schema 0 of a new primary-key table; validates keys against the columns."""
     names = schema.names
     if len(set(names)) != len(names):
-        raise SchemaError(f"duplicate column names in {names}")
+        raise SchemaError(f"table {table_name}: duplicate column names in {names}")
     if not primary_keys:
-        raise SchemaError("a primary-key table needs at least one primary key")
+        raise SchemaError(f"table {table_name}: a primary-key table needs at least one primary key")
     for kind, keys in (("primary key", primary_keys), ("partition key", partition_keys)):
         for key in keys:
             if key not in names:
-                raise SchemaError(f"{kind} {key!r} is not a column of the schema {names}")
+                raise SchemaError(f"table {table_name}: {kind} {key!r} is not a column of the schema {names}")
         if len(set(keys)) != len(keys):
-            raise SchemaError(f"duplicate {kind}s in {keys}")
+            raise SchemaError(f"table {table_name}: duplicate {kind}s in {keys}")
     missing = [p for p in partition_keys if p not in primary_keys]
     if missing:
         raise SchemaError(
-            f"primary keys {primary_keys} must contain the partition keys; missing {missing}"
+            f"table {table_name}: primary keys {primary_keys} must contain the partition keys; missing {missing}"
         )
     if set(primary_keys) == set(partition_keys):
         raise SchemaError(
-            f"primary keys {primary_keys} must not be the same as the partition keys"
+            f"table {table_name}: primary keys {primary_keys} must not be the same as the partition keys"
         )
     ids = itertools.count()
     fields: list[DataField] = []
@@ -100,7 +101,9 @@ def from_arrow(
         field_id = next(ids)
         not_null = arrow_field.name in primary_keys
         if not_null and not _keyable(arrow_field.type):
-            raise SchemaError(f"column {arrow_field.name!r} of type {arrow_field.type} cannot be a key")
+            raise SchemaError(
+                f"table {table_name}: column {arrow_field.name!r} of type {arrow_field.type} cannot be a key"
+            )
         paimon = types.to_paimon(arrow_field.type, arrow_field.nullable and not not_null, ids)
         description = None
         if arrow_field.metadata and b"description" in arrow_field.metadata:

@@ -49,21 +49,21 @@ class Snapshot(BaseModel):
         return json.dumps(data, indent=2)
 
 
-def parse(text: str, path: str) -> Snapshot:
+def parse(data: bytes, path: str) -> Snapshot:
     try:
-        return Snapshot.model_validate_json(text)
+        return Snapshot.model_validate_json(data)
     except ValidationError as exc:
         raise CorruptMetadataError(f"snapshot file {path} is corrupt: {exc.errors()[0]['msg']}") from None
 
 
-def read(file_io: FileIO, paths: TablePaths, snapshot_id: int) -> Snapshot:
+def read(file_io: FileIO, paths: TablePaths, snapshot_id: int, table_name: str) -> Snapshot:
     """Snapshot ``snapshot_id``; SnapshotNotFoundError if there is no such file."""
     path = paths.snapshot(snapshot_id)
     try:
-        text = file_io.read_text(path)
+        data = file_io.read_bytes(path)
     except FileNotFoundError:
-        raise SnapshotNotFoundError(f"snapshot {snapshot_id} does not exist ({path})") from None
-    return parse(text, path)
+        raise SnapshotNotFoundError(f"table {table_name}: snapshot {snapshot_id} does not exist ({path})") from None
+    return parse(data, path)
 
 
 def list_ids(file_io: FileIO, paths: TablePaths) -> list[int]:

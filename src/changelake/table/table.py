@@ -115,7 +115,9 @@ class Table:
     def bucket_dir(self, partition: bytes, bucket: int) -> str:
         """Directory of a bucket given its serialized partition BinaryRow."""
         values = binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
-        part = partition_path(self.partition_keys, values, self.partition_types, self.config.partition_default_name)
+        config = self.config
+        part = partition_path(self.partition_keys, values, self.partition_types, config.partition_default_name,
+                              config.partition_legacy_name)
         return self.paths.bucket_dir(part, bucket)
 
     # -- snapshots --------------------------------------------------------------------------
@@ -123,11 +125,11 @@ class Table:
     def latest_snapshot(self) -> Snapshot | None:
         """The newest snapshot, or None for a table never written."""
         latest = snapshot.latest_id(self.file_io, self.paths)
-        return None if latest is None else snapshot.read(self.file_io, self.paths, latest)
+        return None if latest is None else snapshot.read(self.file_io, self.paths, latest, self.name)
 
     def snapshot(self, snapshot_id: int) -> Snapshot:
         """Snapshot ``snapshot_id`` (SnapshotNotFoundError if absent)."""
-        return snapshot.read(self.file_io, self.paths, snapshot_id)
+        return snapshot.read(self.file_io, self.paths, snapshot_id, self.name)
 
     def snapshots(self) -> list[Snapshot]:
         """Every snapshot still present, oldest first."""
@@ -164,10 +166,10 @@ class Table:
         """The snapshot a tag points to."""
         path = self.paths.tag(name)
         try:
-            text = self.file_io.read_text(path)
+            data = self.file_io.read_bytes(path)
         except FileNotFoundError:
             raise TagNotFoundError(f"table {self.name} has no tag {name!r}") from None
-        return snapshot.parse(text, path)
+        return snapshot.parse(data, path)
 
     def tags(self) -> dict[str, Snapshot]:
         """Every tag and its snapshot."""

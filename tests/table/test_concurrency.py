@@ -1,0 +1,287 @@
+"""Concurrent commits (threads and processes) and exactly-once commit identifiers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+import changelake as cl
+from changelake.table import commit as table_commit
+from changelake.table import live_files
+
+WRITERS = 4
+BATCHES = 5
+ROWS_PER_BATCH = 40
+SCHEMA = pa.schema([
+    pa.field("dt", pa.string()),
+    pa.field("id", pa.int64()),
+    pa.field("writer", pa.int32()),
+    pa.field("batch", pa.int32()),
+    pa.field("v", pa.string()),
+])
+# A commit only loses a race to a commit of another writer that landed meanwhile, so with
+# WRITERS * BATCHES commits in all it can never lose more often than that: retries enough
+# for every interleaving make the outcome deterministic.
+OPTIONS = {"bucket": "4", "commit.max-retries": str(WRITERS * BATCHES + 1)}
+_SNAPSHOT_DIR_ENTRY = re.compile(r"^(snapshot-\d+|LATEST|EARLIEST)$")
+
+
+def _batch(writer: int, batch: int) -> pa.Table:
+    """Distinct keys per writer and batch, over two partitions and every bucket."""
+    base = (writer * BATCHES + batch) * ROWS_PER_BATCH
+    return pa.Table.from_pylist(
+        [{"dt": ("d0", "d1")[i % 2], "id": base + i, "writer": writer, "batch": batch, "v": f"w{writer}b{batch}r{i}"}
+         for i in range(ROWS_PER_BATCH)],
+        schema=SCHEMA,
+    )
+
+
+def _create(tmp_path: Path) -> cl.Table:
+    return cl.Catalog(str(tmp_path)).create_table(
+        "db.t", schema=SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"], options=OPTIONS,
+    )
+
+
+def _rows(table: cl.Table, snapshot_id: int | None = None) -> list[dict[str, Any]]:
+    return sorted(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist(), key=lambda r: (r["dt"], r["id"]))
+
+
+def _files(root: str, suffix: str) -> set[str]:
+    return {os.path.join(d, f) for d, _, names in os.walk(root) for f in names if f.endswith(suffix)}
+
+
+def _parquet_files(table: cl.Table) -> set[str]:
+    return _files(table.location, ".parquet")
+
+
+def _referenced_metadata(table: cl.Table) -> set[str]:
+    """Every manifest and manifest list some snapshot refers to."""
+    names: set[str] = set()
+    for snap in table.snapshots():
+        for list_name in (snap.base_manifest_list, snap.delta_manifest_list):
+            names.add(list_name)
+            names.update(meta.file_name for meta in live_files.manifest_list(table, list_name))
+    return {table.paths.manifest(n) for n in names}
+
+
+def _live_data_files(table: cl.Table) -> set[str]:
+    return {f"{split.bucket_dir}/{f.file_name}" for split in table.scan().plan() for f in split.files}
+
+
+def _check_all_landed(table: cl.Table) -> None:
+    """After WRITERS x BATCHES concurrent commits of distinct keys: snapshots 1..N without
+    gaps, each adding exactly one batch on top of the previous one, nothing lost, nothing
+    left behind by lost races."""
+    total = WRITERS * BATCHES
+    snapshots = table.snapshots()
+    assert [s.id for s in snapshots] == list(range(1, total + 1))
+    for snap in snapshots:
+        assert os.path.isfile(table.paths.snapshot(snap.id))
+        assert snap.commit_kind == "APPEND"
+        assert snap.delta_record_count == ROWS_PER_BATCH
+        assert snap.total_record_count == snap.id * ROWS_PER_BATCH
+    assert table.latest_snapshot() is not None and table.latest_snapshot().id == total
+    leftovers = [n for n in os.listdir(table.paths.snapshot_dir) if not _SNAPSHOT_DIR_ENTRY.match(n)]
+    assert not leftovers, f"temporary files left in the snapshot directory: {leftovers}"
+
+    # Every snapshot holds all rows of the snapshots before it, plus one whole batch.
+    previous: set[tuple[str, int]] = set()
+    batches_seen = set()
+    for snap in snapshots:
+        rows = _rows(table, snap.id)
+        keys = {(r["dt"], r["id"]) for r in rows}
+        assert len(rows) == len(keys) == snap.id * ROWS_PER_BATCH
+        assert previous <= keys, f"snapshot {snap.id} lost rows of snapshot {snap.id - 1}"
+        added = {(r["writer"], r["batch"]) for r in rows if (r["dt"], r["id"]) not in previous}
+        assert len(added) == 1, f"snapshot {snap.id} added rows of {added}"
+        batches_seen |= added
+        previous = keys
+    assert batches_seen == {(w, b) for w in range(WRITERS) for b in range(BATCHES)}
+
+    expected = sorted((r for w in range(WRITERS) for b in range(BATCHES) for r in _batch(w, b).to_pylist()),
+                      key=lambda r: (r["dt"], r["id"]))
+    assert _rows(table) == expected
+    # Lost races must not leave data files or metadata nobody refers to.
+    assert _parquet_files(table) == _live_data_files(table)
+    assert _files(table.paths.manifest_dir, "") == _referenced_metadata(table)
+
+
+def test_threads_commit_concurrently(tmp_path: Path) -> None:
+    table = _create(tmp_path)
+    start = threading.Barrier(WRITERS)
+
+    def run(writer: int) -> int:
+        start.wait(timeout=60)
+        landed = 0
+        for b in range(BATCHES):
+            snap = table.write(_batch(writer, b))
+            assert snap is not None
+            landed += 1
+        return landed
+
+    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+        futures = [pool.submit(run, w) for w in range(WRITERS)]
+        assert [f.result(timeout=120) for f in futures] == [BATCHES] * WRITERS
+    _check_all_landed(table)
+    _check_all_landed(cl.Catalog(str(tmp_path)).get_table("db.t"))
+
+
+def _process_writer(table: cl.Table, writer: int, start: Any) -> None:
+    """Runs in a spawned process: ``table`` arrives pickled."""
+    start.wait(timeout=120)
+    for b in range(BATCHES):
+        if table.write(_batch(writer, b)) is None:
+            raise SystemExit(3)
+
+
+def test_processes_commit_concurrently(tmp_path: Path) -> None:
+    table = _create(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(WRITERS)
+    processes = [ctx.Process(target=_process_writer, args=(table, w, start)) for w in range(WRITERS)]
+    for p in processes:
+        p.start()
+    try:
+        for p in processes:
+            p.join(timeout=180)
+    finally:
+        for p in processes:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert [p.exitcode for p in processes] == [0] * WRITERS
+    _check_all_landed(cl.Catalog(str(tmp_path)).get_table("db.t"))
+
+
+# -- exactly-once ------------------------------------------------------------------------
+
+
+def _state(table: cl.Table) -> tuple[list[int], list[dict[str, Any]], set[str], set[str]]:
+    return ([s.id for s in table.snapshots()], _rows(table), _parquet_files(table),
+            _files(table.paths.manifest_dir, ""))
+
+
+def test_replayed_identifier_is_skipped(tmp_path: Path) -> None:
+    table = _create(tmp_path)
+    rows = _batch(0, 0)
+    w = table.writer(commit_user="job-1")
+    w.write(rows)
+    landed = w.commit(identifier=7)
+    assert len(landed) == 1
+    assert (landed[0].id, landed[0].commit_user, landed[0].commit_identifier) == (1, "job-1", 7)
+    before = _state(table)
+    assert len(before[2]) > 0
+
+    replay = table.writer(commit_user="job-1")
+    replay.write(rows)
+    assert replay.commit(identifier=7) == []
+    after = _state(table)
+    assert after == before, "a replayed identifier changed the table or left files behind"
+    # The skipped rows are dropped, not carried into the writer's next commit.
+    assert replay.commit(identifier=9) == []
+    assert _state(table) == before
+
+    nxt = table.writer(commit_user="job-1")
+    nxt.write(_batch(0, 1))
+    landed = nxt.commit(identifier=8)
+    assert [(s.id, s.commit_identifier) for s in landed] == [(2, 8)]
+    assert len(_rows(table)) == 2 * ROWS_PER_BATCH
+
+
+def test_lower_identifier_is_skipped(tmp_path: Path) -> None:
+    table = _create(tmp_path)
+    w = table.writer(commit_user="job-1")
+    w.write(_batch(0, 0))
+    assert len(w.commit(identifier=8)) == 1
+    before = _state(table)
+    for identifier in (5, 7, 8):
+        late = table.writer(commit_user="job-1")
+        late.write(_batch(1, identifier))
+        assert late.commit(identifier=identifier) == [], identifier
+        assert _state(table) == before
+    w.write(_batch(0, 1))
+    assert [s.commit_identifier for s in w.commit(identifier=9)] == [9]
+
+
+def test_identifiers_are_per_commit_user(tmp_path: Path) -> None:
+    table = _create(tmp_path)
+    for user, writer in (("job-1", 0), ("job-2", 1)):
+        w = table.writer(commit_user=user)
+        w.write(_batch(writer, 0))
+        assert [(s.commit_user, s.commit_identifier) for s in w.commit(identifier=7)] == [(user, 7)]
+    assert [s.id for s in table.snapshots()] == [1, 2]
+
+
+def test_replay_is_skipped_after_other_commits(tmp_path: Path) -> None:
+    """job-1's identifier is found behind snapshots committed by other users since."""
+    table = _create(tmp_path)
+    w = table.writer(commit_user="job-1")
+    w.write(_batch(0, 0))
+    assert len(w.commit(identifier=7)) == 1
+    for b in range(1, 4):
+        table.write(_batch(1, b))
+    before = _state(table)
+    replay = table.writer(commit_user="job-1")
+    replay.write(_batch(0, 0))
+    assert replay.commit(identifier=7) == []
+    assert _state(table) == before
+
+
+def test_replay_skipped_after_files_were_written_leaves_no_orphans(tmp_path: Path) -> None:
+    """Two attempts of identifier 7 (a restarted job) both write their files; the one that
+    commits second finds 7 already landed and must delete what it wrote."""
+    table = _create(tmp_path)
+    table.write(_batch(3, 0))
+    rows = _batch(0, 0)
+    slow = table.writer(commit_user="job-1")
+    slow.write(rows)
+    messages = slow.prepare()
+    assert messages and all(m.new_files for m in messages)
+
+    fast = table.writer(commit_user="job-1")
+    fast.write(rows)
+    assert len(fast.commit(identifier=7)) == 1
+    before = _state(table)
+
+    slow_files = {f"{m.bucket_dir(table)}/{f.file_name}" for m in messages for f in m.new_files}
+    assert slow_files <= before[2]
+
+    assert table_commit.commit(table, messages, "job-1", 7) == []
+    after = _state(table)
+    assert after[:2] == before[:2], "the skipped attempt changed the table"
+    assert after[2] == before[2] - slow_files, "the skipped attempt left data files behind"
+    assert after[3] == before[3], "the skipped attempt left manifest files behind"
+    assert after[2] == _live_data_files(table)
+    assert after[3] == _referenced_metadata(table)
+
+
+def test_racing_replays_of_one_identifier_land_once(tmp_path: Path) -> None:
+    """Several attempts of the same (commit_user, identifier) commit at the same time: exactly
+    one lands, whatever the interleaving, and the others clean up their files."""
+    table = _create(tmp_path)
+    table.write(_batch(3, 0))
+    rows = _batch(0, 0)
+    start = threading.Barrier(WRITERS)
+
+    def attempt(_: int) -> list[cl.Snapshot]:
+        w = table.writer(commit_user="job-1")
+        w.write(rows)
+        start.wait(timeout=60)
+        return w.commit(identifier=7)
+
+    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+        results = list(pool.map(attempt, range(WRITERS), timeout=120))
+    landed = [s for r in results for s in r]
+    assert len(landed) == 1 and sum(1 for r in results if r == []) == WRITERS - 1
+    assert (landed[0].id, landed[0].commit_user, landed[0].commit_identifier) == (2, "job-1", 7)
+    assert [s.id for s in table.snapshots()] == [1, 2]
+    assert len(_rows(table)) == 2 * ROWS_PER_BATCH
+    assert _parquet_files(table) == _live_data_files(table)
+    assert _files(table.paths.manifest_dir, "") == _referenced_metadata(table)
