@@ -146,11 +146,19 @@ def _check_conflicts(table: Table, latest: Snapshot | None, entries: Sequence[Ma
 
 
 def commit(
-    table: Table, messages: Sequence[CommitMessage], commit_user: str, identifier: int
+    table: Table,
+    messages: Sequence[CommitMessage],
+    commit_user: str,
+    identifier: int,
+    compact_conflicts_fatal: bool = True,
 ) -> list[Snapshot]:
     """Commit the messages as an APPEND snapshot (new files) and then a COMPACT snapshot
     (compaction changes), skipping everything if ``commit_user`` already committed
-    ``identifier``. Returns the new snapshots ([] when skipped or empty)."""
+    ``identifier``. Returns the new snapshots ([] when skipped or empty).
+
+    A compaction whose input files another commit removed meanwhile is void: its output
+    files are deleted, and CommitConflictError is raised unless ``compact_conflicts_fatal``
+    is False and the APPEND snapshot landed (then only the APPEND snapshot is returned)."""
     plans = [(APPEND, _entries(messages, compact=False)), (COMPACT, _entries(messages, compact=True))]
     plans = [(kind, entries) for kind, entries in plans if entries]
     data_files = [
@@ -175,6 +183,8 @@ def commit(
                 for f in m.compact_after:
                     if f not in m.compact_before:
                         table.file_io.delete(f"{m.bucket_dir(table)}/{f.file_name}")
+            if not compact_conflicts_fatal:
+                return done
         raise
     return done
 

@@ -265,5 +265,67 @@ class TableOptions:
         return str(self.get("merge-engine", "deduplicate"))
 
     @property
+    def compaction_trigger(self) -> int:
+        return int(self.get("num-sorted-run.compaction-trigger", "5"))
+
+    @property
+    def stop_trigger(self) -> int:
+        return int(self.get("num-sorted-run.stop-trigger", str(self.compaction_trigger + 3)))
+
+    @property
+    def num_levels(self) -> int:
+        return int(self.get("num-levels", str(self.compaction_trigger + 1)))
+
+    @property
+    def max_size_amplification_percent(self) -> int:
+        return int(self.get("compaction.max-size-amplification-percent", "200"))
+
+    @property
+    def size_ratio(self) -> int:
+        return int(self.get("compaction.size-ratio", "1"))
+
+    @property
+    def write_only(self) -> bool:
+        return bool(self.get("write-only", "false"))
+
+    @property
+    def full_compaction_delta_commits(self) -> int | None:
+        if "full-compaction.delta-commits" not in self.raw:
+            return None
+        return int(self.get("full-compaction.delta-commits", "1"))
+
+    @property
+    def commit_force_compact(self) -> bool:
+        return bool(self.get("commit.force-compact", "false"))
+
+    @property
+    def write_buffer_size(self) -> int:
+        return int(self.get("write-buffer-size", "256 mb"))
+
+    @property
+    def write_buffer_spillable(self) -> bool:
+        return bool(self.get("write-buffer-spillable", "true"))
+
+    @property
+    def split_target_size(self) -> int:
+        return int(self.get("source.split.target-size", "128 mb"))
+
+    @property
+    def split_open_file_cost(self) -> int:
+        return int(self.get("source.split.open-file-cost", "4 mb"))
+
+    @property
+    def manifest_target_file_size(self) -> int:
+        return int(self.get("manifest.target-file-size", "8 mb"))
+
+    @property
+    def manifest_merge_min_count(self) -> int:
+        return int(self.get("manifest.merge-min-count", "30"))
+
+    @property
+    def manifest_full_compaction_size(self) -> int:
+        return int(self.get("manifest.full-compaction-threshold-size", "16 mb"))
+
+    @property
     def file_format(self) -> str:
         return str(self.get("file.format", "parquet"))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+import functools
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ from changelake.errors import (
     TagAlreadyExistsError,
     TagNotFoundError,
 )
-from changelake.table import binary_row, snapshot
+from changelake.table import binary_row, kv, snapshot
+from changelake.table.data_file import FileSettings
 from changelake.table.fileio import FileIO
 from changelake.table.options import TableOptions
 from changelake.table.paths import TablePaths, partition_path
@@ -107,6 +109,38 @@ class Table:
     def key_names(self) -> tuple[str, ...]:
         """Primary keys minus partition keys: the ``_KEY_`` columns of data files."""
         return self.paimon_schema.trimmed_primary_keys
+
+    @cached_property
+    def key_types(self) -> list[pa.DataType]:
+        return [self.schema.field(k).type for k in self.key_names]
+
+    @cached_property
+    def key_of(self) -> Callable[[bytes], tuple[Any, ...]]:
+        """Decoder of serialized key BinaryRows (min/max keys) into comparable tuples."""
+        types = self.key_types
+
+        @functools.lru_cache(maxsize=65536)
+        def decode(data: bytes) -> tuple[Any, ...]:
+            return binary_row.from_bytes(binary_row.deserialize(data)[1], types)
+
+        return decode
+
+    @cached_property
+    def file_settings(self) -> FileSettings:
+        config = self.config
+        return FileSettings(
+            schema_id=self.paimon_schema.id,
+            key_names=self.key_names,
+            compression=config.file_compression,
+            zstd_level=config.zstd_level,
+            target_file_size=config.target_file_size,
+        )
+
+    def merge_rows(self, rows: pa.Table, drop_deletes: bool) -> pa.Table:
+        """One row per key (key order) by the table's merge engine; with ``drop_deletes`` the
+        keys whose result is a retraction are removed instead of kept as delete markers."""
+        merged = kv.deduplicate(rows, [kv.key_column(k) for k in self.key_names])
+        return kv.drop_retractions(merged) if drop_deletes else merged
 
     @cached_property
     def bucket_key(self) -> tuple[str, ...]:

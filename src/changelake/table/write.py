@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -11,8 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import OptionError
-from changelake.table import binary_row, bucket, commit, data_file, kv, live_files, rows
+from changelake.table import binary_row, bucket, commit, compaction, data_file, kv, live_files, rows
 from changelake.table.commit import CommitMessage
+from changelake.table.levels import Levels
+from changelake.table.manifest import DataFileMeta
 from changelake.table.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 
 if TYPE_CHECKING:
@@ -21,7 +27,6 @@ if TYPE_CHECKING:
     from changelake.table.table import Table
 
 WriteInput: TypeAlias = "pa.Table | pa.RecordBatch | pa.RecordBatchReader | pd.DataFrame"
-_PARTITION = "__partition_group"
 
 
 @dataclass(frozen=True)
@@ -31,17 +36,6 @@ class BucketGroups:
     codes: np.ndarray
     partitions: list[bytes]
     buckets: list[int]
-
-
-def file_settings(table: Table) -> data_file.FileSettings:
-    config = table.config
-    return data_file.FileSettings(
-        schema_id=table.paimon_schema.id,
-        key_names=table.key_names,
-        compression=config.file_compression,
-        zstd_level=config.zstd_level,
-        target_file_size=config.target_file_size,
-    )
 
 
 def group_by_bucket(table: Table, data: pa.Table) -> BucketGroups:
@@ -70,55 +64,76 @@ def group_by_bucket(table: Table, data: pa.Table) -> BucketGroups:
     return BucketGroups(inverse.astype(np.int64), partitions, [int(bucket_ids[i]) for i in first_rows])
 
 
-def restored_sequences(table: Table, groups: BucketGroups) -> np.ndarray:
-    """Next sequence number of each group's bucket: one past the restored maximum."""
+def restored_files(table: Table, groups: BucketGroups) -> dict[tuple[bytes, int], list[DataFileMeta]]:
+    """Live files of every bucket the rows go to (from the latest snapshot)."""
+    out: dict[tuple[bytes, int], list[DataFileMeta]] = {
+        (p, b): [] for p, b in zip(groups.partitions, groups.buckets, strict=True)
+    }
     latest = table.latest_snapshot()
-    index = {(p, b): g for g, (p, b) in enumerate(zip(groups.partitions, groups.buckets, strict=True))}
-    out = np.zeros(len(index), dtype=np.int64)
-    if latest is None:
-        return out
-    for entry in live_files.live_entries(table, latest):
-        g = index.get((entry.partition, entry.bucket))
-        if g is not None:
-            out[g] = max(out[g], entry.file.max_sequence_number + 1)
+    if latest is not None:
+        for entry in live_files.live_entries(table, latest):
+            files = out.get((entry.partition, entry.bucket))
+            if files is not None:
+                files.append(entry.file)
     return out
 
 
-def to_key_values(table: Table, data: pa.Table, kinds: np.ndarray, groups: BucketGroups) -> tuple[pa.Table, np.ndarray]:
-    """All rows in file layout, sorted by (group, key), merged within the batch (last row per
-    key wins), with each row's group. Sequence numbers follow input order in every bucket."""
+def sort_and_merge(table: Table, data: pa.Table, kinds: np.ndarray, groups: BucketGroups,
+                   first_sequences: np.ndarray) -> list[pa.Table]:
+    """Each group's rows in file layout, sorted by key and merged within the batch by the
+    merge engine. Sequence numbers follow input order within every bucket."""
     n = data.num_rows
     position = np.arange(n, dtype=np.int64)
-    sequence = restored_sequences(table, groups)[groups.codes] + position
+    sequence = first_sequences[groups.codes] + position
     keys = [data.column(k) for k in table.key_names]
     order = kv.sort_indices([pa.array(groups.codes), *keys], pa.array(position))
     sorted_codes = groups.codes[order]
-    ends = kv.group_ends([pa.array(sorted_codes), *(k.take(order) for k in keys)])
-    keep = order[ends]
     schema = kv.file_schema(table.schema, table.key_names)
     columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
-    laid_out = pa.Table.from_arrays(columns, schema=schema).take(keep)
-    return laid_out, sorted_codes[ends]
+    laid_out = pa.Table.from_arrays(columns, schema=schema)
+    if table.config.merge_engine == "deduplicate":
+        # One global pass: the last row of every (group, key) wins.
+        ends = kv.group_ends([pa.array(sorted_codes), *(k.take(order) for k in keys)])
+        merged, codes = laid_out.take(order[ends]), sorted_codes[ends]
+        bounds = np.searchsorted(codes, np.arange(len(groups.partitions) + 1))
+        return [merged.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(len(groups.partitions))]
+    ordered = laid_out.take(order)
+    bounds = np.searchsorted(sorted_codes, np.arange(len(groups.partitions) + 1))
+    return [table.merge_rows(ordered.slice(bounds[g], bounds[g + 1] - bounds[g]), drop_deletes=False)
+            for g in range(len(groups.partitions))]
 
 
-def write_bucket(table: Table, partition: bytes, bucket_id: int, merged: pa.Table) -> CommitMessage:
-    settings = file_settings(table)
-    bucket_dir = table.bucket_dir(partition, bucket_id)
-    files = tuple(
-        data_file.write(table.file_io, bucket_dir, part, settings, level=0)
-        for part in data_file.roll(merged, settings.target_file_size)
-    )
-    return CommitMessage(partition, bucket_id, table.config.bucket, new_files=files)
+@dataclass
+class _Bucket:
+    """Writer state of one (partition, bucket): restored files, next sequence, unflushed output."""
+
+    partition: bytes
+    bucket: int
+    restored: list[DataFileMeta]
+    next_sequence: int
+    spilled: list[str] = field(default_factory=list)
+    new_files: list[DataFileMeta] = field(default_factory=list)
 
 
 class TableWriter:
     """Buffers rows and commits them; with a stable ``commit_user``, each commit identifier
-    lands at most once (a replayed identifier is skipped)."""
+    lands at most once (a replayed identifier is skipped).
+
+    Rows are buffered up to ``write-buffer-size``; past it they are sorted and either spilled
+    to a local temp directory (``write-buffer-spillable``, merged at commit) or flushed as
+    level-0 files. At commit, each touched bucket is compacted as its LSM tree needs
+    (unless ``write-only``) and the commit lands as an APPEND and, if anything was
+    compacted, a COMPACT snapshot.
+    """
 
     def __init__(self, table: Table, commit_user: str) -> None:
         self.table = table
         self.commit_user = commit_user
         self._pending: list[tuple[pa.Table, np.ndarray]] = []
+        self._pending_bytes = 0
+        self._buckets: dict[tuple[bytes, int], _Bucket] = {}
+        self._spill_dir: str | None = None
+        self._commits = 0
 
     def __enter__(self) -> TableWriter:
         return self
@@ -129,30 +144,112 @@ class TableWriter:
     def write(self, data: WriteInput) -> None:
         """Validate and buffer rows (an optional ``rowkind`` column gives +I/-U/+U/-D)."""
         arrow = rows.to_arrow(data, self.table.name)
-        conformed, kinds = rows.conform(self.table, arrow)
-        if conformed.num_rows:
-            self._pending.append((conformed, kinds))
+        limit = self.table.config.write_buffer_size
+        per_row = max(1, arrow.nbytes // max(1, arrow.num_rows))
+        step = max(1, limit // (2 * per_row))
+        for start in range(0, max(1, arrow.num_rows), step):
+            conformed, kinds = rows.conform(self.table, arrow.slice(start, step))
+            if conformed.num_rows:
+                self._pending.append((conformed, kinds))
+                self._pending_bytes += conformed.nbytes
+            if self._pending_bytes > limit:
+                self._flush(final=False)
 
     def abort(self) -> None:
-        """Drop buffered rows that were not committed."""
+        """Drop everything not committed: buffered rows, spill files, unflushed data files."""
         self._pending.clear()
+        self._pending_bytes = 0
+        for state in self._buckets.values():
+            for f in state.new_files:
+                self.table.file_io.delete(f"{self.table.bucket_dir(state.partition, state.bucket)}/{f.file_name}")
+        self._buckets.clear()
+        if self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+            self._spill_dir = None
 
-    def prepare(self) -> list[CommitMessage]:
-        """Write the buffered rows as level-0 files; the messages a committer lands."""
+    def _flush(self, final: bool) -> None:
+        """Sort and merge the buffer per bucket; spill it, or write it as level-0 files."""
         if not self._pending:
-            return []
+            return
         data = pa.concat_tables([t for t, _ in self._pending])
         kinds = np.concatenate([k for _, k in self._pending])
         self._pending.clear()
+        self._pending_bytes = 0
         groups = group_by_bucket(self.table, data)
-        merged, codes = to_key_values(self.table, data, kinds, groups)
-        bounds = np.searchsorted(codes, np.arange(len(groups.partitions) + 1))
-        jobs = [
-            (groups.partitions[g], groups.buckets[g], merged.slice(bounds[g], bounds[g + 1] - bounds[g]))
-            for g in range(len(groups.partitions))
+        unknown = [(p, b) for p, b in zip(groups.partitions, groups.buckets, strict=True)
+                   if (p, b) not in self._buckets]
+        if unknown:
+            restored = restored_files(self.table, groups)
+            for key in unknown:
+                files = restored[key]
+                first = max((f.max_sequence_number + 1 for f in files), default=0)
+                self._buckets[key] = _Bucket(key[0], key[1], files, first)
+        states = [self._buckets[(p, b)] for p, b in zip(groups.partitions, groups.buckets, strict=True)]
+        firsts = np.array([s.next_sequence for s in states], dtype=np.int64)
+        merged = sort_and_merge(self.table, data, kinds, groups, firsts)
+        spill = not final and self.table.config.write_buffer_spillable
+        for state, part in zip(states, merged, strict=True):
+            # Sequences are the group's first number plus the row's position in this flush.
+            state.next_sequence += data.num_rows
+            if spill:
+                state.spilled.append(self._spill(part))
+        if not spill:
+            with ThreadPoolExecutor(max_workers=min(4, len(states))) as pool:
+                list(pool.map(lambda job: self._write_level0(*job), zip(states, merged, strict=True)))
+
+    def _spill(self, part: pa.Table) -> str:
+        if self._spill_dir is None:
+            self._spill_dir = tempfile.mkdtemp(prefix="changelake-spill-")
+        path = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(
+            sink, part.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")
+        ) as out:
+            out.write_table(part)
+        return path
+
+    def _write_level0(self, state: _Bucket, part: pa.Table) -> None:
+        table = self.table
+        if state.spilled:
+            runs = [part] + [pa.ipc.open_file(pa.memory_map(p)).read_all() for p in state.spilled]
+            part = table.merge_rows(pa.concat_tables(runs), drop_deletes=False)
+            for p in state.spilled:
+                os.unlink(p)
+            state.spilled.clear()
+        bucket_dir = table.bucket_dir(state.partition, state.bucket)
+        settings = table.file_settings
+        state.new_files += [
+            data_file.write(table.file_io, bucket_dir, chunk, settings, level=0)
+            for chunk in data_file.roll(part, settings.target_file_size)
         ]
-        with ThreadPoolExecutor(max_workers=min(4, len(jobs))) as pool:
-            return list(pool.map(lambda job: write_bucket(self.table, *job), jobs))
+
+    def prepare(self, full_compaction: bool = False) -> list[CommitMessage]:
+        """Flush everything as level-0 files and compact the touched buckets: the messages a
+        committer lands."""
+        self._flush(final=True)
+        leftover = [s for s in self._buckets.values() if s.spilled]
+        if leftover:
+            empty = kv.file_schema(self.table.schema, self.table.key_names).empty_table()
+            for state in leftover:
+                self._write_level0(state, empty)
+        states = [s for s in self._buckets.values() if s.new_files]
+        self._buckets.clear()
+        if self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+            self._spill_dir = None
+        compact = not self.table.config.write_only
+        with ThreadPoolExecutor(max_workers=min(4, max(1, len(states)))) as pool:
+            return list(pool.map(lambda s: self._message(s, compact, full_compaction), states))
+
+    def _message(self, state: _Bucket, compact: bool, full: bool) -> CommitMessage:
+        table = self.table
+        before: list[DataFileMeta] = []
+        after: list[DataFileMeta] = []
+        if compact:
+            levels = Levels(tuple(state.restored + state.new_files), table.config.num_levels)
+            _, result = compaction.compact_bucket(table, table.bucket_dir(state.partition, state.bucket), levels, full)
+            before, after = result.before, result.after
+        return CommitMessage(state.partition, state.bucket, table.config.bucket, new_files=tuple(state.new_files),
+                             compact_before=tuple(before), compact_after=tuple(after))
 
     def commit(self, identifier: int) -> list[Snapshot]:
         """Flush and commit as ``identifier``; [] if this user already committed it."""
@@ -162,7 +259,10 @@ class TableWriter:
             if mine is not None and mine.commit_identifier >= identifier:
                 self.abort()
                 return []
-        messages = self.prepare()
+        delta_commits = self.table.config.full_compaction_delta_commits
+        self._commits += 1
+        full = delta_commits is not None and self._commits % delta_commits == 0
+        messages = self.prepare(full_compaction=full)
         if not messages:
             return []
-        return commit.commit(self.table, messages, self.commit_user, identifier)
+        return commit.commit(self.table, messages, self.commit_user, identifier, compact_conflicts_fatal=False)

@@ -1,0 +1,141 @@
+"""Rewriting a bucket's picked files: merge overlapping sections, upgrade the rest in place."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from changelake.table import data_file, kv
+from changelake.table.levels import Levels, SortedRun, interval_partition
+from changelake.table.manifest import FILE_SOURCE_COMPACT, DataFileMeta
+from changelake.table.universal_compaction import CompactUnit, UniversalCompaction, pick_full
+
+if TYPE_CHECKING:
+    from changelake.table.table import Table
+
+SMALL_FILE_RATIO = 0.7  # files under 70% of target-file-size are rewritten, not upgraded
+
+
+@dataclass
+class CompactResult:
+    """Files a compaction removes and adds (an upgrade appears in both, at two levels)."""
+
+    before: list[DataFileMeta] = field(default_factory=list)
+    after: list[DataFileMeta] = field(default_factory=list)
+
+    def merge(self, later: CompactResult) -> list[DataFileMeta]:
+        """Append a later compaction of the same bucket. Files this result added and the later
+        one removes never reach a snapshot: they cancel out. Returns those that were written
+        by this result (not upgrades of existing files), whose data files can be deleted."""
+        written_by_us = {f.file_name for f in self.after} - {f.file_name for f in self.before}
+        added = {(f.file_name, f.level): f for f in self.after}
+        obsolete = []
+        for f in later.before:
+            if (f.file_name, f.level) in added:
+                del added[(f.file_name, f.level)]
+                if f.file_name in written_by_us:
+                    obsolete.append(f)
+            else:
+                self.before.append(f)
+        self.after = [*added.values(), *later.after]
+        return obsolete
+
+
+def picker(table: Table) -> UniversalCompaction:
+    config = table.config
+    return UniversalCompaction(
+        max_size_amplification_percent=config.max_size_amplification_percent,
+        size_ratio=config.size_ratio,
+        compaction_trigger=config.compaction_trigger,
+    )
+
+
+@dataclass
+class _Task:
+    """One compaction of one bucket (MergeTreeCompactTask in Paimon)."""
+
+    table: Table
+    bucket_dir: str
+    unit: CompactUnit
+    max_level: int
+    drop_delete: bool
+    result: CompactResult = field(default_factory=CompactResult)
+
+    def run(self) -> CompactResult:
+        min_size = int(self.table.config.target_file_size * SMALL_FILE_RATIO)
+        candidate: list[list[SortedRun]] = []
+        for section in interval_partition(self.unit.files, self.table.key_of):
+            if len(section) > 1:
+                candidate.append(section)
+                continue
+            for f in section[0].files:
+                if f.file_size < min_size:
+                    candidate.append([SortedRun((f,))])
+                else:
+                    self._rewrite(candidate)
+                    self._upgrade(f)
+        self._rewrite(candidate)
+        return self.result
+
+    def _rewrite(self, candidate: list[list[SortedRun]]) -> None:
+        if not candidate:
+            return
+        if len(candidate) == 1 and len(candidate[0]) == 1:
+            for f in candidate[0][0].files:
+                self._upgrade(f)
+        else:
+            self._rewrite_files([f for section in candidate for run in section for f in run.files])
+        candidate.clear()
+
+    def _upgrade(self, f: DataFileMeta) -> None:
+        if f.level == self.unit.output_level:
+            return
+        if self.unit.output_level != self.max_level or f.delete_row_count == 0:
+            self.result.before.append(f)
+            self.result.after.append(f.upgrade(self.unit.output_level))
+        else:
+            # Delete rows must not reach the top level: rewrite the file to drop them.
+            self._rewrite_files([f])
+
+    def _rewrite_files(self, files: Sequence[DataFileMeta]) -> None:
+        table = self.table
+        schema = kv.file_schema(table.schema, table.key_names)
+        parts = [data_file.read(table.file_io, f"{self.bucket_dir}/{f.file_name}", schema) for f in files]
+        merged = table.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
+        settings = table.file_settings
+        written = [
+            data_file.write(table.file_io, self.bucket_dir, part, settings, self.unit.output_level,
+                            file_source=FILE_SOURCE_COMPACT)
+            for part in data_file.roll(merged, settings.target_file_size)
+        ]
+        self.result.before += files
+        self.result.after += written
+
+
+def compact(table: Table, bucket_dir: str, levels: Levels, unit: CompactUnit) -> CompactResult:
+    """Run one picked compaction of a bucket; deletes are dropped only into the top level."""
+    output = unit.output_level
+    drop_delete = output != 0 and output >= levels.highest_non_empty_level()
+    return _Task(table, bucket_dir, unit, levels.max_level, drop_delete).run()
+
+
+def compact_bucket(table: Table, bucket_dir: str, levels: Levels, full: bool) -> tuple[Levels, CompactResult]:
+    """Compact until the bucket is within bounds: one pick normally, more while the sorted runs
+    exceed ``num-sorted-run.stop-trigger``; everything into the top level when ``full``."""
+    total = CompactResult()
+    choose = picker(table)
+    stop = table.config.stop_trigger
+    while True:
+        runs = levels.sorted_runs(table.key_of)
+        unit = pick_full(levels.num_levels, runs) if full else choose.pick(levels.num_levels, runs)
+        if unit is None:
+            return levels, total
+        result = compact(table, bucket_dir, levels, unit)
+        levels = levels.replace(result.before, result.after)
+        for f in total.merge(result):
+            table.file_io.delete(f"{bucket_dir}/{f.file_name}")
+        if full or len(levels.sorted_runs(table.key_of)) <= stop:
+            return levels, total
