@@ -116,10 +116,10 @@ def assert_same_rows(actual: pa.Table, expected: pa.Table, keys: list[str]) -> N
 
 
 def new_table(tmp_path: Path, schema: pa.Schema, primary_keys: list[str], partition_keys: list[str] | None = None,
-              buckets: int = 1, name: str = "db.t") -> cl.Table:
+              buckets: int = 1, name: str = "db.t", options: dict[str, str] | None = None) -> cl.Table:
     catalog = cl.Catalog(str(tmp_path / "warehouse"))
     return catalog.create_table(name, schema=schema, primary_keys=primary_keys, partition_keys=partition_keys or [],
-                                options={"bucket": str(buckets)})
+                                options={"bucket": str(buckets), **(options or {})})
 
 
 def data_files(table: cl.Table) -> list[Path]:
@@ -637,7 +637,9 @@ def test_paimon_layout_on_disk(tmp_path: Path, partitioned: bool) -> None:
 def test_sequence_numbers_continue_per_bucket(tmp_path: Path, buckets: int) -> None:
     schema = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("id", pa.int64(), nullable=False),
                         pa.field("v", pa.int64())])
-    table = new_table(tmp_path, schema, ["dt", "id"], ["dt"], buckets)
+    # write-only: no compaction, so every commit adds level-0 files (compacted files may
+    # hold sequence numbers lower than those of earlier files).
+    table = new_table(tmp_path, schema, ["dt", "id"], ["dt"], buckets, options={"write-only": "true"})
     for commit in range(5):
         ids = list(range(commit * 7, commit * 7 + 30))
         table.write(pa.table({"dt": ["a" if i % 3 else "b" for i in ids], "id": ids, "v": [commit] * len(ids)}))
@@ -652,8 +654,10 @@ def test_sequence_numbers_continue_per_bucket(tmp_path: Path, buckets: int) -> N
                 added.setdefault((entry.partition, entry.bucket), []).append(entry.file)
     assert len(added) >= 2 and (buckets == 4 or len(added) == 2)
     assert any(len(files) > 1 for files in added.values())
+    assert all(s.commit_kind == "APPEND" for s in table.snapshots())
     for files in added.values():
         for i, later in enumerate(files):
+            assert later.level == 0
             assert later.min_sequence_number <= later.max_sequence_number
             if i:
                 assert later.min_sequence_number > max(f.max_sequence_number for f in files[:i])

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from changelake.errors import CommitConflictError
-from changelake.table import binary_row, live_files, manifest, snapshot
+from changelake.table import binary_row, live_files, manifest, manifest_merge, snapshot
 from changelake.table.manifest import ADD, DELETE, DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.snapshot import Snapshot
 
@@ -208,8 +208,9 @@ def _commit_one(
         except CommitConflictError:
             _remove(table, attempt.written)
             raise
-        base = live_files.data_manifests(table, latest) if latest is not None else []
         lists = _Attempt()
+        previous = live_files.data_manifests(table, latest) if latest is not None else []
+        base = manifest_merge.merge(table, previous, lambda entries: write_manifest(table, entries, lists))
         base_name, base_size = _write_manifest_list(table, base, lists)
         delta_name, delta_size = _write_manifest_list(table, [delta_meta], lists)
         new = Snapshot(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from changelake.table import data_file, kv
+from changelake.errors import ScanError
+from changelake.table import data_file, kv, live_files
+from changelake.table.commit import CommitMessage
 from changelake.table.levels import Levels, SortedRun, interval_partition
 from changelake.table.manifest import FILE_SOURCE_COMPACT, DataFileMeta
 from changelake.table.universal_compaction import CompactUnit, UniversalCompaction, pick_full
@@ -139,3 +143,34 @@ def compact_bucket(table: Table, bucket_dir: str, levels: Levels, full: bool) ->
             table.file_io.delete(f"{bucket_dir}/{f.file_name}")
         if full or len(levels.sorted_runs(table.key_of)) <= stop:
             return levels, total
+
+
+def compact_table(
+    table: Table, full: bool, partitions: Sequence[Mapping[str, Any]] | None
+) -> list[CommitMessage]:
+    """Compaction results of every bucket (of the given partitions) of the latest snapshot."""
+    latest = table.latest_snapshot()
+    if latest is None:
+        return []
+    wanted = None
+    if partitions is not None:
+        unknown = {k for p in partitions for k in p} - set(table.partition_keys)
+        if unknown:
+            raise ScanError(f"table {table.name}: {sorted(unknown)} are not partition keys {table.partition_keys}")
+        wanted = [tuple(p.get(k) for k in table.partition_keys) for p in partitions]
+    buckets: dict[tuple[bytes, int], list[DataFileMeta]] = defaultdict(list)
+    for entry in live_files.live_entries(table, latest):
+        buckets[(entry.partition, entry.bucket)].append(entry.file)
+    if wanted is not None:
+        buckets = {k: v for k, v in buckets.items() if table.partition_values(k[0]) in wanted}
+
+    def run(item: tuple[tuple[bytes, int], list[DataFileMeta]]) -> CommitMessage:
+        (partition, bucket), files = item
+        levels = Levels(tuple(files), table.config.num_levels)
+        _, result = compact_bucket(table, table.bucket_dir(partition, bucket), levels, full)
+        return CommitMessage(partition, bucket, table.config.bucket,
+                             compact_before=tuple(result.before), compact_after=tuple(result.after))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        messages = list(pool.map(run, buckets.items()))
+    return [m for m in messages if m.compact_before or m.compact_after]

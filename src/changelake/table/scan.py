@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 
 from changelake.errors import ScanError
 from changelake.table import binary_row, data_file, kv, live_files
+from changelake.table.levels import interval_partition
 from changelake.table.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.snapshot import Snapshot
 
@@ -78,6 +79,25 @@ def _prune(candidates: Sequence[Any], guarantees: Sequence[pc.Expression], schem
         return [candidates[int(f.path)] for f in kept]
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise ScanError(f"table {table_name}: filter {expression} does not apply: {exc}") from None
+
+
+def _pack(
+    items: Sequence[list[DataFileMeta]], weight: Callable[[Sequence[DataFileMeta]], int], target: int
+) -> list[list[DataFileMeta]]:
+    """Ordered bin packing: consecutive items fill a bin up to ``target`` weight."""
+    bins: list[list[DataFileMeta]] = []
+    current: list[DataFileMeta] = []
+    current_weight = 0
+    for item in items:
+        w = weight(item)
+        if current and current_weight + w > target:
+            bins.append(current)
+            current, current_weight = [], 0
+        current += item
+        current_weight += w
+    if current:
+        bins.append(current)
+    return bins
 
 
 class Scan:
@@ -146,7 +166,9 @@ class Scan:
         return _prune(entries, guarantees, table.schema, self.filter, table.name)
 
     def plan(self) -> list[Split]:
-        """The splits to read: one per bucket holding live files that survive pruning."""
+        """The splits to read. Per bucket, files whose key ranges overlap stay in one split
+        (interval partition into sections); sections are packed up to
+        ``source.split.target-size``, each file weighing at least ``source.split.open-file-cost``."""
         if self.snapshot is None:
             return []
         entries = self._prune_files(live_files.live_entries(self.table, self.snapshot, self._keep_manifest))
@@ -154,11 +176,27 @@ class Scan:
         for entry in entries:
             buckets[(entry.partition, entry.bucket)].append(entry.file)
         splits = []
-        for (partition, bucket), files in sorted(buckets.items(), key=lambda kv_: (kv_[0][0], kv_[0][1])):
-            files.sort(key=lambda f: (f.min_sequence_number, f.max_sequence_number))
-            raw = len(files) == 1 and files[0].level > 0 and not files[0].delete_row_count
-            splits.append(Split(partition, bucket, self.table.bucket_dir(partition, bucket), tuple(files), raw))
+        for (partition, bucket), files in sorted(buckets.items(), key=lambda item: item[0]):
+            bucket_dir = self.table.bucket_dir(partition, bucket)
+            for group, raw in self._split_bucket(files):
+                splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw))
         return splits
+
+    def _split_bucket(self, files: list[DataFileMeta]) -> list[tuple[list[DataFileMeta], bool]]:
+        config = self.table.config
+        target, open_cost = config.split_target_size, config.split_open_file_cost
+
+        def weight(group: Sequence[DataFileMeta]) -> int:
+            return max(sum(f.file_size for f in group), open_cost)
+
+        no_deletes = all(f.level != 0 and f.delete_row_count == 0 for f in files)
+        if no_deletes and (len({f.level for f in files}) == 1 or config.merge_engine == "first-row"):
+            # One sorted run without deletes: every file is read as it is.
+            ordered = sorted(files, key=lambda f: self.table.key_of(f.min_key))
+            return [(g, True) for g in _pack([[f] for f in ordered], weight, target)]
+        sections = [[f for run in section for f in run.files]
+                    for section in interval_partition(files, self.table.key_of)]
+        return [(g, len(g) == 1 and g[0].delete_row_count == 0) for g in _pack(sections, weight, target)]
 
     def _read_columns(self) -> list[str]:
         return list(self.table.schema.names) if self.filter is not None else self.columns
@@ -172,9 +210,9 @@ class Scan:
         parts = [data_file.read(table.file_io, f"{split.bucket_dir}/{f.file_name}", file_schema, wanted)
                  for f in split.files]
         rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        if not split.raw_convertible:
-            rows = kv.deduplicate(rows, key_columns)
-        rows = kv.drop_retractions(rows)
+        # Raw splits hold no deletes by their metadata; dropping retractions anyway guards
+        # against writers whose delete counts are wrong.
+        rows = kv.drop_retractions(rows) if split.raw_convertible else table.merge_rows(rows, drop_deletes=True)
         if self.filter is not None:
             try:
                 rows = rows.filter(self.filter)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Callable, Mapping
-import functools
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -146,9 +146,13 @@ class Table:
     def bucket_key(self) -> tuple[str, ...]:
         return self.config.bucket_key or self.key_names
 
+    def partition_values(self, partition: bytes) -> tuple[Any, ...]:
+        """Python values of a serialized partition BinaryRow."""
+        return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
+
     def bucket_dir(self, partition: bytes, bucket: int) -> str:
         """Directory of a bucket given its serialized partition BinaryRow."""
-        values = binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
+        values = self.partition_values(partition)
         config = self.config
         part = partition_path(self.partition_keys, values, self.partition_types, config.partition_default_name,
                               config.partition_legacy_name)
@@ -237,6 +241,18 @@ class Table:
         from changelake.table.write import TableWriter
 
         return TableWriter(self, commit_user or str(uuid.uuid4()))
+
+    def compact(self, full: bool = False, partitions: list[dict[str, Any]] | None = None) -> Snapshot | None:
+        """Compact the table's buckets now (all, or those of ``partitions``, each a dict of
+        partition values) as a COMPACT snapshot; ``full`` merges every bucket into its top
+        level. Returns None when there was nothing to compact."""
+        from changelake.table import commit, compaction
+
+        messages = compaction.compact_table(self, full, partitions)
+        if not messages:
+            return None
+        landed = commit.commit(self, messages, str(uuid.uuid4()), snapshot.BATCH_COMMIT_IDENTIFIER)
+        return landed[0] if landed else None
 
     def write(self, data: WriteInput) -> Snapshot | None:
         """Write rows as one commit and return the new snapshot (None when ``data`` is empty)."""

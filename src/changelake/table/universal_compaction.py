@@ -66,10 +66,7 @@ class UniversalCompaction:
 def create_unit(runs: Sequence[LevelSortedRun], max_level: int, run_count: int) -> CompactUnit:
     """The first ``run_count`` runs into the level below the next run; never into level 0:
     a level-0 output extends the pick up to and including the next run at a level > 0."""
-    if run_count == len(runs):
-        output_level = max_level
-    else:
-        output_level = max(0, runs[run_count].level - 1)
+    output_level = max_level if run_count == len(runs) else max(0, runs[run_count].level - 1)
     if output_level == 0:
         for nxt in runs[run_count:]:
             run_count += 1
