@@ -12,8 +12,13 @@ for files holding ``-D``/``-U`` rows, so a bucket made of a single such file is 
 the raw (no-merge) fast path and the retraction rows come back as if they were inserts.
 Every table below therefore gets one insert-only commit covering every (partition, bucket)
 first: every later file lands in a bucket that already has a file, so pypaimon always merges
-a bucket that holds retractions. ``_assert_retractions_in_merged_buckets`` checks this
-precondition so that a failing comparison is never caused by that pypaimon bug.
+a bucket that holds retractions. ``_assert_raw_splits_hold_no_retractions`` checks this
+precondition (every split pypaimon reads without merging holds no -U/-D row) so that a
+failing comparison is never caused by that pypaimon bug.
+
+changelake's writer compacts (universal compaction): a write lands as an APPEND snapshot and,
+when it compacted, a COMPACT snapshot with the same rows. Every snapshot of either kind is
+compared, and the tests check that pypaimon really read compacted files (levels > 0).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 pypaimon = pytest.importorskip("pypaimon")
@@ -38,6 +44,7 @@ from pypaimon.write.row_key_extractor import FixedBucketRowKeyExtractor, RowKeyE
 import changelake as cl  # noqa: E402
 from changelake.table import binary_row  # noqa: E402
 from changelake.table.bucket import buckets, hash_rows  # noqa: E402
+from changelake.table.live_files import live_entries  # noqa: E402
 
 D = decimal.Decimal
 
@@ -84,18 +91,47 @@ def _paimon_write(warehouse: str, name: str, rows: list[dict[str, Any]], schema:
         commit.close()
 
 
-def _assert_retractions_in_merged_buckets(table: cl.Table, snapshot_id: int) -> None:
-    """Precondition for comparing with pypaimon (see the module docstring): a bucket made of
-    a single file only holds a file of the insert-only first commit, so every bucket that
-    may hold -U/-D rows has several files and pypaimon merges it."""
-    first = table.scan(snapshot_id=1).plan()
-    assert all(not f.delete_row_count for split in first for f in split.files)
-    first_files = {f.file_name for split in first for f in split.files}
-    for split in table.scan(snapshot_id=snapshot_id).plan():
-        if len(split.files) == 1:
-            assert split.files[0].file_name in first_files, (
-                f"snapshot {snapshot_id}: bucket {split.bucket} is a single file of a later commit"
+RETRACTIONS = (1, 3)  # _VALUE_KIND of -U and -D
+
+
+def _assert_raw_splits_hold_no_retractions(warehouse: str, name: str, snapshot_id: int) -> None:
+    """Precondition for comparing with pypaimon (see the module docstring): every split that
+    pypaimon reads as it is, without a merge, holds no -U/-D row."""
+    read_builder = _paimon_table(warehouse, name, {"scan.snapshot-id": str(snapshot_id)}).new_read_builder()
+    for split in read_builder.new_scan().plan().splits():
+        if not split.raw_convertible:
+            continue
+        for f in split.files:
+            kinds = pq.ParquetFile(f.file_path).read(columns=["_VALUE_KIND"]).column(0).to_pylist()
+            assert not set(kinds) & set(RETRACTIONS), (
+                f"snapshot {snapshot_id}: pypaimon reads {f.file_name} (level {f.level}) without merging "
+                "but it holds retractions"
             )
+
+
+def _landed(table: cl.Table, first: cl.Snapshot | None) -> list[cl.Snapshot]:
+    """The snapshots one ``table.write`` landed: ``first`` (APPEND), then at most one COMPACT
+    snapshot of the same commit user and identifier."""
+    assert first is not None and first.commit_kind == "APPEND"
+    latest = table.latest_snapshot()
+    assert latest is not None
+    landed = [table.snapshot(i) for i in range(first.id, latest.id + 1)]
+    assert len(landed) <= 2
+    for later in landed[1:]:
+        assert later.commit_kind == "COMPACT"
+        assert (later.commit_user, later.commit_identifier) == (first.commit_user, first.commit_identifier)
+        assert later.delta_record_count is not None and later.total_record_count is not None
+    return landed
+
+
+def _assert_compacted(table: cl.Table) -> None:
+    """The table went through compaction: some snapshot is a COMPACT one and the latest
+    snapshot has live files above level 0 (so pypaimon read compacted files)."""
+    assert any(s.commit_kind == "COMPACT" for s in table.snapshots()), "no COMPACT snapshot"
+    latest = table.latest_snapshot()
+    assert latest is not None
+    levels = [e.file.level for e in live_entries(table, latest)]
+    assert max(levels) > 0, f"no live file above level 0 in snapshot {latest.id}: {levels}"
 
 
 def _apply(model: dict[tuple[Any, ...], dict[str, Any]], rows: Iterable[dict[str, Any]], kind_column: str,
@@ -173,29 +209,33 @@ def _changelake_commits(seed: int, commits: int) -> list[list[dict[str, Any]]]:
 @pytest.mark.parametrize("num_buckets", [2, 4])
 def test_pypaimon_reads_every_changelake_snapshot(tmp_path: Any, num_buckets: int) -> None:
     warehouse = str(tmp_path)
+    # With 2 buckets, compaction starts at 2 sorted runs (picks of every kind, many COMPACT
+    # snapshots); with 4, at Paimon's default of 5.
+    trigger = {"num-sorted-run.compaction-trigger": "2"} if num_buckets == 2 else {}
     table = cl.Catalog(warehouse).create_table(
         "db.t", schema=CL_SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
-        options={"bucket": str(num_buckets)},
+        options={"bucket": str(num_buckets), **trigger},
     )
     model: dict[tuple[Any, ...], dict[str, Any]] = {}
-    expected: list[list[dict[str, Any]]] = []
-    for batch in _changelake_commits(seed=num_buckets, commits=6):
-        snap = table.write(pa.Table.from_pylist(batch))
-        assert snap is not None
+    expected: dict[int, list[dict[str, Any]]] = {}  # snapshot id -> the rows it must show
+    for batch in _changelake_commits(seed=num_buckets, commits=8):
+        landed = _landed(table, table.write(pa.Table.from_pylist(batch)))
         _apply(model, batch, "rowkind", keep_kind=False)
-        expected.append(_sorted(model.values()))
+        for snap in landed:  # a COMPACT snapshot shows the rows of the APPEND one before it
+            expected[snap.id] = _sorted(model.values())
 
     # The insert-only first commit put a file in every bucket of every partition.
     assert len(table.scan(snapshot_id=1).plan()) == len(PARTITIONS) * num_buckets
     assert [s.id for s in table.snapshots()] == list(range(1, len(expected) + 1))
-    for snapshot_id, want in enumerate(expected, start=1):
-        _assert_retractions_in_merged_buckets(table, snapshot_id)
+    _assert_compacted(table)
+    for snapshot_id, want in expected.items():
+        _assert_raw_splits_hold_no_retractions(warehouse, "db.t", snapshot_id)
         ours = _sorted(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
         theirs = _sorted(_paimon_read_snapshot(warehouse, "db.t", snapshot_id))
         assert ours == want, f"changelake snapshot {snapshot_id} differs from the model"
         assert theirs == ours, f"pypaimon reads snapshot {snapshot_id} differently"
     # The latest snapshot without time travel too.
-    assert _sorted(_paimon_read(warehouse, "db.t").to_pylist()) == expected[-1]
+    assert _sorted(_paimon_read(warehouse, "db.t").to_pylist()) == expected[len(expected)]
 
 
 def test_pypaimon_reads_changelake_tag(tmp_path: Any) -> None:
@@ -206,7 +246,7 @@ def test_pypaimon_reads_changelake_tag(tmp_path: Any) -> None:
     for batch in _changelake_commits(seed=11, commits=3):
         table.write(pa.Table.from_pylist(batch))
     table.create_tag("t1", snapshot_id=2)
-    _assert_retractions_in_merged_buckets(table, 2)
+    _assert_raw_splits_hold_no_retractions(warehouse, "db.t", 2)
     ours = _sorted(table.scan(tag="t1").to_arrow().to_pylist())
     assert ours == _sorted(table.scan(snapshot_id=2).to_arrow().to_pylist())
     assert _sorted(_paimon_read(warehouse, "db.t", {"scan.tag-name": "t1"}).to_pylist()) == ours
@@ -223,14 +263,15 @@ PY_SCHEMA = pa.schema([
 ])
 
 
-def _create_paimon_table(warehouse: str, name: str = "db.t", num_buckets: int = 2) -> None:
+def _create_paimon_table(warehouse: str, name: str = "db.t", num_buckets: int = 2,
+                         options: dict[str, str] | None = None) -> None:
     catalog = CatalogFactory.create({"warehouse": warehouse})
     catalog.create_database(name.split(".")[0], True)
     catalog.create_table(
         name,
         Schema.from_pyarrow_schema(
             PY_SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
-            options={"bucket": str(num_buckets), "rowkind.field": "op"},
+            options={"bucket": str(num_buckets), "rowkind.field": "op", **(options or {})},
         ),
         False,
     )
@@ -274,7 +315,7 @@ def test_changelake_reads_every_pypaimon_snapshot(tmp_path: Any) -> None:
     assert len(by_catalog.scan(snapshot_id=1).plan()) == len(PARTITIONS) * 2
     assert [s.id for s in by_catalog.snapshots()] == list(range(1, len(commits) + 1))
     for snapshot_id, want in enumerate(expected, start=1):
-        _assert_retractions_in_merged_buckets(by_catalog, snapshot_id)
+        _assert_raw_splits_hold_no_retractions(warehouse, "db.t", snapshot_id)
         theirs = _sorted(_paimon_read_snapshot(warehouse, "db.t", snapshot_id))
         assert theirs == want, f"pypaimon snapshot {snapshot_id} differs from the model"
         for table in (by_catalog, by_path):
@@ -286,34 +327,44 @@ def test_changelake_reads_every_pypaimon_snapshot(tmp_path: Any) -> None:
 @pytest.mark.parametrize("creator", ["pypaimon", "changelake"])
 def test_alternating_writers(tmp_path: Any, creator: str) -> None:
     """pypaimon and changelake commit in turn to one table; each continues the other's
-    sequence numbers, and both read every snapshot the same way."""
+    sequence numbers (changelake compacting files of both), and both read every snapshot
+    the same way."""
     warehouse = str(tmp_path)
+    # changelake compacts at 2 sorted runs (pypaimon 2.1.0 never compacts a primary-key table).
+    trigger = {"num-sorted-run.compaction-trigger": "2"}
     if creator == "pypaimon":
-        _create_paimon_table(warehouse)
+        _create_paimon_table(warehouse, options=trigger)
         table = cl.Catalog(warehouse).get_table("db.t")
     else:
         table = cl.Catalog(warehouse).create_table(
             "db.t", schema=PY_SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
-            options={"bucket": "2", "rowkind.field": "op"},
+            options={"bucket": "2", "rowkind.field": "op", **trigger},
         )
     model: dict[tuple[Any, ...], dict[str, Any]] = {}
-    expected = []
+    expected: dict[int, list[dict[str, Any]]] = {}  # snapshot id -> the rows it must show
+
+    def changelake_write(rows: list[dict[str, Any]]) -> None:
+        landed = _landed(table, table.write(pa.Table.from_pylist(rows, schema=PY_SCHEMA)))
+        _apply(model, rows, "op", keep_kind=True)
+        for snap in landed:
+            expected[snap.id] = _sorted(model.values())
+
     for index, rows in enumerate(_op_commits()):
         if index % 2 == 0:
             _paimon_write(warehouse, "db.t", rows, PY_SCHEMA)
+            _apply(model, rows, "op", keep_kind=True)
+            latest = table.latest_snapshot()
+            assert latest is not None and latest.id == len(expected) + 1
+            expected[latest.id] = _sorted(model.values())
         else:
-            assert table.write(pa.Table.from_pylist(rows, schema=PY_SCHEMA)) is not None
-        _apply(model, rows, "op", keep_kind=True)
-        expected.append(_sorted(model.values()))
+            changelake_write(rows)
     # Updates of the same key by the other writer: changelake wins over pypaimon's older row.
-    extra = [{"dt": PARTITIONS[1], "id": 1, "v": "cl-last", "n": 0, "op": "+U"}]
-    table.write(pa.Table.from_pylist(extra, schema=PY_SCHEMA))
-    _apply(model, extra, "op", keep_kind=True)
-    expected.append(_sorted(model.values()))
+    changelake_write([{"dt": PARTITIONS[1], "id": 1, "v": "cl-last", "n": 0, "op": "+U"}])
 
     assert [s.id for s in table.snapshots()] == list(range(1, len(expected) + 1))
-    for snapshot_id, want in enumerate(expected, start=1):
-        _assert_retractions_in_merged_buckets(table, snapshot_id)
+    _assert_compacted(table)
+    for snapshot_id, want in expected.items():
+        _assert_raw_splits_hold_no_retractions(warehouse, "db.t", snapshot_id)
         ours = _sorted(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
         theirs = _sorted(_paimon_read_snapshot(warehouse, "db.t", snapshot_id))
         assert ours == want, f"changelake snapshot {snapshot_id} differs from the model"

@@ -1,0 +1,170 @@
+"""The compaction picker on hand-built level layouts, and compaction through the public API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import changelake as cl
+from changelake.table import live_files
+from changelake.table.levels import LevelSortedRun, SortedRun
+from changelake.table.manifest import ADD, DELETE, DataFileMeta, SimpleStats
+from changelake.table.universal_compaction import UniversalCompaction, create_unit, pick_full
+
+_STATS = SimpleStats(b"", b"", ())
+
+
+def _file(name: str, size: int, level: int) -> DataFileMeta:
+    return DataFileMeta(name, size, 1, b"", b"", _STATS, _STATS, 0, 0, 0, level)
+
+
+def _runs(*spec: tuple[int, int]) -> list[LevelSortedRun]:
+    """Runs from (level, size) pairs, newest first."""
+    return [LevelSortedRun(level, SortedRun((_file(f"f{i}", size, level),))) for i, (level, size) in enumerate(spec)]
+
+
+def _names(unit: object) -> list[str]:
+    return [f.file_name for f in unit.files]  # type: ignore[attr-defined]
+
+
+PICKER = UniversalCompaction(max_size_amplification_percent=200, size_ratio=1, compaction_trigger=5)
+
+
+def test_size_amplification_picks_everything_into_the_top_level() -> None:
+    runs = _runs((0, 100), (0, 100), (0, 100), (0, 100), (5, 100))
+    unit = PICKER.pick(6, runs)
+    assert unit is not None and unit.output_level == 5 and len(unit.files) == 5
+
+
+def test_size_ratio_merges_similar_adjacent_runs_into_the_level_below_the_next() -> None:
+    runs = _runs((0, 10), (0, 10), (0, 10), (0, 10), (5, 1000))
+    unit = PICKER.pick(6, runs)
+    assert unit is not None and unit.output_level == 4
+    assert _names(unit) == ["f0", "f1", "f2", "f3"]
+
+
+def test_run_count_above_trigger_forces_a_pick() -> None:
+    # The newest run is tiny and the next is large, so the size-ratio pass picks nothing.
+    runs = _runs((0, 1), (0, 100), (0, 100), (0, 100), (0, 100), (0, 100), (5, 1_000_000))
+    unit = PICKER.pick(6, runs)
+    assert unit is not None and unit.output_level == 4
+    assert _names(unit) == ["f0", "f1", "f2", "f3", "f4", "f5"]
+
+
+def test_nothing_below_the_trigger() -> None:
+    assert PICKER.pick(6, _runs((0, 10), (0, 10), (0, 10), (5, 1000))) is None
+
+
+def test_level0_output_extends_to_the_next_run_above_level0() -> None:
+    unit = create_unit(_runs((0, 1), (0, 1), (2, 1), (4, 1)), max_level=5, run_count=1)
+    assert unit.output_level == 2 and _names(unit) == ["f0", "f1", "f2"]
+
+
+def test_extension_over_every_run_goes_to_the_max_level() -> None:
+    unit = create_unit(_runs((0, 1), (0, 1), (0, 1)), max_level=5, run_count=1)
+    assert unit.output_level == 5 and len(unit.files) == 3
+
+
+def test_pick_full() -> None:
+    assert pick_full(6, _runs((5, 10))) is None
+    unit = pick_full(6, _runs((0, 1), (3, 10)))
+    assert unit is not None and unit.output_level == 5 and len(unit.files) == 2
+
+
+# -- through the table ----------------------------------------------------------------------
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+
+
+def _table(tmp_path: Path, **options: str) -> cl.Table:
+    return cl.Catalog(str(tmp_path)).create_table(
+        "db.t", SCHEMA, primary_keys=["id"], options={"bucket": "1", **options}
+    )
+
+
+def _rows(lo: int, hi: int, tag: str = "v") -> pa.Table:
+    return pa.table({"id": pa.array(range(lo, hi), pa.int64()), "v": [f"{tag}{i}" * 8 for i in range(lo, hi)]})
+
+
+def _compact_entries(table: cl.Table) -> list[tuple[int, str, int]]:
+    snap = table.latest_snapshot()
+    assert snap is not None and snap.commit_kind == "COMPACT"
+    delta = live_files.manifest_list(table, snap.delta_manifest_list)
+    return [(e.kind, e.file.file_name, e.file.level) for m in delta for e in live_files.manifest_entries(table, m.file_name)]
+
+
+def test_large_non_overlapping_files_are_upgraded_without_rewriting(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"write-only": "true", "target-file-size": "2 kb"})
+    table.write(_rows(0, 300))
+    table.write(_rows(1000, 1300))
+    before = {e.file.file_name for e in live_files.live_entries(table, table.latest_snapshot())}
+    assert table.compact(full=True) is not None
+    entries = _compact_entries(table)
+    upgraded = {name for kind, name, level in entries if kind == ADD and level == 5}
+    assert upgraded and upgraded <= before  # same files, new level: a metadata change
+    assert {(DELETE, name, 0) for name in upgraded} <= set(entries)
+    assert table.scan().to_arrow().num_rows == 600
+
+
+def test_overlapping_files_are_rewritten(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"write-only": "true"})
+    table.write(_rows(0, 100))
+    table.write(_rows(50, 150, tag="w"))
+    before = {e.file.file_name for e in live_files.live_entries(table, table.latest_snapshot())}
+    table.compact(full=True)
+    after = live_files.live_entries(table, table.latest_snapshot())
+    assert len(after) == 1 and after[0].file.file_name not in before and after[0].file.level == 5
+    result = table.scan().to_arrow().sort_by("id")
+    assert result.column("v").to_pylist() == [f"v{i}" * 8 for i in range(50)] + [f"w{i}" * 8 for i in range(50, 150)]
+
+
+def _kinds_on_disk(table: cl.Table) -> list[int]:
+    kinds: list[int] = []
+    for entry in live_files.live_entries(table, table.latest_snapshot()):
+        path = f"{table.bucket_dir(entry.partition, entry.bucket)}/{entry.file.file_name}"
+        kinds += pq.read_table(path, columns=["_VALUE_KIND"]).column(0).to_pylist()
+    return kinds
+
+
+def test_deletes_are_dropped_only_at_the_top_level(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"write-only": "true", "num-sorted-run.compaction-trigger": "2", "num-levels": "6"})
+    table.write(_rows(0, 2000))
+    table.compact(full=True)  # level 5 holds 0..1999: much larger than what follows
+    table.write(pa.table({"id": pa.array([3], pa.int64()), "v": [None], "rowkind": ["-D"]}))
+    table.write(_rows(20, 22, tag="w"))
+    # A normal compaction of the two level-0 runs goes to level 4: the delete must survive there.
+    table.compact()
+    levels = {e.file.level for e in live_files.live_entries(table, table.latest_snapshot())}
+    assert 4 in levels and 3 in _kinds_on_disk(table)
+    assert 3 not in table.scan().to_arrow().column("id").to_pylist()
+    table.compact(full=True)
+    assert 3 not in _kinds_on_disk(table)
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [i for i in range(2000) if i != 3]
+
+
+def test_sorted_runs_stay_within_the_stop_trigger(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"num-sorted-run.compaction-trigger": "2", "num-sorted-run.stop-trigger": "3"})
+    for i in range(15):
+        table.write(_rows(i * 7, i * 7 + 20))
+        entries = live_files.live_entries(table, table.latest_snapshot())
+        runs = sum(1 for e in entries if e.file.level == 0) + len({e.file.level for e in entries if e.file.level})
+        assert runs <= 3
+    assert table.scan().to_arrow().num_rows == 14 * 7 + 20
+    assert any(s.commit_kind == "COMPACT" for s in table.snapshots())
+
+
+def test_write_only_never_compacts(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"write-only": "true", "num-sorted-run.compaction-trigger": "2"})
+    for i in range(6):
+        table.write(_rows(i, i + 5))
+    assert {s.commit_kind for s in table.snapshots()} == {"APPEND"}
+
+
+def test_full_compaction_delta_commits(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"full-compaction.delta-commits": "1"})
+    table.write(_rows(0, 10))
+    levels = {e.file.level for e in live_files.live_entries(table, table.latest_snapshot())}
+    assert levels == {5}
+    assert [s.commit_kind for s in table.snapshots()] == ["APPEND", "COMPACT"]
