@@ -92,7 +92,8 @@ def _compact_entries(table: cl.Table) -> list[tuple[int, str, int]]:
     snap = table.latest_snapshot()
     assert snap is not None and snap.commit_kind == "COMPACT"
     delta = live_files.manifest_list(table, snap.delta_manifest_list)
-    return [(e.kind, e.file.file_name, e.file.level) for m in delta for e in live_files.manifest_entries(table, m.file_name)]
+    entries = [e for m in delta for e in live_files.manifest_entries(table, m.file_name)]
+    return [(e.kind, e.file.file_name, e.file.level) for e in entries]
 
 
 def test_large_non_overlapping_files_are_upgraded_without_rewriting(tmp_path: Path) -> None:
