@@ -75,41 +75,72 @@ def _live_data_files(table: cl.Table) -> set[str]:
     return {f"{split.bucket_dir}/{f.file_name}" for split in table.scan().plan() for f in split.files}
 
 
+def _referenced_data_files(table: cl.Table) -> set[str]:
+    """Every data file live in some snapshot (compaction leaves the files it replaced to the
+    older snapshots)."""
+    return {f"{table.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
+            for snap in table.snapshots() for e in live_files.live_entries(table, snap)}
+
+
 def _check_all_landed(table: cl.Table) -> None:
     """After WRITERS x BATCHES concurrent commits of distinct keys: snapshots 1..N without
-    gaps, each adding exactly one batch on top of the previous one, nothing lost, nothing
-    left behind by lost races."""
+    gaps, one APPEND snapshot per commit adding exactly one batch on top of the previous
+    snapshot, COMPACT snapshots (at most one per commit, after its APPEND) that change no
+    row, nothing lost, nothing left behind by lost races or void compactions."""
     total = WRITERS * BATCHES
     snapshots = table.snapshots()
-    assert [s.id for s in snapshots] == list(range(1, total + 1))
+    assert [s.id for s in snapshots] == list(range(1, len(snapshots) + 1))
+    appends = [s for s in snapshots if s.commit_kind == "APPEND"]
+    assert len(appends) == total
+    assert all(s.commit_kind in ("APPEND", "COMPACT") for s in snapshots)
+    appended: set[tuple[str, int]] = set()
+    compacted: set[tuple[str, int]] = set()
     for snap in snapshots:
         assert os.path.isfile(table.paths.snapshot(snap.id))
-        assert snap.commit_kind == "APPEND"
-        assert snap.delta_record_count == ROWS_PER_BATCH
-        assert snap.total_record_count == snap.id * ROWS_PER_BATCH
-    assert table.latest_snapshot() is not None and table.latest_snapshot().id == total
+        commit = (snap.commit_user, snap.commit_identifier)
+        if snap.commit_kind == "APPEND":
+            assert commit not in appended
+            appended.add(commit)
+            assert snap.delta_record_count == ROWS_PER_BATCH
+        else:  # the compaction of a commit whose APPEND landed before; keys are distinct
+            assert commit in appended and commit not in compacted
+            compacted.add(commit)
+            assert snap.delta_record_count == 0
+        assert snap.total_record_count == len(appended) * ROWS_PER_BATCH
+    latest = table.latest_snapshot()
+    assert latest is not None and latest.id == len(snapshots)
     leftovers = [n for n in os.listdir(table.paths.snapshot_dir) if not _SNAPSHOT_DIR_ENTRY.match(n)]
     assert not leftovers, f"temporary files left in the snapshot directory: {leftovers}"
 
-    # Every snapshot holds all rows of the snapshots before it, plus one whole batch.
-    previous: set[tuple[str, int]] = set()
+    # Every snapshot holds all rows of the snapshot before it: an APPEND one adds a whole
+    # batch, a COMPACT one changes nothing.
+    previous: list[dict[str, Any]] = []
+    previous_keys: set[tuple[str, int]] = set()
     batches_seen = set()
+    appends_so_far = 0
     for snap in snapshots:
         rows = _rows(table, snap.id)
         keys = {(r["dt"], r["id"]) for r in rows}
-        assert len(rows) == len(keys) == snap.id * ROWS_PER_BATCH
-        assert previous <= keys, f"snapshot {snap.id} lost rows of snapshot {snap.id - 1}"
-        added = {(r["writer"], r["batch"]) for r in rows if (r["dt"], r["id"]) not in previous}
+        if snap.commit_kind == "COMPACT":
+            assert rows == previous, f"compaction snapshot {snap.id} changed the rows"
+            continue
+        appends_so_far += 1
+        assert len(rows) == len(keys) == appends_so_far * ROWS_PER_BATCH
+        assert previous_keys <= keys, f"snapshot {snap.id} lost rows of snapshot {snap.id - 1}"
+        assert [r for r in rows if (r["dt"], r["id"]) in previous_keys] == previous
+        added = {(r["writer"], r["batch"]) for r in rows if (r["dt"], r["id"]) not in previous_keys}
         assert len(added) == 1, f"snapshot {snap.id} added rows of {added}"
         batches_seen |= added
-        previous = keys
+        previous, previous_keys = rows, keys
     assert batches_seen == {(w, b) for w in range(WRITERS) for b in range(BATCHES)}
 
     expected = sorted((r for w in range(WRITERS) for b in range(BATCHES) for r in _batch(w, b).to_pylist()),
                       key=lambda r: (r["dt"], r["id"]))
     assert _rows(table) == expected
-    # Lost races must not leave data files or metadata nobody refers to.
-    assert _parquet_files(table) == _live_data_files(table)
+    # Lost races and void compactions must not leave data files or metadata nobody refers to.
+    on_disk = _parquet_files(table)
+    assert _live_data_files(table) <= on_disk
+    assert on_disk == _referenced_data_files(table), "data files no snapshot refers to"
     assert _files(table.paths.manifest_dir, "") == _referenced_metadata(table)
 
 

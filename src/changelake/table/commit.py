@@ -6,6 +6,7 @@ re-reads the latest snapshot, re-checks exactly-once and conflicts, and tries th
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -210,7 +211,7 @@ def _commit_one(
             raise
         lists = _Attempt()
         previous = live_files.data_manifests(table, latest) if latest is not None else []
-        base = manifest_merge.merge(table, previous, lambda entries: write_manifest(table, entries, lists))
+        base = manifest_merge.merge(table, previous, functools.partial(write_manifest, table, attempt=lists))
         base_name, base_size = _write_manifest_list(table, base, lists)
         delta_name, delta_size = _write_manifest_list(table, [delta_meta], lists)
         new = Snapshot(

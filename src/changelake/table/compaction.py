@@ -109,12 +109,8 @@ class _Task:
         schema = kv.file_schema(table.schema, table.key_names)
         parts = [data_file.read(table.file_io, f"{self.bucket_dir}/{f.file_name}", schema) for f in files]
         merged = table.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
-        settings = table.file_settings
-        written = [
-            data_file.write(table.file_io, self.bucket_dir, part, settings, self.unit.output_level,
-                            file_source=FILE_SOURCE_COMPACT)
-            for part in data_file.roll(merged, settings.target_file_size)
-        ]
+        written = data_file.write(table.file_io, self.bucket_dir, [merged], table.file_settings,
+                                  self.unit.output_level, file_source=FILE_SOURCE_COMPACT)
         self.result.before += files
         self.result.after += written
 

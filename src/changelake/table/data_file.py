@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -41,69 +41,109 @@ def _key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
     return binary_row.serialize(binary_row.encode(columns).row(0), len(names))
 
 
-def _key_stats(table: pa.Table, names: Sequence[str]) -> SimpleStats:
-    mins, maxs, nulls = [], [], []
-    for name in names:
-        column = table.column(kv.key_column(name))
-        bounds = pc.min_max(column)
-        mins.append(pa.array([bounds["min"].as_py()], type=column.type))
-        maxs.append(pa.array([bounds["max"].as_py()], type=column.type))
-        nulls.append(column.null_count)
-    arity = len(names)
-    return SimpleStats(
-        binary_row.serialize(binary_row.encode(mins).row(0), arity),
-        binary_row.serialize(binary_row.encode(maxs).row(0), arity),
-        tuple(nulls),
-    )
-
-
 def file_name(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4()}-0.parquet"
 
 
+_ROW_GROUP_ROWS = 128 * 1024
+
+
+class _OpenFile:
+    """A Parquet file being written, with the metadata gathered so far."""
+
+    def __init__(self, schema: pa.Schema, settings: FileSettings) -> None:
+        self.name = file_name(settings.prefix)
+        self.sink = io.BytesIO()
+        level = settings.zstd_level if settings.compression == "zstd" else None
+        self.writer = pq.ParquetWriter(self.sink, schema, compression=settings.compression,
+                                       compression_level=level, write_statistics=False, store_schema=True)
+        self.rows = 0
+        self.deletes = 0
+        self.min_key = b""
+        self.max_key = b""
+        self.key_min: list[pa.Array] = []
+        self.key_max: list[pa.Array] = []
+        self.seq_min: int | None = None
+        self.seq_max: int | None = None
+
+    def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
+        self.writer.write_table(chunk, row_group_size=_ROW_GROUP_ROWS)
+        if not self.rows:
+            self.min_key = _key_row(chunk, key_names, 0)
+        self.max_key = _key_row(chunk, key_names, chunk.num_rows - 1)
+        self.rows += chunk.num_rows
+        kinds = chunk.column(kv.VALUE_KIND)
+        retract = pc.or_(pc.equal(kinds, kv.UPDATE_BEFORE), pc.equal(kinds, kv.DELETE))
+        self.deletes += int(pc.sum(retract).as_py() or 0)
+        seq = pc.min_max(chunk.column(kv.SEQUENCE))
+        low, high = seq["min"].as_py(), seq["max"].as_py()
+        self.seq_min = low if self.seq_min is None else min(self.seq_min, low)
+        self.seq_max = high if self.seq_max is None else max(self.seq_max, high)
+        for i, name in enumerate(key_names):
+            bounds = pc.min_max(chunk.column(kv.key_column(name)))
+            low_key = pa.array([bounds["min"].as_py()], type=chunk.schema.field(kv.key_column(name)).type)
+            high_key = pa.array([bounds["max"].as_py()], type=low_key.type)
+            if len(self.key_min) <= i:
+                self.key_min.append(low_key)
+                self.key_max.append(high_key)
+            else:
+                self.key_min[i] = pc.min_element_wise(self.key_min[i], low_key)
+                self.key_max[i] = pc.max_element_wise(self.key_max[i], high_key)
+
+    def close(self, file_io: FileIO, bucket_dir: str, settings: FileSettings, level: int,
+              file_source: int) -> DataFileMeta:
+        self.writer.close()
+        data = self.sink.getvalue()
+        file_io.write_bytes(f"{bucket_dir}/{self.name}", data)
+        arity = len(settings.key_names)
+        key_stats = SimpleStats(
+            binary_row.serialize(binary_row.encode(self.key_min).row(0), arity),
+            binary_row.serialize(binary_row.encode(self.key_max).row(0), arity),
+            (0,) * arity,
+        )
+        return DataFileMeta(
+            file_name=self.name,
+            file_size=len(data),
+            row_count=self.rows,
+            min_key=self.min_key,
+            max_key=self.max_key,
+            key_stats=key_stats,
+            value_stats=EMPTY_STATS,
+            min_sequence_number=self.seq_min or 0,
+            max_sequence_number=self.seq_max or 0,
+            schema_id=settings.schema_id,
+            level=level,
+            creation_time_ms=int(time.time() * 1000),
+            delete_row_count=self.deletes,
+            file_source=file_source,
+            value_stats_cols=(),
+        )
+
+
 def write(
-    file_io: FileIO, bucket_dir: str, rows: pa.Table, settings: FileSettings, level: int,
+    file_io: FileIO,
+    bucket_dir: str,
+    chunks: Iterable[pa.Table],
+    settings: FileSettings,
+    level: int,
     file_source: int = FILE_SOURCE_APPEND,
-) -> DataFileMeta:
-    """Write sorted key-value rows as one Parquet file and describe it for the manifest."""
-    name = file_name(settings.prefix)
-    sink = io.BytesIO()
-    level_arg = settings.zstd_level if settings.compression == "zstd" else None
-    pq.write_table(
-        rows, sink, compression=settings.compression, compression_level=level_arg,
-        write_statistics=False, store_schema=True,
-    )
-    data = sink.getvalue()
-    file_io.write_bytes(f"{bucket_dir}/{name}", data)
-    seq = pc.min_max(rows.column(kv.SEQUENCE))
-    kinds = rows.column(kv.VALUE_KIND)
-    deletes = pc.sum(pc.or_(pc.equal(kinds, kv.UPDATE_BEFORE), pc.equal(kinds, kv.DELETE))).as_py() or 0
-    return DataFileMeta(
-        file_name=name,
-        file_size=len(data),
-        row_count=rows.num_rows,
-        min_key=_key_row(rows, settings.key_names, 0),
-        max_key=_key_row(rows, settings.key_names, rows.num_rows - 1),
-        key_stats=_key_stats(rows, settings.key_names),
-        value_stats=EMPTY_STATS,
-        min_sequence_number=seq["min"].as_py(),
-        max_sequence_number=seq["max"].as_py(),
-        schema_id=settings.schema_id,
-        level=level,
-        creation_time_ms=int(time.time() * 1000),
-        delete_row_count=deletes,
-        file_source=file_source,
-        value_stats_cols=(),
-    )
-
-
-def roll(rows: pa.Table, target_size: int) -> list[pa.Table]:
-    """Slices of sorted rows of about ``target_size`` in-memory bytes each (file rolling)."""
-    if rows.num_rows == 0:
-        return []
-    per_row = max(1, rows.nbytes // rows.num_rows)
-    step = max(1, target_size // per_row)
-    return [rows.slice(start, step) for start in range(0, rows.num_rows, step)]
+) -> list[DataFileMeta]:
+    """Write key-ordered chunks of key-value rows as Parquet files, rolling to a new file once
+    one reaches ``target-file-size``; returns each file's manifest metadata."""
+    written: list[DataFileMeta] = []
+    current: _OpenFile | None = None
+    for chunk in chunks:
+        for start in range(0, chunk.num_rows, _ROW_GROUP_ROWS):
+            piece = chunk.slice(start, _ROW_GROUP_ROWS)
+            if current is None:
+                current = _OpenFile(piece.schema, settings)
+            current.add(piece, settings.key_names)
+            if current.sink.tell() >= settings.target_file_size:
+                written.append(current.close(file_io, bucket_dir, settings, level, file_source))
+                current = None
+    if current is not None:
+        written.append(current.close(file_io, bucket_dir, settings, level, file_source))
+    return written
 
 
 def read(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[str] | None = None) -> pa.Table:

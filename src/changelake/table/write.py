@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -103,6 +105,76 @@ def sort_and_merge(table: Table, data: pa.Table, kinds: np.ndarray, groups: Buck
             for g in range(len(groups.partitions))]
 
 
+_SPILL_BATCH_ROWS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SpilledRun:
+    """A sorted, merged run spilled to local disk as Arrow IPC record batches, with each
+    batch's range of the first key column so key ranges can be read back piecewise."""
+
+    path: str
+    bounds: tuple[tuple[Any, Any], ...]
+    rows: int
+    nbytes: int
+
+    @staticmethod
+    def write(path: str, part: pa.Table, first_key: str) -> SpilledRun:
+        bounds = []
+        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, part.schema, options=options) as out:
+            for batch in part.to_batches(max_chunksize=_SPILL_BATCH_ROWS):
+                out.write_batch(batch)
+                column = batch.column(part.schema.get_field_index(first_key))
+                bounds.append((column[0].as_py(), column[len(column) - 1].as_py()))
+        return SpilledRun(path, tuple(bounds), part.num_rows, part.nbytes)
+
+    def read_range(self, first_key: str, low: Any, high: Any) -> pa.Table | None:
+        """Rows whose first key column lies in [low, high) (None = unbounded)."""
+        reader = pa.ipc.open_file(self.path)
+        wanted = [i for i, (lo, hi) in enumerate(self.bounds)
+                  if (low is None or hi >= low) and (high is None or lo < high)]
+        if not wanted:
+            return None
+        rows = pa.Table.from_batches([reader.get_batch(i) for i in wanted])
+        return _in_range(rows, first_key, low, high)
+
+
+def _in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.Table:
+    values = rows.column(column)
+    mask = None
+    if low is not None:
+        mask = pc.greater_equal(values, pa.scalar(low, values.type))
+    if high is not None:
+        upper = pc.less(values, pa.scalar(high, values.type))
+        mask = upper if mask is None else pc.and_(mask, upper)
+    return rows if mask is None else rows.filter(mask)
+
+
+def _merge_spilled(table: Table, runs: Sequence[SpilledRun], part: pa.Table) -> Iterator[pa.Table]:
+    """Spilled runs plus the last buffer, merged range by range of the first key column, so
+    only about one buffer's worth of rows is in memory at a time."""
+    first_key = kv.key_column(table.key_names[0])
+    starts = sorted({lo for run in runs for lo, _ in run.bounds} | (
+        {v.as_py() for v in part.column(first_key).take(
+            pa.array(range(0, part.num_rows, _SPILL_BATCH_ROWS)))} if part.num_rows else set()))
+    total_rows = sum(r.rows for r in runs) + part.num_rows
+    total_bytes = sum(r.nbytes for r in runs) + part.nbytes
+    # A range holds about half a buffer: merging it briefly needs a few copies of it.
+    range_rows = max(_SPILL_BATCH_ROWS, table.config.write_buffer_size * total_rows // max(1, 2 * total_bytes))
+    step = max(1, range_rows // _SPILL_BATCH_ROWS)
+    edges: list[Any] = [None, *starts[step::step], None]
+    for low, high in itertools.pairwise(edges):
+        pieces = [p for p in (run.read_range(first_key, low, high) for run in runs) if p is not None]
+        if part.num_rows:
+            pieces.append(_in_range(part, first_key, low, high))
+        rows = pa.concat_tables(pieces) if pieces else None
+        if rows is not None and rows.num_rows:
+            yield table.merge_rows(rows, drop_deletes=False)
+        # The allocator keeps freed pages unless told otherwise; hand them back between ranges.
+        pa.default_memory_pool().release_unused()
+
+
 @dataclass
 class _Bucket:
     """Writer state of one (partition, bucket): restored files, next sequence, unflushed output."""
@@ -111,7 +183,7 @@ class _Bucket:
     bucket: int
     restored: list[DataFileMeta]
     next_sequence: int
-    spilled: list[str] = field(default_factory=list)
+    spilled: list[SpilledRun] = field(default_factory=list)
     new_files: list[DataFileMeta] = field(default_factory=list)
 
 
@@ -194,33 +266,27 @@ class TableWriter:
             if spill:
                 state.spilled.append(self._spill(part))
         if not spill:
-            with ThreadPoolExecutor(max_workers=min(4, len(states))) as pool:
+            # Buckets with spilled runs merge one at a time, to keep memory near one buffer.
+            workers = 1 if any(s.spilled for s in states) else min(4, len(states))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(lambda job: self._write_level0(*job), zip(states, merged, strict=True)))
 
-    def _spill(self, part: pa.Table) -> str:
+    def _spill(self, part: pa.Table) -> SpilledRun:
         if self._spill_dir is None:
             self._spill_dir = tempfile.mkdtemp(prefix="changelake-spill-")
-        path = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow")
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(
-            sink, part.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")
-        ) as out:
-            out.write_table(part)
-        return path
+        return SpilledRun.write(os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow"), part,
+                                kv.key_column(self.table.key_names[0]))
 
     def _write_level0(self, state: _Bucket, part: pa.Table) -> None:
         table = self.table
+        chunks: Iterable[pa.Table] = [part]
         if state.spilled:
-            runs = [part] + [pa.ipc.open_file(pa.memory_map(p)).read_all() for p in state.spilled]
-            part = table.merge_rows(pa.concat_tables(runs), drop_deletes=False)
-            for p in state.spilled:
-                os.unlink(p)
-            state.spilled.clear()
+            chunks = _merge_spilled(table, state.spilled, part)
         bucket_dir = table.bucket_dir(state.partition, state.bucket)
-        settings = table.file_settings
-        state.new_files += [
-            data_file.write(table.file_io, bucket_dir, chunk, settings, level=0)
-            for chunk in data_file.roll(part, settings.target_file_size)
-        ]
+        state.new_files += data_file.write(table.file_io, bucket_dir, chunks, table.file_settings, level=0)
+        for run in state.spilled:
+            os.unlink(run.path)
+        state.spilled.clear()
 
     def prepare(self, full_compaction: bool = False) -> list[CommitMessage]:
         """Flush everything as level-0 files and compact the touched buckets: the messages a
