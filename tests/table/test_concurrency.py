@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import re
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 import changelake as cl
 from changelake.table import commit as table_commit
@@ -137,9 +139,28 @@ def _check_all_landed(table: cl.Table) -> None:
     expected = sorted((r for w in range(WRITERS) for b in range(BATCHES) for r in _batch(w, b).to_pylist()),
                       key=lambda r: (r["dt"], r["id"]))
     assert _rows(table) == expected
+    _check_levels(table)
     # Lost races and void compactions must not leave data files or metadata nobody refers to.
+    _check_no_orphans(table)
+
+
+def _check_levels(table: cl.Table) -> None:
+    """Every level >= 1 of every bucket of the latest snapshot is one sorted run."""
+    latest = table.latest_snapshot()
+    assert latest is not None
+    runs: dict[tuple[bytes, int, int], list[Any]] = {}
+    for e in live_files.live_entries(table, latest):
+        if e.file.level > 0:
+            runs.setdefault((e.partition, e.bucket, e.file.level), []).append(e.file)
+    for files in runs.values():
+        ordered = sorted(files, key=lambda f: table.key_of(f.min_key))
+        for left, right in itertools.pairwise(ordered):
+            assert table.key_of(left.max_key) < table.key_of(right.min_key), "files of one level overlap"
+
+
+def _check_no_orphans(table: cl.Table) -> None:
     on_disk = _parquet_files(table)
-    assert _live_data_files(table) <= on_disk
+    assert _live_data_files(table) <= on_disk, "live data files are missing"
     assert on_disk == _referenced_data_files(table), "data files no snapshot refers to"
     assert _files(table.paths.manifest_dir, "") == _referenced_metadata(table)
 
@@ -189,6 +210,46 @@ def test_processes_commit_concurrently(tmp_path: Path) -> None:
                 p.join()
     assert [p.exitcode for p in processes] == [0] * WRITERS
     _check_all_landed(cl.Catalog(str(tmp_path)).get_table("db.t"))
+
+
+@pytest.mark.parametrize("winner", ["writer", "compact"])
+def test_conflicting_compaction_is_dropped(tmp_path: Path, winner: str) -> None:
+    """A writer's compaction whose input files another commit (a writer's compaction, or
+    ``table.compact``) removed meanwhile is void: its APPEND snapshot lands, its compaction
+    output is deleted, no row is lost."""
+    table = _create(tmp_path)
+    table.write(_batch(3, 0))
+    loser = table.writer(commit_user="loser")
+    loser.write(_batch(1, 0))
+    messages = loser.prepare(full_compaction=True)  # restores (and compacts) snapshot 1's files
+    void = {f"{m.bucket_dir(table)}/{f.file_name}" for m in messages for f in m.compact_after
+            if f not in m.compact_before}
+    assert void and void <= _parquet_files(table)
+
+    if winner == "writer":
+        other = table.writer(commit_user="winner")
+        other.write(_batch(0, 0))
+        won = table_commit.commit(table, other.prepare(full_compaction=True), "winner", 1,
+                                  compact_conflicts_fatal=False)
+        assert [s.commit_kind for s in won] == ["APPEND", "COMPACT"]
+        batches = [(3, 0), (0, 0), (1, 0)]
+    else:
+        won_compaction = table.compact(full=True)
+        assert won_compaction is not None and won_compaction.commit_kind == "COMPACT"
+        batches = [(3, 0), (1, 0)]
+    before = table.latest_snapshot()
+    assert before is not None
+
+    landed = table_commit.commit(table, messages, "loser", 1, compact_conflicts_fatal=False)
+    assert [(s.id, s.commit_kind) for s in landed] == [(before.id + 1, "APPEND")]
+    assert [s.id for s in table.snapshots()] == list(range(1, before.id + 2))
+    assert not void & _parquet_files(table), "the void compaction left its files behind"
+    expected = sorted((r for w, b in batches for r in _batch(w, b).to_pylist()), key=lambda r: (r["dt"], r["id"]))
+    assert _rows(table) == expected
+    assert _rows(table, before.id) == sorted(
+        (r for w, b in batches[:-1] for r in _batch(w, b).to_pylist()), key=lambda r: (r["dt"], r["id"]))
+    _check_levels(table)
+    _check_no_orphans(table)
 
 
 # -- exactly-once ------------------------------------------------------------------------

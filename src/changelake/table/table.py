@@ -256,8 +256,10 @@ class Table:
 
     def write(self, data: WriteInput) -> Snapshot | None:
         """Write rows as one commit and return the new snapshot (None when ``data`` is empty)."""
-        writer = self.writer()
-        writer.write(data)
-        landed = writer.commit(snapshot.BATCH_COMMIT_IDENTIFIER)
+        from changelake.table.write import TableWriter
+
+        with TableWriter(self, str(uuid.uuid4()), wait_compaction=True) as writer:
+            writer.write(data)
+            landed = writer.commit(snapshot.BATCH_COMMIT_IDENTIFIER)
         return landed[0] if landed else None
 

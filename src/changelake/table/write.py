@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -177,14 +177,17 @@ def _merge_spilled(table: Table, runs: Sequence[SpilledRun], part: pa.Table) -> 
 
 @dataclass
 class _Bucket:
-    """Writer state of one (partition, bucket): restored files, next sequence, unflushed output."""
+    """A writer's view of one (partition, bucket): its LSM levels (committed files plus this
+    writer's uncommitted ones), the next sequence number, and work not yet committed."""
 
     partition: bytes
     bucket: int
-    restored: list[DataFileMeta]
+    levels: Levels
     next_sequence: int
     spilled: list[SpilledRun] = field(default_factory=list)
     new_files: list[DataFileMeta] = field(default_factory=list)
+    compacted: compaction.CompactResult = field(default_factory=compaction.CompactResult)
+    running: Future[compaction.CompactResult] | None = None
 
 
 class TableWriter:
@@ -193,25 +196,30 @@ class TableWriter:
 
     Rows are buffered up to ``write-buffer-size``; past it they are sorted and either spilled
     to a local temp directory (``write-buffer-spillable``, merged at commit) or flushed as
-    level-0 files. At commit, each touched bucket is compacted as its LSM tree needs
-    (unless ``write-only``) and the commit lands as an APPEND and, if anything was
-    compacted, a COMPACT snapshot.
+    level-0 files. Each bucket is an LSM tree: after a flush, universal compaction runs in a
+    background thread and its result lands with a later commit as a COMPACT snapshot, except
+    that a commit waits for compaction when the bucket has more sorted runs than
+    ``num-sorted-run.stop-trigger``, with ``commit.force-compact``, for a full compaction
+    (``full-compaction.delta-commits``), and for one-shot writers (``Table.write``).
+    ``write-only`` disables compaction. Call :meth:`close` (or use ``with``) when done.
     """
 
-    def __init__(self, table: Table, commit_user: str) -> None:
+    def __init__(self, table: Table, commit_user: str, wait_compaction: bool = False) -> None:
         self.table = table
         self.commit_user = commit_user
+        self.wait_compaction = wait_compaction
         self._pending: list[tuple[pa.Table, np.ndarray]] = []
         self._pending_bytes = 0
         self._buckets: dict[tuple[bytes, int], _Bucket] = {}
         self._spill_dir: str | None = None
+        self._compactor: ThreadPoolExecutor | None = None
         self._commits = 0
 
     def __enter__(self) -> TableWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.abort()
+        self.close()
 
     def write(self, data: WriteInput) -> None:
         """Validate and buffer rows (an optional ``rowkind`` column gives +I/-U/+U/-D)."""
@@ -228,16 +236,32 @@ class TableWriter:
                 self._flush(final=False)
 
     def abort(self) -> None:
-        """Drop everything not committed: buffered rows, spill files, unflushed data files."""
+        """Drop everything not committed: buffered rows, spill files, data files written
+        since the last commit, and compaction results not yet committed."""
         self._pending.clear()
         self._pending_bytes = 0
         for state in self._buckets.values():
-            for f in state.new_files:
-                self.table.file_io.delete(f"{self.table.bucket_dir(state.partition, state.bucket)}/{f.file_name}")
+            self._discard(state)
         self._buckets.clear()
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
+
+    def close(self) -> None:
+        """Abort what is not committed and stop the background compaction thread."""
+        self.abort()
+        if self._compactor is not None:
+            self._compactor.shutdown(wait=True)
+            self._compactor = None
+
+    def _discard(self, state: _Bucket) -> None:
+        bucket_dir = self.table.bucket_dir(state.partition, state.bucket)
+        if state.running is not None:
+            self._collect(state)
+        kept = {f.file_name for f in state.compacted.before}
+        for f in [*state.new_files, *state.compacted.after]:
+            if f.file_name not in kept:
+                self.table.file_io.delete(f"{bucket_dir}/{f.file_name}")
 
     def _flush(self, final: bool) -> None:
         """Sort and merge the buffer per bucket; spill it, or write it as level-0 files."""
@@ -248,15 +272,15 @@ class TableWriter:
         self._pending.clear()
         self._pending_bytes = 0
         groups = group_by_bucket(self.table, data)
-        unknown = [(p, b) for p, b in zip(groups.partitions, groups.buckets, strict=True)
-                   if (p, b) not in self._buckets]
+        keys = list(zip(groups.partitions, groups.buckets, strict=True))
+        unknown = [key for key in keys if key not in self._buckets]
         if unknown:
             restored = restored_files(self.table, groups)
             for key in unknown:
                 files = restored[key]
                 first = max((f.max_sequence_number + 1 for f in files), default=0)
-                self._buckets[key] = _Bucket(key[0], key[1], files, first)
-        states = [self._buckets[(p, b)] for p, b in zip(groups.partitions, groups.buckets, strict=True)]
+                self._buckets[key] = _Bucket(key[0], key[1], Levels(tuple(files), self.table.config.num_levels), first)
+        states = [self._buckets[key] for key in keys]
         firsts = np.array([s.next_sequence for s in states], dtype=np.int64)
         merged = sort_and_merge(self.table, data, kinds, groups, firsts)
         spill = not final and self.table.config.write_buffer_spillable
@@ -283,39 +307,70 @@ class TableWriter:
         if state.spilled:
             chunks = _merge_spilled(table, state.spilled, part)
         bucket_dir = table.bucket_dir(state.partition, state.bucket)
-        state.new_files += data_file.write(table.file_io, bucket_dir, chunks, table.file_settings, level=0)
+        files = data_file.write(table.file_io, bucket_dir, chunks, table.file_settings, level=0)
+        state.new_files += files
+        state.levels = state.levels.replace((), files)
         for run in state.spilled:
             os.unlink(run.path)
         state.spilled.clear()
 
+    def _collect(self, state: _Bucket) -> None:
+        """Take in a background compaction's result (waiting for it if still running)."""
+        if state.running is None:
+            return
+        result = state.running.result()
+        state.running = None
+        state.levels = state.levels.replace(result.before, result.after)
+        bucket_dir = self.table.bucket_dir(state.partition, state.bucket)
+        for f in state.compacted.merge(result):
+            self.table.file_io.delete(f"{bucket_dir}/{f.file_name}")
+
+    def _compact(self, state: _Bucket, full: bool) -> None:
+        table = self.table
+        config = table.config
+        if config.write_only:
+            return
+        if state.running is not None and state.running.done():
+            self._collect(state)
+        bucket_dir = table.bucket_dir(state.partition, state.bucket)
+        runs = len(state.levels.sorted_runs(table.key_of))
+        if full or self.wait_compaction or config.commit_force_compact or runs > config.stop_trigger:
+            self._collect(state)
+            state.levels, result = compaction.compact_bucket(table, bucket_dir, state.levels, full)
+            for f in state.compacted.merge(result):
+                table.file_io.delete(f"{bucket_dir}/{f.file_name}")
+        elif state.running is None:
+            unit = compaction.picker(table).pick(state.levels.num_levels, state.levels.sorted_runs(table.key_of))
+            if unit is not None:
+                if self._compactor is None:
+                    self._compactor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="changelake-compact")
+                state.running = self._compactor.submit(compaction.compact, table, bucket_dir, state.levels, unit)
+
     def prepare(self, full_compaction: bool = False) -> list[CommitMessage]:
-        """Flush everything as level-0 files and compact the touched buckets: the messages a
-        committer lands."""
+        """Flush everything as level-0 files and compact as the buckets need: the messages a
+        committer lands (compactions finished since the last commit included)."""
         self._flush(final=True)
         leftover = [s for s in self._buckets.values() if s.spilled]
         if leftover:
             empty = kv.file_schema(self.table.schema, self.table.key_names).empty_table()
             for state in leftover:
                 self._write_level0(state, empty)
-        states = [s for s in self._buckets.values() if s.new_files]
-        self._buckets.clear()
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
-        compact = not self.table.config.write_only
+        states = list(self._buckets.values())
         with ThreadPoolExecutor(max_workers=min(4, max(1, len(states)))) as pool:
-            return list(pool.map(lambda s: self._message(s, compact, full_compaction), states))
-
-    def _message(self, state: _Bucket, compact: bool, full: bool) -> CommitMessage:
-        table = self.table
-        before: list[DataFileMeta] = []
-        after: list[DataFileMeta] = []
-        if compact:
-            levels = Levels(tuple(state.restored + state.new_files), table.config.num_levels)
-            _, result = compaction.compact_bucket(table, table.bucket_dir(state.partition, state.bucket), levels, full)
-            before, after = result.before, result.after
-        return CommitMessage(state.partition, state.bucket, table.config.bucket, new_files=tuple(state.new_files),
-                             compact_before=tuple(before), compact_after=tuple(after))
+            list(pool.map(lambda s: self._compact(s, full_compaction), states))
+        messages = []
+        for state in states:
+            if state.new_files or state.compacted.before or state.compacted.after:
+                messages.append(CommitMessage(
+                    state.partition, state.bucket, self.table.config.bucket, new_files=tuple(state.new_files),
+                    compact_before=tuple(state.compacted.before), compact_after=tuple(state.compacted.after),
+                ))
+            state.new_files = []
+            state.compacted = compaction.CompactResult()
+        return messages
 
     def commit(self, identifier: int) -> list[Snapshot]:
         """Flush and commit as ``identifier``; [] if this user already committed it."""
@@ -331,4 +386,14 @@ class TableWriter:
         messages = self.prepare(full_compaction=full)
         if not messages:
             return []
-        return commit.commit(self.table, messages, self.commit_user, identifier, compact_conflicts_fatal=False)
+        landed = commit.commit(self.table, messages, self.commit_user, identifier, compact_conflicts_fatal=False)
+        compacted = any(m.compact_before or m.compact_after for m in messages)
+        if not landed or (compacted and landed[-1].commit_kind != "COMPACT"):
+            # Skipped, or our compaction lost to another committer: this writer's view of the
+            # buckets is stale, so it is restored from the table at the next flush.
+            for state in self._buckets.values():
+                if state.running is not None:
+                    self._collect(state)
+                    self._discard(state)
+            self._buckets.clear()
+        return landed
