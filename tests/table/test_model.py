@@ -145,7 +145,7 @@ def test_writes_match_dict_model(steps: list[tuple[list[Row], bool, int]]) -> No
 
 # -- compaction ----------------------------------------------------------------------------
 
-COMPACTION_OPTIONS = {"bucket": "2", "target-file-size": "1 kb", "num-sorted-run.compaction-trigger": "2"}
+COMPACTION_OPTIONS = {"bucket": "2", "target-file-size": "2 kb", "num-sorted-run.compaction-trigger": "2"}
 NUM_LEVELS = 3  # num-levels defaults to num-sorted-run.compaction-trigger + 1
 
 # A run of rows: (day, first id, count, id stride, kind, first v, s); ids go past the few keys
@@ -194,7 +194,7 @@ def check_lsm(table: cl.Table, full_days: set[str]) -> None:
             assert all(f.delete_row_count == 0 for f in files)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(write_steps, write_steps, compact_steps), min_size=1, max_size=10))
 def test_compaction_matches_dict_model(steps: list[tuple[Any, ...]]) -> None:
     with tempfile.TemporaryDirectory() as warehouse:

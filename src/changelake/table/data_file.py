@@ -33,6 +33,7 @@ class FileSettings:
     compression: str
     zstd_level: int
     target_file_size: int
+    dictionary: bool = True
     prefix: str = "data-"
 
 
@@ -55,8 +56,12 @@ class _OpenFile:
         self.name = file_name(settings.prefix)
         self.sink = io.BytesIO()
         level = settings.zstd_level if settings.compression == "zstd" else None
+        # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space.
+        dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
+                      or pa.types.is_large_string(f.type)] if settings.dictionary else False
         self.writer = pq.ParquetWriter(self.sink, schema, compression=settings.compression,
-                                       compression_level=level, write_statistics=False, store_schema=True)
+                                       compression_level=level, write_statistics=False, store_schema=True,
+                                       use_dictionary=dictionary)
         self.rows = 0
         self.deletes = 0
         self.min_key = b""

@@ -134,6 +134,7 @@ class Table:
             compression=config.file_compression,
             zstd_level=config.zstd_level,
             target_file_size=config.target_file_size,
+            dictionary=bool(config.get("parquet.enable.dictionary", "true")),
         )
 
     def merge_rows(self, rows: pa.Table, drop_deletes: bool) -> pa.Table:
