@@ -7,8 +7,10 @@ re-reads the latest snapshot, re-checks exactly-once and conflicts, and tries th
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -38,6 +40,13 @@ class CommitMessage:
 
     def bucket_dir(self, table: Table) -> str:
         return table.bucket_dir(self.partition, self.bucket)
+
+    def written(self, table: Table, compaction_only: bool = False) -> list[str]:
+        """Paths of the data files this message's writer created (upgrades only moved an
+        existing file to another level, so they are not among them)."""
+        moved = {f.file_name for f in self.compact_before}
+        files = self.compact_after if compaction_only else self.new_files + self.compact_after
+        return [f"{self.bucket_dir(table)}/{f.file_name}" for f in files if f.file_name not in moved]
 
 
 @dataclass
@@ -128,8 +137,9 @@ def _write_manifest_list(table: Table, metas: Sequence[ManifestFileMeta], attemp
 
 
 def _check_conflicts(table: Table, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
-    deleted = [e for e in entries if e.kind == DELETE]
-    if not deleted:
+    """Files this commit deletes must still be live, and after it every level >= 1 of every
+    touched bucket must still be one sorted run (no overlapping key ranges)."""
+    if not any(e.kind == DELETE or e.file.level > 0 for e in entries):
         return
     live = (
         manifest.merge_entries(
@@ -138,12 +148,27 @@ def _check_conflicts(table: Table, latest: Snapshot | None, entries: Sequence[Ma
         if latest is not None
         else {}
     )
-    gone = [e.file.file_name for e in deleted if e.identifier not in live]
+    gone = [e.file.file_name for e in entries if e.kind == DELETE and e.identifier not in live]
     if gone:
         raise CommitConflictError(
             f"table {table.name}: files {gone[:5]} were removed by a concurrent commit; "
             "this commit's compaction is void"
         )
+    touched = {(e.partition, e.bucket) for e in entries if e.file.level > 0}
+    after = manifest.merge_entries([*(e for e in live.values() if (e.partition, e.bucket) in touched), *entries])
+    by_level: dict[tuple[bytes, int, int], list[DataFileMeta]] = defaultdict(list)
+    for e in after.values():
+        if e.file.level > 0:
+            by_level[(e.partition, e.bucket, e.file.level)].append(e.file)
+    for (_, bucket, level), files in by_level.items():
+        files.sort(key=lambda f: table.key_of(f.min_key))
+        for left, right in itertools.pairwise(files):
+            if table.key_of(left.max_key) >= table.key_of(right.min_key):
+                raise CommitConflictError(
+                    f"table {table.name}: bucket {bucket} level {level} would hold overlapping files "
+                    f"{left.file_name} and {right.file_name} after this commit (a concurrent compaction "
+                    "landed first); this commit's compaction is void"
+                )
 
 
 def commit(
@@ -162,10 +187,7 @@ def commit(
     is False and the APPEND snapshot landed (then only the APPEND snapshot is returned)."""
     plans = [(APPEND, _entries(messages, compact=False)), (COMPACT, _entries(messages, compact=True))]
     plans = [(kind, entries) for kind, entries in plans if entries]
-    data_files = [
-        f"{m.bucket_dir(table)}/{f.file_name}" for m in messages for f in m.new_files + m.compact_after
-        if f not in m.compact_before
-    ]
+    data_files = [path for m in messages for path in m.written(table)]
     done: list[Snapshot] = []
     try:
         for kind, entries in plans:
@@ -180,10 +202,7 @@ def commit(
             for path in data_files:
                 table.file_io.delete(path)
         else:
-            for m in messages:
-                for f in m.compact_after:
-                    if f not in m.compact_before:
-                        table.file_io.delete(f"{m.bucket_dir(table)}/{f.file_name}")
+            _remove(table, (path for m in messages for path in m.written(table, compaction_only=True)))
             if not compact_conflicts_fatal:
                 return done
         raise

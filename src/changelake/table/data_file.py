@@ -138,8 +138,12 @@ def write(
     written: list[DataFileMeta] = []
     current: _OpenFile | None = None
     for chunk in chunks:
-        for start in range(0, chunk.num_rows, _ROW_GROUP_ROWS):
-            piece = chunk.slice(start, _ROW_GROUP_ROWS)
+        # The file size is known after each row group, so row groups are kept well under the
+        # target (in-memory size overstates the compressed size): files roll close to it.
+        per_row = max(1, chunk.nbytes // max(1, chunk.num_rows))
+        piece_rows = min(_ROW_GROUP_ROWS, max(1024, settings.target_file_size // per_row))
+        for start in range(0, chunk.num_rows, piece_rows):
+            piece = chunk.slice(start, piece_rows)
             if current is None:
                 current = _OpenFile(piece.schema, settings)
             current.add(piece, settings.key_names)
