@@ -16,6 +16,7 @@ from changelake.errors import (
 from changelake.table import options as table_options
 from changelake.table import schema as table_schema
 from changelake.table.fileio import FileIO
+from changelake.table.merge_engine import MergeEngine
 from changelake.table.paths import TablePaths
 from changelake.table.table import Table, read_latest_schema
 
@@ -94,6 +95,7 @@ class Catalog:
             for column in filter(None, (c.strip() for c in checked.get(key, "").split(","))):
                 if column not in schema.names:
                     raise OptionError(f"table {name}: option {key!r} names unknown column {column!r}")
+        MergeEngine.of(new_schema, checked, name)  # rejects invalid merge-engine settings now
         root = f"{self._database_dir(database)}/{table_name}"
         paths = TablePaths(root)
         if not self.file_io.create_if_absent(paths.schema(0), new_schema.to_json().encode("utf-8")):

@@ -127,6 +127,7 @@ KNOWN: dict[str, Callable[[str], Any]] = {
     "sequence.field.sort-order": _enum("ascending", "descending"),
     "ignore-delete": parse_bool,
     "partial-update.remove-record-on-delete": parse_bool,
+    "aggregation.remove-record-on-delete": parse_bool,
     "partial-update.remove-record-on-sequence-group": _text,
     "fields.default-aggregate-function": _text,
     "changelog-producer": _enum("none", "input", "lookup", "full-compaction"),
@@ -251,10 +252,6 @@ class TableOptions:
     @property
     def target_file_size(self) -> int:
         return int(self.get("target-file-size", "128 mb"))
-
-    @property
-    def ignore_delete(self) -> bool:
-        return bool(self.get("ignore-delete", "false"))
 
     @property
     def commit_max_retries(self) -> int:

@@ -94,8 +94,9 @@ def conform(table: Table, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
         kinds = row_kinds(rows.column(kind_field), table.name, kind_field)
     if kinds is None:
         kinds = np.zeros(rows.num_rows, dtype=np.int8)
-    if table.config.ignore_delete:
-        keep = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
-        if not keep.all():
-            rows, kinds = rows.filter(pa.array(keep)), kinds[keep]
+    engine = table.merge_engine
+    engine.check_input(kinds, table.name)
+    keep = engine.input_mask(kinds)
+    if keep is not None:
+        rows, kinds = rows.filter(pa.array(keep)), kinds[keep]
     return rows, kinds

@@ -199,7 +199,9 @@ class Scan:
         return [(g, len(g) == 1 and g[0].delete_row_count == 0) for g in _pack(sections, weight, target)]
 
     def _read_columns(self) -> list[str]:
-        return list(self.table.schema.names) if self.filter is not None else self.columns
+        if self.filter is not None:
+            return list(self.table.schema.names)
+        return self.table.merge_engine.required_columns(self.columns)
 
     def read_split(self, split: Split) -> pa.Table:
         """The merged rows of one split, filtered and projected."""

@@ -22,6 +22,7 @@ from changelake.errors import (
 from changelake.table import binary_row, kv, snapshot
 from changelake.table.data_file import FileSettings
 from changelake.table.fileio import FileIO
+from changelake.table.merge_engine import MergeEngine
 from changelake.table.options import TableOptions
 from changelake.table.paths import TablePaths, partition_path
 from changelake.table.schema import TableSchema
@@ -137,11 +138,15 @@ class Table:
             dictionary=bool(config.get("parquet.enable.dictionary", "true")),
         )
 
+    @cached_property
+    def merge_engine(self) -> MergeEngine:
+        """How rows of one key merge (``merge-engine`` and its options)."""
+        return MergeEngine.of(self.paimon_schema, self.paimon_schema.options, self.name)
+
     def merge_rows(self, rows: pa.Table, drop_deletes: bool) -> pa.Table:
         """One row per key (key order) by the table's merge engine; with ``drop_deletes`` the
         keys whose result is a retraction are removed instead of kept as delete markers."""
-        merged = kv.deduplicate(rows, [kv.key_column(k) for k in self.key_names])
-        return kv.drop_retractions(merged) if drop_deletes else merged
+        return self.merge_engine.merge(rows, [kv.key_column(k) for k in self.key_names], drop_deletes)
 
     @cached_property
     def bucket_key(self) -> tuple[str, ...]:

@@ -93,7 +93,8 @@ def sort_and_merge(table: Table, data: pa.Table, kinds: np.ndarray, groups: Buck
     schema = kv.file_schema(table.schema, table.key_names)
     columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
     laid_out = pa.Table.from_arrays(columns, schema=schema)
-    if table.config.merge_engine == "deduplicate":
+    engine = table.merge_engine
+    if engine.engine == "deduplicate" and not engine.sequence_fields:
         # One global pass: the last row of every (group, key) wins.
         ends = kv.group_ends([pa.array(sorted_codes), *(k.take(order) for k in keys)])
         merged, codes = laid_out.take(order[ends]), sorted_codes[ends]
