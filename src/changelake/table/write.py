@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -17,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import OptionError
-from changelake.table import binary_row, bucket, commit, compaction, data_file, kv, live_files, rows
+from changelake.table import binary_row, bucket, commit, compaction, data_file, kv, live_files, rows, spill
 from changelake.table.commit import CommitMessage
 from changelake.table.levels import Levels
 from changelake.table.manifest import DataFileMeta
@@ -106,76 +105,6 @@ def sort_and_merge(table: Table, data: pa.Table, kinds: np.ndarray, groups: Buck
             for g in range(len(groups.partitions))]
 
 
-_SPILL_BATCH_ROWS = 64 * 1024
-
-
-@dataclass(frozen=True)
-class SpilledRun:
-    """A sorted, merged run spilled to local disk as Arrow IPC record batches, with each
-    batch's range of the first key column so key ranges can be read back piecewise."""
-
-    path: str
-    bounds: tuple[tuple[Any, Any], ...]
-    rows: int
-    nbytes: int
-
-    @staticmethod
-    def write(path: str, part: pa.Table, first_key: str) -> SpilledRun:
-        bounds = []
-        options = pa.ipc.IpcWriteOptions(compression="lz4")
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, part.schema, options=options) as out:
-            for batch in part.to_batches(max_chunksize=_SPILL_BATCH_ROWS):
-                out.write_batch(batch)
-                column = batch.column(part.schema.get_field_index(first_key))
-                bounds.append((column[0].as_py(), column[len(column) - 1].as_py()))
-        return SpilledRun(path, tuple(bounds), part.num_rows, part.nbytes)
-
-    def read_range(self, first_key: str, low: Any, high: Any) -> pa.Table | None:
-        """Rows whose first key column lies in [low, high) (None = unbounded)."""
-        reader = pa.ipc.open_file(self.path)
-        wanted = [i for i, (lo, hi) in enumerate(self.bounds)
-                  if (low is None or hi >= low) and (high is None or lo < high)]
-        if not wanted:
-            return None
-        rows = pa.Table.from_batches([reader.get_batch(i) for i in wanted])
-        return _in_range(rows, first_key, low, high)
-
-
-def _in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.Table:
-    values = rows.column(column)
-    mask = None
-    if low is not None:
-        mask = pc.greater_equal(values, pa.scalar(low, values.type))
-    if high is not None:
-        upper = pc.less(values, pa.scalar(high, values.type))
-        mask = upper if mask is None else pc.and_(mask, upper)
-    return rows if mask is None else rows.filter(mask)
-
-
-def _merge_spilled(table: Table, runs: Sequence[SpilledRun], part: pa.Table) -> Iterator[pa.Table]:
-    """Spilled runs plus the last buffer, merged range by range of the first key column, so
-    only about one buffer's worth of rows is in memory at a time."""
-    first_key = kv.key_column(table.key_names[0])
-    starts = sorted({lo for run in runs for lo, _ in run.bounds} | (
-        {v.as_py() for v in part.column(first_key).take(
-            pa.array(range(0, part.num_rows, _SPILL_BATCH_ROWS)))} if part.num_rows else set()))
-    total_rows = sum(r.rows for r in runs) + part.num_rows
-    total_bytes = sum(r.nbytes for r in runs) + part.nbytes
-    # A range holds about half a buffer: merging it briefly needs a few copies of it.
-    range_rows = max(_SPILL_BATCH_ROWS, table.config.write_buffer_size * total_rows // max(1, 2 * total_bytes))
-    step = max(1, range_rows // _SPILL_BATCH_ROWS)
-    edges: list[Any] = [None, *starts[step::step], None]
-    for low, high in itertools.pairwise(edges):
-        pieces = [p for p in (run.read_range(first_key, low, high) for run in runs) if p is not None]
-        if part.num_rows:
-            pieces.append(_in_range(part, first_key, low, high))
-        rows = pa.concat_tables(pieces) if pieces else None
-        if rows is not None and rows.num_rows:
-            yield table.merge_rows(rows, drop_deletes=False)
-        # The allocator keeps freed pages unless told otherwise; hand them back between ranges.
-        pa.default_memory_pool().release_unused()
-
-
 @dataclass
 class _Bucket:
     """A writer's view of one (partition, bucket): its LSM levels (committed files plus this
@@ -185,7 +114,7 @@ class _Bucket:
     bucket: int
     levels: Levels
     next_sequence: int
-    spilled: list[SpilledRun] = field(default_factory=list)
+    spilled: list[spill.SpilledRun] = field(default_factory=list)
     new_files: list[DataFileMeta] = field(default_factory=list)
     compacted: compaction.CompactResult = field(default_factory=compaction.CompactResult)
     running: Future[compaction.CompactResult] | None = None
@@ -296,17 +225,17 @@ class TableWriter:
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(lambda job: self._write_level0(*job), zip(states, merged, strict=True)))
 
-    def _spill(self, part: pa.Table) -> SpilledRun:
+    def _spill(self, part: pa.Table) -> spill.SpilledRun:
         if self._spill_dir is None:
             self._spill_dir = tempfile.mkdtemp(prefix="changelake-spill-")
-        return SpilledRun.write(os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow"), part,
+        return spill.SpilledRun.write(os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow"), part,
                                 kv.key_column(self.table.key_names[0]))
 
     def _write_level0(self, state: _Bucket, part: pa.Table) -> None:
         table = self.table
         chunks: Iterable[pa.Table] = [part]
         if state.spilled:
-            chunks = _merge_spilled(table, state.spilled, part)
+            chunks = spill.merge_runs(table, state.spilled, part)
         bucket_dir = table.bucket_dir(state.partition, state.bucket)
         files = data_file.write(table.file_io, bucket_dir, chunks, table.file_settings, level=0)
         state.new_files += files
