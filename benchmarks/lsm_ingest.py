@@ -69,6 +69,8 @@ def run(commits: int, size: int) -> dict[str, float]:
                     levels.setdefault(key, set()).add(entry.file.level)
             max_runs = max(max_runs, max(runs[k] + len(levels.get(k, ())) for k in set(runs) | set(levels)))
         writer.close()
+        manifests = len(live_files.data_manifests(table, table.latest_snapshot()))
+        snapshots = len(table.snapshots())
         total = commits * size
         files, nbytes = disk_usage(table.location)
         start = time.perf_counter()
@@ -87,7 +89,7 @@ def run(commits: int, size: int) -> dict[str, float]:
             "first_p50": first[0], "first_p95": first[1], "last_p50": last[0], "last_p95": last[1],
             "files": files, "mb": nbytes / 2**20, "read": rows / read_s, "read_s": read_s,
             "compact_s": compact_s, "read_full": rows / read_full_s, "read_full_s": read_full_s,
-            "max_runs": max_runs, "stop": stop,
+            "max_runs": max_runs, "stop": stop, "manifests": manifests, "snapshots": snapshots,
             "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         }
     finally:
@@ -102,6 +104,7 @@ def report(r: dict[str, float]) -> None:
           f"(ratio {r['last_p50'] / r['first_p50']:.2f}, target <= 1.5)")
     print(f"  on disk: {int(r['files'])} data files, {r['mb']:.0f} MB (no snapshot expiry yet: compacted-away "
           "files stay for time travel)")
+    print(f"  planning the latest of {int(r['snapshots'])} snapshots reads {int(r['manifests'])} manifests")
     print(f"  sorted runs per bucket, max after any commit: {int(r['max_runs'])} (stop-trigger {int(r['stop'])})")
     print(f"  latest read without full compaction: {r['read']:,.0f} live rows/s "
           f"({r['read_s']:.2f} s; target >= 1.5M)")
