@@ -37,18 +37,20 @@ AGGREGATION = "aggregation"
 FIRST_ROW = "first-row"
 ENGINES = (DEDUPLICATE, PARTIAL_UPDATE, AGGREGATION, FIRST_ROW)
 
-SUM, PRODUCT, MAX, MIN = "sum", "product", "max", "min"
+SUM, PRODUCT, COUNT, MAX, MIN = "sum", "product", "count", "max", "min"
 LAST_VALUE, LAST_NON_NULL_VALUE = "last_value", "last_non_null_value"
 FIRST_VALUE, FIRST_NON_NULL_VALUE = "first_value", "first_non_null_value"
 LISTAGG, BOOL_AND, BOOL_OR = "listagg", "bool_and", "bool_or"
 FUNCTIONS = (
-    SUM, PRODUCT, MAX, MIN, LAST_VALUE, LAST_NON_NULL_VALUE, FIRST_VALUE, FIRST_NON_NULL_VALUE,
+    SUM, PRODUCT, COUNT, MAX, MIN, LAST_VALUE, LAST_NON_NULL_VALUE, FIRST_VALUE, FIRST_NON_NULL_VALUE,
     LISTAGG, BOOL_AND, BOOL_OR,
 )  # fmt: skip
 # Functions whose Paimon aggregator implements ``retract``; the others reject -U/-D rows unless
 # ``fields.<f>.ignore-retract`` is set.
-RETRACTABLE = frozenset({SUM, PRODUCT, LAST_VALUE, LAST_NON_NULL_VALUE})
-# What partial-update supports inside a sequence group (Paimon allows every function there).
+RETRACTABLE = frozenset({SUM, PRODUCT, COUNT, LAST_VALUE, LAST_NON_NULL_VALUE})
+# What partial-update supports inside a sequence group (Paimon allows every function there). Not
+# count: a row with an older sequence is merged reversed (the row's value as the accumulator, the
+# count as the input), which for count is not the commutative update it is for sum.
 PARTIAL_UPDATE_FUNCTIONS = frozenset({SUM, MAX, MIN, BOOL_AND, BOOL_OR, LAST_VALUE, LAST_NON_NULL_VALUE})
 _ALIASES = {"first_not_null_value": FIRST_NON_NULL_VALUE}
 _NOT_IMPLEMENTED = frozenset({
@@ -188,6 +190,15 @@ class MergeEngine:
                 rows = rows.filter(pa.array(keep))
         if rows.num_rows == 0:
             return rows
+        try:
+            merged = self._merge(rows, key_columns)
+        except DataError as exc:
+            if str(exc).startswith(f"table {self.table}:"):
+                raise
+            raise type(exc)(f"table {self.table}: {exc}") from None
+        return kv.drop_retractions(merged) if drop_deletes else merged
+
+    def _merge(self, rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
         if self.engine == DEDUPLICATE and not self.sequence_fields:
             merged = kv.deduplicate(rows, key_columns)
         else:
@@ -200,7 +211,7 @@ class MergeEngine:
                 merged = frame.assemble(rows, key_columns, *self._partial_update(rows, frame))
             else:
                 merged = frame.assemble(rows, key_columns, *self._aggregation(rows, frame))
-        return kv.drop_retractions(merged) if drop_deletes else merged
+        return merged
 
     # -- engines ----------------------------------------------------------------------------
 
@@ -262,9 +273,9 @@ class MergeEngine:
                 results[name] = f.last_where(contributes & f.valid(rows.column(name)))
         aggregates = {a.column: a for a in self.aggregates}
         for group, code in zip(groups, codes, strict=True):
-            code = np.where(f.pos >= start_row, code, -1)
-            part = processed & (code >= 0)
-            winner = part & (code >= f.exclusive_cummax(code))
+            live = np.where(f.pos >= start_row, code, -1)  # the record's history starts at its start row
+            part = processed & (live >= 0)
+            winner = part & (live >= f.exclusive_cummax(live))
             last_winner = f.last_where(winner)
             for name in group.sequence_fields:
                 results[name] = np.where(last_winner >= 0, last_winner, init)
@@ -280,8 +291,8 @@ class MergeEngine:
                 retract = part & f.retract
                 if agg.ignore_retract:
                     retract = np.zeros(f.n, dtype=bool)
-                elif not agg.accepts_retract:
-                    self._reject_retract(agg, retract & f.multi_row)
+                elif not agg.accepts_retract:  # also retractions before a reset: Paimon merged them
+                    self._reject_retract(agg, f.retract & ~reset & (code >= 0) & f.multi_row)
                 if agg.function == LAST_VALUE:
                     results[name] = _last_value(f, winner & f.add, retract, init)
                 elif agg.function == LAST_NON_NULL_VALUE:
@@ -310,8 +321,8 @@ class MergeEngine:
             column_retract = retract
             if agg.ignore_retract:
                 column_retract = np.zeros(f.n, dtype=bool)
-            elif not agg.accepts_retract:
-                self._reject_retract(agg, retract & f.multi_row)
+            elif not agg.accepts_retract:  # Paimon fails on any retraction it merges, also before a reset
+                self._reject_retract(agg, f.retract & ~reset & f.multi_row)
             function = agg.function
             if function == LAST_VALUE:
                 results[name] = _last_value(f, add, column_retract, init)
@@ -607,6 +618,29 @@ def _sum(
     return _from_numpy(total, has, data_type)
 
 
+def _count(
+    column: pa.ChunkedArray, f: _Frame, add: np.ndarray, retract: np.ndarray, init: np.ndarray, agg: FieldAggregate
+) -> pa.Array:
+    """Paimon's count (TINYINT..BIGINT): each merged add holding a value counts +1, each retraction
+    holding one -1; the values themselves are never added. The accumulator starts from ``init``'s
+    value, or null, which any merged row (a null one too) turns into 0 first; so the result is
+    null only when no row was merged and ``init`` holds no value."""
+    data_type = column.type
+    values, valid = f.numeric(column)
+    init_values, init_ok = _init_values(values, valid, init)
+    has = f.any(add | retract) | init_ok
+    signed = (add & valid).astype(np.int64) - (retract & valid).astype(np.int64)
+    start = np.where(init_ok, init_values, 0).astype(np.int64)
+    delta = np.add.reduceat(signed, f.starts)
+    total = start + delta  # |delta| <= rows, so only a start near the int64 bounds can wrap
+    risky = np.abs(start.astype(np.float64)) >= 2.0**62
+    if risky.any():
+        exact = start[risky].astype(object) + delta[risky].astype(object)
+        _check_range(exact[has[risky]], data_type, agg, "count")
+    _check_range(total[has], data_type, agg, "count")
+    return _from_numpy(total, has, data_type)
+
+
 def _check_range(values: np.ndarray, data_type: pa.DataType, agg: FieldAggregate, what: str) -> None:
     if not len(values):
         return
@@ -852,6 +886,7 @@ _AggregateFn = Callable[[pa.ChunkedArray, _Frame, np.ndarray, np.ndarray, np.nda
 _AGGREGATORS: dict[str, _AggregateFn] = {
     SUM: _sum,
     PRODUCT: _product,
+    COUNT: _count,
     MAX: _extreme,
     MIN: _extreme,
     BOOL_AND: _bool,
@@ -971,8 +1006,6 @@ class _Parser:
         name = _ALIASES.get(name, name)
         if name in _NOT_IMPLEMENTED:
             raise self.fail(key, f"aggregate function {name!r} is not supported by changelake")
-        if name == "count":
-            raise self.fail(key, "Paimon has no 'count' aggregate function; count with 'sum' over 1/0 values")
         if name not in FUNCTIONS:
             hint = difflib.get_close_matches(name, FUNCTIONS, n=1)
             raise self.fail(
@@ -980,7 +1013,10 @@ class _Parser:
             )
         data_type = self.arrow.field(column).type
         if not _type_fits(name, data_type):
-            raise self.fail(key, f"aggregate function {name!r} does not apply to column {column!r} of type {data_type}")
+            needs = " (count applies to TINYINT, SMALLINT, INT and BIGINT columns)" if name == COUNT else ""
+            raise self.fail(
+                key, f"aggregate function {name!r} does not apply to column {column!r} of type {data_type}{needs}"
+            )
         ignore_retract = self.flag(f"{_FIELDS}{column}.ignore-retract")
         delimiter = self.options.get(f"{_FIELDS}{column}.list-agg-delimiter", ",")
         distinct = self.flag(f"{_FIELDS}{column}.distinct")
@@ -994,8 +1030,9 @@ class _Parser:
         for column in self.names:
             if column in self.primary_keys:
                 continue
-            if column in base.sequence_fields:
-                aggregates.append(FieldAggregate(column, LAST_VALUE))
+            if column in base.sequence_fields:  # Paimon aggregates sequence fields with last_value
+                ignore_retract = self.flag(f"{_FIELDS}{column}.ignore-retract")
+                aggregates.append(FieldAggregate(column, LAST_VALUE, ignore_retract))
                 continue
             found = self.function(column)
             key, text = found if found is not None else ("", LAST_NON_NULL_VALUE)
@@ -1093,6 +1130,8 @@ def _type_fits(function: str, data_type: pa.DataType) -> bool:
         if function == PRODUCT and t.is_decimal(data_type):
             return False
         return bool(t.is_integer(data_type) or t.is_floating(data_type) or t.is_decimal(data_type))
+    if function == COUNT:
+        return bool(t.is_int8(data_type) or t.is_int16(data_type) or t.is_int32(data_type) or t.is_int64(data_type))
     if function in (MAX, MIN):
         return not t.is_nested(data_type) and not t.is_null(data_type)
     if function == LISTAGG:
