@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from changelake.errors import CommitConflictError
+from changelake.errors import CommitConflictError, SnapshotNotFoundError
 from changelake.table import binary_row, live_files, manifest, manifest_merge, snapshot
 from changelake.table.manifest import ADD, DELETE, DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.snapshot import Snapshot
@@ -64,7 +64,7 @@ def latest_of_user(table: Table, commit_user: str, latest: Snapshot | None) -> S
     for snapshot_id in range(latest.id, earliest - 1, -1):
         try:
             candidate = latest if snapshot_id == latest.id else table.snapshot(snapshot_id)
-        except Exception:  # expired concurrently: nothing older can be ours any more
+        except SnapshotNotFoundError:  # expired concurrently: nothing older can be ours any more
             return None
         if candidate.commit_user == commit_user:
             return candidate
