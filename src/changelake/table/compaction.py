@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from changelake.errors import ScanError
 from changelake.table import data_file, kv, live_files
@@ -66,6 +67,10 @@ class _Task:
     unit: CompactUnit
     max_level: int
     drop_delete: bool
+    # first-row only: files at levels >= 1 outside the unit. They hold older data, so a key
+    # found there keeps that first row and the unit's rows of it are dropped (Paimon's lookup
+    # compaction), which keeps every key in at most one file above level 0.
+    lookup: tuple[DataFileMeta, ...] = ()
     result: CompactResult = field(default_factory=CompactResult)
 
     def run(self) -> CompactResult:
@@ -97,7 +102,9 @@ class _Task:
     def _upgrade(self, f: DataFileMeta) -> None:
         if f.level == self.unit.output_level:
             return
-        if self.unit.output_level != self.max_level or f.delete_row_count == 0:
+        if f.level == 0 and self.lookup:
+            self._rewrite_files([f])  # its keys must be looked up in the older levels first
+        elif self.unit.output_level != self.max_level or f.delete_row_count == 0:
             self.result.before.append(f)
             self.result.after.append(f.upgrade(self.unit.output_level))
         else:
@@ -109,17 +116,42 @@ class _Task:
         schema = kv.file_schema(table.schema, table.key_names)
         parts = [data_file.read(table.file_io, f"{self.bucket_dir}/{f.file_name}", schema) for f in files]
         merged = table.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
+        if self.lookup and merged.num_rows:
+            merged = self._without_older_keys(merged)
         written = data_file.write(table.file_io, self.bucket_dir, [merged], table.file_settings,
                                   self.unit.output_level, file_source=FILE_SOURCE_COMPACT)
         self.result.before += files
         self.result.after += written
+
+    def _without_older_keys(self, merged: pa.Table) -> pa.Table:
+        table = self.table
+        key_columns = [kv.key_column(k) for k in table.key_names]
+        low, high = merged.slice(0, 1), merged.slice(merged.num_rows - 1, 1)
+        first, last = (table.key_of(data_file.key_row(t, table.key_names, 0)) for t in (low, high))
+        overlapping = [f for f in self.lookup
+                       if table.key_of(f.min_key) <= last and table.key_of(f.max_key) >= first]
+        if not overlapping:
+            return merged
+        schema = kv.file_schema(table.schema, table.key_names)
+        older = pa.concat_tables(
+            data_file.read(table.file_io, f"{self.bucket_dir}/{f.file_name}", schema, key_columns)
+            for f in overlapping
+        )
+        indexed = merged.select(key_columns).append_column("__row", pa.array(range(merged.num_rows), pa.int64()))
+        found = indexed.join(older, keys=key_columns, join_type="left semi").column("__row")
+        keep = pc.invert(pc.is_in(indexed.column("__row"), value_set=found.combine_chunks()))
+        return merged.filter(keep)
 
 
 def compact(table: Table, bucket_dir: str, levels: Levels, unit: CompactUnit) -> CompactResult:
     """Run one picked compaction of a bucket; deletes are dropped only into the top level."""
     output = unit.output_level
     drop_delete = output != 0 and output >= levels.highest_non_empty_level()
-    return _Task(table, bucket_dir, unit, levels.max_level, drop_delete).run()
+    lookup: tuple[DataFileMeta, ...] = ()
+    if table.merge_engine.engine == "first-row":
+        picked = {(f.file_name, f.level) for f in unit.files}
+        lookup = tuple(f for f in levels.files if f.level > 0 and (f.file_name, f.level) not in picked)
+    return _Task(table, bucket_dir, unit, levels.max_level, drop_delete, lookup).run()
 
 
 def compact_bucket(table: Table, bucket_dir: str, levels: Levels, full: bool) -> tuple[Levels, CompactResult]:

@@ -37,7 +37,8 @@ class FileSettings:
     prefix: str = "data-"
 
 
-def _key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
+def key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
+    """The serialized key BinaryRow of row ``index`` of a key-value table."""
     columns = [table.column(kv.key_column(k)).slice(index, 1) for k in names]
     return binary_row.serialize(binary_row.encode(columns).row(0), len(names))
 
@@ -74,8 +75,8 @@ class _OpenFile:
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
         self.writer.write_table(chunk, row_group_size=_ROW_GROUP_ROWS)
         if not self.rows:
-            self.min_key = _key_row(chunk, key_names, 0)
-        self.max_key = _key_row(chunk, key_names, chunk.num_rows - 1)
+            self.min_key = key_row(chunk, key_names, 0)
+        self.max_key = key_row(chunk, key_names, chunk.num_rows - 1)
         self.rows += chunk.num_rows
         kinds = chunk.column(kv.VALUE_KIND)
         retract = pc.or_(pc.equal(kinds, kv.UPDATE_BEFORE), pc.equal(kinds, kv.DELETE))
