@@ -44,10 +44,12 @@ class Catalog:
         return f"{self.warehouse}/{database}{_DB_SUFFIX}"
 
     def list_databases(self) -> list[str]:
+        """Names of the databases in the warehouse."""
         names = self.file_io.list_names(self.warehouse)
         return sorted(n[: -len(_DB_SUFFIX)] for n in names if n.endswith(_DB_SUFFIX))
 
     def create_database(self, name: str, ignore_if_exists: bool = False) -> None:
+        """Create ``<warehouse>/<name>.db``."""
         path = self._database_dir(name)
         if self.file_io.exists(path):
             if ignore_if_exists:
@@ -56,6 +58,7 @@ class Catalog:
         self.file_io.makedirs(path)
 
     def list_tables(self, database: str) -> list[str]:
+        """Names of the tables of a database."""
         path = self._database_dir(database)
         if not self.file_io.exists(path):
             raise DatabaseNotFoundError(f"database {database} does not exist ({path})")
@@ -103,6 +106,7 @@ class Catalog:
         return Table(name, self.file_io, root, new_schema)
 
     def get_table(self, name: str) -> Table:
+        """Open ``database.table``."""
         database, table_name = _split_name(name)
         db_dir = self._database_dir(database)
         if not self.file_io.exists(db_dir):

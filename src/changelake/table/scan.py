@@ -44,6 +44,7 @@ class Split:
 
     @property
     def row_count(self) -> int:
+        """Rows stored in the split's files (before merging)."""
         return sum(f.row_count for f in self.files)
 
 
@@ -142,6 +143,7 @@ class Scan:
 
     @cached_property
     def output_schema(self) -> pa.Schema:
+        """Schema of the rows this scan returns."""
         return pa.schema([self.table.schema.field(c) for c in self.columns])
 
     def _keep_manifest(self, meta: ManifestFileMeta) -> bool:
@@ -246,4 +248,5 @@ class Scan:
         return pa.concat_tables(tables).cast(self.output_schema)
 
     def to_pandas(self) -> pd.DataFrame:
+        """All merged rows as a pandas DataFrame."""
         return self.to_arrow().to_pandas()

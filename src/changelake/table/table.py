@@ -92,14 +92,17 @@ class Table:
 
     @property
     def primary_keys(self) -> list[str]:
+        """Primary-key columns."""
         return list(self.paimon_schema.primary_keys)
 
     @property
     def partition_keys(self) -> list[str]:
+        """Partition columns."""
         return list(self.paimon_schema.partition_keys)
 
     @property
     def location(self) -> str:
+        """The table directory (a path inside its filesystem)."""
         return self.paths.root
 
     @cached_property
@@ -221,6 +224,7 @@ class Table:
         return {name: self.tag(name) for name in names}
 
     def delete_tag(self, name: str) -> None:
+        """Remove a tag (the snapshot it named is unaffected)."""
         if not self.file_io.exists(self.paths.tag(name)):
             raise TagNotFoundError(f"table {self.name} has no tag {name!r}")
         self.file_io.delete(self.paths.tag(name))
