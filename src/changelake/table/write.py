@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
     from changelake.table.table import Table
 
+# Background compactions of different buckets run side by side, one thread per core.
+_COMPACTION_THREADS = max(1, min(4, os.cpu_count() or 1))
+
 WriteInput: TypeAlias = "pa.Table | pa.RecordBatch | pa.RecordBatchReader | pd.DataFrame"
 
 
@@ -273,7 +276,7 @@ class TableWriter:
             unit = compaction.picker(table).pick(state.levels.num_levels, state.levels.sorted_runs(table.key_of))
             if unit is not None:
                 if self._compactor is None:
-                    self._compactor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="changelake-compact")
+                    self._compactor = ThreadPoolExecutor(_COMPACTION_THREADS, thread_name_prefix="changelake-compact")
                 state.running = self._compactor.submit(compaction.compact, table, bucket_dir, state.levels, unit)
 
     def prepare(self, full_compaction: bool = False) -> list[CommitMessage]:
