@@ -37,6 +37,8 @@ import pytest
 
 pypaimon = pytest.importorskip("pypaimon")
 
+from paimon_oracle import paimon_table as _paimon_table  # noqa: E402
+from paimon_oracle import paimon_write as _paimon_write  # noqa: E402
 from pypaimon import CatalogFactory, Schema  # noqa: E402
 from pypaimon.schema.table_schema import TableSchema as PaimonTableSchema  # noqa: E402
 from pypaimon.write.row_key_extractor import FixedBucketRowKeyExtractor, RowKeyExtractor  # noqa: E402
@@ -62,11 +64,6 @@ def _sorted(rows: Iterable[dict[str, Any]], keys: Sequence[str] = ("dt", "id")) 
     return sorted(rows, key=lambda r: tuple(r[k] for k in keys))
 
 
-def _paimon_table(warehouse: str, name: str, options: dict[str, str] | None = None) -> Any:
-    table = CatalogFactory.create({"warehouse": warehouse}).get_table(name)
-    return table.copy(options) if options else table
-
-
 def _paimon_read(warehouse: str, name: str, options: dict[str, str] | None = None) -> pa.Table:
     """What pypaimon reads (``options`` may time travel: scan.snapshot-id, scan.tag-name)."""
     read_builder = _paimon_table(warehouse, name, options).new_read_builder()
@@ -76,19 +73,6 @@ def _paimon_read(warehouse: str, name: str, options: dict[str, str] | None = Non
 
 def _paimon_read_snapshot(warehouse: str, name: str, snapshot_id: int) -> list[dict[str, Any]]:
     return _paimon_read(warehouse, name, {"scan.snapshot-id": str(snapshot_id)}).to_pylist()
-
-
-def _paimon_write(warehouse: str, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
-    """One pypaimon batch commit of ``rows``."""
-    builder = _paimon_table(warehouse, name).new_batch_write_builder()
-    write = builder.new_write()
-    commit = builder.new_commit()
-    try:
-        write.write_arrow(pa.Table.from_pylist(rows, schema=schema))
-        commit.commit(write.prepare_commit())
-    finally:
-        write.close()
-        commit.close()
 
 
 RETRACTIONS = (1, 3)  # _VALUE_KIND of -U and -D

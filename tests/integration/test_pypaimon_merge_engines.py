@@ -37,6 +37,8 @@ import pytest
 
 pypaimon = pytest.importorskip("pypaimon")
 
+from paimon_oracle import paimon_table as _paimon_table  # noqa: E402
+from paimon_oracle import paimon_write as _paimon_write  # noqa: E402
 from pypaimon import CatalogFactory, Schema  # noqa: E402
 
 import changelake as cl  # noqa: E402
@@ -56,29 +58,11 @@ def _sorted(rows: Iterable[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: tuple(r[k] for k in KEY))
 
 
-def _paimon_table(warehouse: str, name: str, options: dict[str, str] | None = None) -> Any:
-    table = CatalogFactory.create({"warehouse": warehouse}).get_table(name)
-    return table.copy(options) if options else table
-
-
 def _paimon_read(warehouse: str, name: str, snapshot_id: int | None = None) -> list[Row]:
     options = {"scan.snapshot-id": str(snapshot_id)} if snapshot_id is not None else None
     read_builder = _paimon_table(warehouse, name, options).new_read_builder()
     splits = read_builder.new_scan().plan().splits()
     return _sorted(read_builder.new_read().to_arrow(splits).to_pylist())
-
-
-def _paimon_write(warehouse: str, name: str, rows: list[Row], schema: pa.Schema) -> None:
-    """One pypaimon batch commit of ``rows``."""
-    builder = _paimon_table(warehouse, name).new_batch_write_builder()
-    write = builder.new_write()
-    commit = builder.new_commit()
-    try:
-        write.write_arrow(pa.Table.from_pylist(rows, schema=schema))
-        commit.commit(write.prepare_commit())
-    finally:
-        write.close()
-        commit.close()
 
 
 def _create_paimon_table(warehouse: str, name: str, schema: pa.Schema, options: dict[str, str]) -> None:
