@@ -414,3 +414,14 @@ def test_corrupt_schema_file(table: cl.Table, catalog: cl.Catalog) -> None:
     with pytest.raises(errors.CorruptMetadataError) as info:
         catalog.get_table("db.t")
     assert_names(str(info.value), str(schema_file))
+
+
+def test_snapshot_with_unknown_fields_still_reads(table: cl.Table) -> None:
+    # Newer Paimon writers add snapshot fields; readers must ignore what they do not know.
+    path = table.paths.snapshot(1)
+    data = json.loads(table.file_io.read_text(path))
+    data.update({"someFutureField": {"a": 1}, "nextRowId": 42, "uuid": "x"})
+    with open(path, "w") as out:
+        json.dump(data, out)
+    assert table.snapshot(1).id == 1
+    assert table.scan(snapshot_id=1).to_arrow().num_rows > 0
