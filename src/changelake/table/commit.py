@@ -42,11 +42,12 @@ class CommitMessage:
         return table.bucket_dir(self.partition, self.bucket)
 
     def written(self, table: Table, compaction_only: bool = False) -> list[str]:
-        """Paths of the data files this message's writer created (upgrades only moved an
-        existing file to another level, so they are not among them)."""
+        """Paths of the data files this message's writer created: the new files, and the
+        compaction outputs that are not upgrades (an upgrade only moved an existing file)."""
         moved = {f.file_name for f in self.compact_before}
-        files = self.compact_after if compaction_only else self.new_files + self.compact_after
-        return [f"{self.bucket_dir(table)}/{f.file_name}" for f in files if f.file_name not in moved]
+        outputs = [f for f in self.compact_after if f.file_name not in moved]
+        files = outputs if compaction_only else [*self.new_files, *outputs]
+        return [f"{self.bucket_dir(table)}/{f.file_name}" for f in files]
 
 
 @dataclass
@@ -182,9 +183,10 @@ def commit(
     (compaction changes), skipping everything if ``commit_user`` already committed
     ``identifier``. Returns the new snapshots ([] when skipped or empty).
 
-    A compaction whose input files another commit removed meanwhile is void: its output
-    files are deleted, and CommitConflictError is raised unless ``compact_conflicts_fatal``
-    is False and the APPEND snapshot landed (then only the APPEND snapshot is returned)."""
+    A compaction whose input files another commit removed meanwhile (or that would overlap
+    files within a level) is void: its output files are deleted, and CommitConflictError is
+    raised unless ``compact_conflicts_fatal`` is False and nothing but the compaction was
+    lost (then the snapshots that did land are returned)."""
     plans = [(APPEND, _entries(messages, compact=False)), (COMPACT, _entries(messages, compact=True))]
     plans = [(kind, entries) for kind, entries in plans if entries]
     data_files = [path for m in messages for path in m.written(table)]
@@ -193,18 +195,18 @@ def commit(
         for kind, entries in plans:
             landed = _commit_one(table, kind, entries, commit_user, identifier, first=not done)
             if landed is None:
-                for path in data_files:
-                    table.file_io.delete(path)
+                _remove(table, data_files)
                 return done
             done.append(landed)
     except CommitConflictError:
-        if not done:
-            for path in data_files:
-                table.file_io.delete(path)
-        else:
+        if done:  # the APPEND landed; only the compaction is void
             _remove(table, (path for m in messages for path in m.written(table, compaction_only=True)))
             if not compact_conflicts_fatal:
                 return done
+        else:
+            _remove(table, data_files)
+            if not compact_conflicts_fatal and not any(m.new_files for m in messages):
+                return done  # there were only compaction results, and they are void
         raise
     return done
 

@@ -36,6 +36,8 @@ class CompactResult:
         one removes never reach a snapshot: they cancel out. Returns those that were written
         by this result (not upgrades of existing files), whose data files can be deleted."""
         written_by_us = {f.file_name for f in self.after} - {f.file_name for f in self.before}
+        # A later upgrade removes a file at one level and adds it at another: keep its data.
+        written_by_us -= {f.file_name for f in later.after}
         added = {(f.file_name, f.level): f for f in self.after}
         obsolete = []
         for f in later.before:

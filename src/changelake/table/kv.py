@@ -56,6 +56,13 @@ def _float_order(values: np.ndarray) -> np.ndarray:
     return np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
 
 
+def comparable(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The column itself, or for floats int64s ordered like Paimon orders float keys."""
+    if pa.types.is_floating(column.type):
+        return pa.array(_float_order(np.asarray(column.to_numpy(zero_copy_only=False))))
+    return column
+
+
 def sort_indices(keys: Sequence[pa.Array | pa.ChunkedArray], seq: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Row order by (keys..., seq), stable for ties."""
     numeric = [_numpy_key(k) for k in keys]
@@ -63,7 +70,7 @@ def sort_indices(keys: Sequence[pa.Array | pa.ChunkedArray], seq: pa.Array | pa.
     if all(n is not None for n in numeric):
         columns = [seq_np] + [n for n in reversed(numeric) if n is not None]
         return np.asarray(np.lexsort(columns), dtype=np.int64)
-    table = pa.table({f"k{i}": k for i, k in enumerate(keys)} | {"seq": seq_np})
+    table = pa.table({f"k{i}": comparable(k) for i, k in enumerate(keys)} | {"seq": seq_np})
     order = [(f"k{i}", "ascending") for i in range(len(keys))] + [("seq", "ascending")]
     return np.asarray(pc.sort_indices(table, sort_keys=order).to_numpy(), dtype=np.int64)
 

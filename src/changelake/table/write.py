@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.errors import OptionError
+from changelake.errors import CommitConflictError, OptionError
 from changelake.table import binary_row, bucket, commit, compaction, data_file, kv, live_files, rows, spill
 from changelake.table.commit import CommitMessage
 from changelake.table.levels import Levels
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from changelake.table.table import Table
 
-# Background compactions of different buckets run side by side, one thread per core.
+# Background compactions of different buckets run side by side (up to one per core, at most 4).
 _COMPACTION_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 WriteInput: TypeAlias = "pa.Table | pa.RecordBatch | pa.RecordBatchReader | pd.DataFrame"
@@ -147,6 +147,9 @@ class TableWriter:
         self._spill_dir: str | None = None
         self._compactor: ThreadPoolExecutor | None = None
         self._commits = 0
+        # Messages of a commit that failed for a reason other than a conflict (an I/O error,
+        # say): committing again, with the same identifier, retries exactly these.
+        self._unlanded: list[CommitMessage] = []
 
     def __enter__(self) -> TableWriter:
         return self
@@ -156,6 +159,10 @@ class TableWriter:
 
     def write(self, data: WriteInput) -> None:
         """Validate and buffer rows (an optional ``rowkind`` column gives +I/-U/+U/-D)."""
+        if isinstance(data, pa.RecordBatchReader):
+            for batch in data:  # a stream is buffered batch by batch, never read whole
+                self.write(pa.Table.from_batches([batch]))
+            return
         arrow = rows.to_arrow(data, self.table.name)
         limit = self.table.config.write_buffer_size
         per_row = max(1, arrow.nbytes // max(1, arrow.num_rows))
@@ -189,8 +196,14 @@ class TableWriter:
 
     def _discard(self, state: _Bucket) -> None:
         bucket_dir = self.table.bucket_dir(state.partition, state.bucket)
-        if state.running is not None:
-            self._collect(state)
+        running, state.running = state.running, None
+        if running is not None:
+            try:
+                result = running.result()
+            except Exception:  # a discarded compaction's failure is moot
+                result = compaction.CompactResult()
+            for f in state.compacted.merge(result):
+                self.table.file_io.delete(f"{bucket_dir}/{f.file_name}")
         kept = {f.file_name for f in state.compacted.before}
         for f in [*state.new_files, *state.compacted.after]:
             if f.file_name not in kept:
@@ -249,10 +262,10 @@ class TableWriter:
 
     def _collect(self, state: _Bucket) -> None:
         """Take in a background compaction's result (waiting for it if still running)."""
-        if state.running is None:
+        running, state.running = state.running, None
+        if running is None:
             return
-        result = state.running.result()
-        state.running = None
+        result = running.result()
         state.levels = state.levels.replace(result.before, result.after)
         bucket_dir = self.table.bucket_dir(state.partition, state.bucket)
         for f in state.compacted.merge(result):
@@ -272,11 +285,9 @@ class TableWriter:
             state.levels, result = compaction.compact_bucket(table, bucket_dir, state.levels, full)
             for f in state.compacted.merge(result):
                 table.file_io.delete(f"{bucket_dir}/{f.file_name}")
-        elif state.running is None:
+        elif state.running is None and self._compactor is not None:
             unit = compaction.picker(table).pick(state.levels.num_levels, state.levels.sorted_runs(table.key_of))
             if unit is not None:
-                if self._compactor is None:
-                    self._compactor = ThreadPoolExecutor(_COMPACTION_THREADS, thread_name_prefix="changelake-compact")
                 state.running = self._compactor.submit(compaction.compact, table, bucket_dir, state.levels, unit)
 
     def prepare(self, full_compaction: bool = False) -> list[CommitMessage]:
@@ -292,6 +303,9 @@ class TableWriter:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
         states = list(self._buckets.values())
+        background = not (self.wait_compaction or self.table.config.write_only)
+        if background and self._compactor is None:
+            self._compactor = ThreadPoolExecutor(_COMPACTION_THREADS, thread_name_prefix="changelake-compact")
         with ThreadPoolExecutor(max_workers=min(4, max(1, len(states)))) as pool:
             list(pool.map(lambda s: self._compact(s, full_compaction), states))
         messages = []
@@ -306,27 +320,41 @@ class TableWriter:
         return messages
 
     def commit(self, identifier: int) -> list[Snapshot]:
-        """Flush and commit as ``identifier``; [] if this user already committed it."""
+        """Flush and commit as ``identifier``; [] if this user already committed it.
+
+        If the commit fails (an I/O error), calling ``commit`` again retries it. A conflict
+        that voids the commit raises CommitConflictError and the writer starts afresh."""
         if identifier != BATCH_COMMIT_IDENTIFIER:
             latest = self.table.latest_snapshot()
             mine = commit.latest_of_user(self.table, self.commit_user, latest)
             if mine is not None and mine.commit_identifier >= identifier:
+                self._unlanded = []
                 self.abort()
                 return []
         delta_commits = self.table.config.full_compaction_delta_commits
         self._commits += 1
         full = delta_commits is not None and self._commits % delta_commits == 0
-        messages = self.prepare(full_compaction=full)
+        messages = [*self._unlanded, *self.prepare(full_compaction=full)]
+        self._unlanded = []
         if not messages:
             return []
-        landed = commit.commit(self.table, messages, self.commit_user, identifier, compact_conflicts_fatal=False)
+        try:
+            landed = commit.commit(self.table, messages, self.commit_user, identifier,
+                                   compact_conflicts_fatal=False)
+        except CommitConflictError:
+            self._forget_buckets()
+            raise
+        except Exception:
+            self._unlanded = messages
+            raise
         compacted = any(m.compact_before or m.compact_after for m in messages)
         if not landed or (compacted and landed[-1].commit_kind != "COMPACT"):
             # Skipped, or our compaction lost to another committer: this writer's view of the
             # buckets is stale, so it is restored from the table at the next flush.
-            for state in self._buckets.values():
-                if state.running is not None:
-                    self._collect(state)
-                    self._discard(state)
-            self._buckets.clear()
+            self._forget_buckets()
         return landed
+
+    def _forget_buckets(self) -> None:
+        for state in self._buckets.values():
+            self._discard(state)
+        self._buckets.clear()
