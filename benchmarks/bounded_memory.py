@@ -45,7 +45,7 @@ def child(rows: int, buffer: str | None) -> None:
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     work = tempfile.mkdtemp(prefix="changelake-mem-")
     try:
-        options = {"bucket": "2", "write-only": "true"}
+        options = {"bucket": "2"}
         if buffer is not None:
             options["write-buffer-size"] = buffer
         table = cl.Catalog(work).create_table("bench.t", SCHEMA, primary_keys=["id"], options=options)
