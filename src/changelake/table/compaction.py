@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -98,31 +98,38 @@ class _Task:
             for f in candidate[0][0].files:
                 self._upgrade(f)
         else:
-            self._rewrite_files([f for section in candidate for run in section for f in run.files])
+            self._rewrite_files([[f for run in section for f in run.files] for section in candidate])
         candidate.clear()
 
     def _upgrade(self, f: DataFileMeta) -> None:
         if f.level == self.unit.output_level:
             return
         if f.level == 0 and self.lookup:
-            self._rewrite_files([f])  # its keys must be looked up in the older levels first
+            self._rewrite_files([[f]])  # its keys must be looked up in the older levels first
         elif self.unit.output_level != self.max_level or f.delete_row_count == 0:
             self.result.before.append(f)
             self.result.after.append(f.upgrade(self.unit.output_level))
         else:
             # Delete rows must not reach the top level: rewrite the file to drop them.
-            self._rewrite_files([f])
+            self._rewrite_files([[f]])
 
-    def _rewrite_files(self, files: Sequence[DataFileMeta]) -> None:
+    def _rewrite_files(self, sections: Sequence[Sequence[DataFileMeta]]) -> None:
+        """Merge each section (sections do not overlap, so one at a time keeps memory to the
+        largest section) into rolling files at the output level."""
         table = self.table
         schema = kv.file_schema(table.schema, table.key_names)
-        parts = [data_file.read(table.file_io, f"{self.bucket_dir}/{f.file_name}", schema) for f in files]
-        merged = table.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
-        if self.lookup and merged.num_rows:
-            merged = self._without_older_keys(merged)
-        written = data_file.write(table.file_io, self.bucket_dir, [merged], table.file_settings,
+
+        def merged_sections() -> Iterator[pa.Table]:
+            for files in sections:
+                parts = [data_file.read(table.file_io, f"{self.bucket_dir}/{f.file_name}", schema) for f in files]
+                merged = table.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
+                if self.lookup and merged.num_rows:
+                    merged = self._without_older_keys(merged)
+                yield merged
+
+        written = data_file.write(table.file_io, self.bucket_dir, merged_sections(), table.file_settings,
                                   self.unit.output_level, file_source=FILE_SOURCE_COMPACT)
-        self.result.before += files
+        self.result.before += [f for files in sections for f in files]
         self.result.after += written
 
     def _without_older_keys(self, merged: pa.Table) -> pa.Table:
