@@ -78,7 +78,7 @@ def conform(table: Table, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
         if not column.type.equals(field.type):
             try:
                 column = column.cast(field.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            except pa.ArrowException as exc:
                 raise SchemaMismatchError(
                     f"table {table.name}: column {field.name!r} of type {data.column(field.name).type} "
                     f"does not cast safely to {field.type}: {exc}"

@@ -78,7 +78,7 @@ def _prune(candidates: Sequence[Any], guarantees: Sequence[pc.Expression], schem
     try:
         kept = dataset.get_fragments(filter=expression)
         return [candidates[int(f.path)] for f in kept]
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+    except pa.ArrowException as exc:
         raise ScanError(f"table {table_name}: filter {expression} does not apply: {exc}") from None
 
 
@@ -220,7 +220,7 @@ class Scan:
         if self.filter is not None:
             try:
                 rows = rows.filter(self.filter)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            except pa.ArrowException as exc:
                 raise ScanError(f"table {table.name}: filter {self.filter} does not apply: {exc}") from None
         return rows.select(self.columns)
 
