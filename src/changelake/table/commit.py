@@ -142,13 +142,7 @@ def _check_conflicts(table: Table, latest: Snapshot | None, entries: Sequence[Ma
     touched bucket must still be one sorted run (no overlapping key ranges)."""
     if not any(e.kind == DELETE or e.file.level > 0 for e in entries):
         return
-    live = (
-        manifest.merge_entries(
-            e for m in live_files.data_manifests(table, latest) for e in live_files.manifest_entries(table, m.file_name)
-        )
-        if latest is not None
-        else {}
-    )
+    live = {e.identifier: e for e in live_files.live_entries(table, latest)} if latest is not None else {}
     gone = [e.file.file_name for e in entries if e.kind == DELETE and e.identifier not in live]
     if gone:
         raise CommitConflictError(

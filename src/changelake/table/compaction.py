@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -195,9 +194,7 @@ def compact_table(
         if unknown:
             raise ScanError(f"table {table.name}: {sorted(unknown)} are not partition keys {table.partition_keys}")
         wanted = [tuple(p.get(k) for k in table.partition_keys) for p in partitions]
-    buckets: dict[tuple[bytes, int], list[DataFileMeta]] = defaultdict(list)
-    for entry in live_files.live_entries(table, latest):
-        buckets[(entry.partition, entry.bucket)].append(entry.file)
+    buckets = live_files.files_by_bucket(live_files.live_entries(table, latest))
     if wanted is not None:
         buckets = {k: v for k, v in buckets.items() if table.partition_values(k[0]) in wanted}
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from changelake.table import manifest
-from changelake.table.manifest import ManifestEntry, ManifestFileMeta
+from changelake.table.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta
 from changelake.table.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -51,11 +51,18 @@ def data_manifests(table: Table, snapshot: Snapshot) -> list[ManifestFileMeta]:
 
 
 def live_entries(
-    table: Table, snapshot: Snapshot, keep: Callable[[ManifestFileMeta], bool] | None = None
+    table: Table, snapshot: Snapshot, manifests: Sequence[ManifestFileMeta] | None = None
 ) -> list[ManifestEntry]:
-    """ADD entries of every file live in the snapshot (manifests ``keep`` rejects are skipped)."""
-    entries: list[ManifestEntry] = []
-    for meta in data_manifests(table, snapshot):
-        if keep is None or keep(meta):
-            entries.extend(manifest_entries(table, meta.file_name))
+    """ADD entries of every file live in the snapshot; ``manifests`` narrows the read to some
+    of its manifests (those a partition filter leaves)."""
+    chosen = data_manifests(table, snapshot) if manifests is None else manifests
+    entries = [e for meta in chosen for e in manifest_entries(table, meta.file_name)]
     return list(manifest.merge_entries(entries).values())
+
+
+def files_by_bucket(entries: Iterable[ManifestEntry]) -> dict[tuple[bytes, int], list[DataFileMeta]]:
+    """Files of each (serialized partition, bucket)."""
+    buckets: dict[tuple[bytes, int], list[DataFileMeta]] = defaultdict(list)
+    for entry in entries:
+        buckets[(entry.partition, entry.bucket)].append(entry.file)
+    return buckets

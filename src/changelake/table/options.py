@@ -257,6 +257,7 @@ class TableOptions:
     def commit_max_retries(self) -> int:
         return int(self.get("commit.max-retries", "10"))
 
+
     @property
     def merge_engine(self) -> str:
         return str(self.get("merge-engine", "deduplicate"))
@@ -323,6 +324,3 @@ class TableOptions:
     def manifest_full_compaction_size(self) -> int:
         return int(self.get("manifest.full-compaction-threshold-size", "16 mb"))
 
-    @property
-    def file_format(self) -> str:
-        return str(self.get("file.format", "parquet"))

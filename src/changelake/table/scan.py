@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -146,11 +145,13 @@ class Scan:
         """Schema of the rows this scan returns."""
         return pa.schema([self.table.schema.field(c) for c in self.columns])
 
-    def _keep_manifest(self, meta: ManifestFileMeta) -> bool:
-        if self.filter is None or not self.table.partition_keys:
-            return True
-        guarantee = _range_guarantee(self.table.partition_keys, self.table.partition_types, meta.partition_stats)
-        return bool(_prune([meta], [guarantee], self.table.schema, self.filter, self.table.name))
+    def _prune_manifests(self, manifests: list[ManifestFileMeta]) -> list[ManifestFileMeta]:
+        table = self.table
+        if self.filter is None or not table.partition_keys:
+            return manifests
+        guarantees = [_range_guarantee(table.partition_keys, table.partition_types, m.partition_stats)
+                      for m in manifests]
+        return _prune(manifests, guarantees, table.schema, self.filter, table.name)
 
     def _prune_files(self, entries: list[ManifestEntry]) -> list[ManifestEntry]:
         if self.filter is None:
@@ -173,10 +174,9 @@ class Scan:
         ``source.split.target-size``, each file weighing at least ``source.split.open-file-cost``."""
         if self.snapshot is None:
             return []
-        entries = self._prune_files(live_files.live_entries(self.table, self.snapshot, self._keep_manifest))
-        buckets: dict[tuple[bytes, int], list[DataFileMeta]] = defaultdict(list)
-        for entry in entries:
-            buckets[(entry.partition, entry.bucket)].append(entry.file)
+        manifests = self._prune_manifests(live_files.data_manifests(self.table, self.snapshot))
+        entries = self._prune_files(live_files.live_entries(self.table, self.snapshot, manifests))
+        buckets = live_files.files_by_bucket(entries)
         splits = []
         for (partition, bucket), files in sorted(buckets.items(), key=lambda item: item[0]):
             bucket_dir = self.table.bucket_dir(partition, bucket)
@@ -192,7 +192,8 @@ class Scan:
             return max(sum(f.file_size for f in group), open_cost)
 
         no_deletes = all(f.level != 0 and f.delete_row_count == 0 for f in files)
-        if no_deletes and (len({f.level for f in files}) == 1 or config.merge_engine == "first-row"):
+        first_row = self.table.merge_engine.engine == "first-row"
+        if no_deletes and (len({f.level for f in files}) == 1 or first_row):
             # One sorted run without deletes: every file is read as it is.
             ordered = sorted(files, key=lambda f: self.table.key_of(f.min_key))
             return [(g, True) for g in _pack([[f] for f in ordered], weight, target)]

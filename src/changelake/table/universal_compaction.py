@@ -50,7 +50,7 @@ class UniversalCompaction:
         return None
 
     def _pick_for_size_ratio(
-        self, max_level: int, runs: Sequence[LevelSortedRun], candidate_count: int, force: bool = False
+        self, max_level: int, runs: Sequence[LevelSortedRun], candidate_count: int
     ) -> CompactUnit | None:
         candidate_size = sum(r.run.total_size for r in runs[:candidate_count])
         for nxt in runs[candidate_count:]:
@@ -58,7 +58,7 @@ class UniversalCompaction:
                 break
             candidate_size += nxt.run.total_size
             candidate_count += 1
-        if force or candidate_count > 1:
+        if candidate_count > 1:
             return create_unit(runs, max_level, candidate_count)
         return None
 

@@ -70,16 +70,9 @@ def group_by_bucket(table: Table, data: pa.Table) -> BucketGroups:
 
 def restored_files(table: Table, groups: BucketGroups) -> dict[tuple[bytes, int], list[DataFileMeta]]:
     """Live files of every bucket the rows go to (from the latest snapshot)."""
-    out: dict[tuple[bytes, int], list[DataFileMeta]] = {
-        (p, b): [] for p, b in zip(groups.partitions, groups.buckets, strict=True)
-    }
     latest = table.latest_snapshot()
-    if latest is not None:
-        for entry in live_files.live_entries(table, latest):
-            files = out.get((entry.partition, entry.bucket))
-            if files is not None:
-                files.append(entry.file)
-    return out
+    live = live_files.files_by_bucket(live_files.live_entries(table, latest) if latest is not None else [])
+    return {(p, b): live.get((p, b), []) for p, b in zip(groups.partitions, groups.buckets, strict=True)}
 
 
 def sort_and_merge(table: Table, data: pa.Table, kinds: np.ndarray, groups: BucketGroups,
