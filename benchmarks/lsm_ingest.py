@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from ingest_read import SCHEMA, batches
 
 import changelake as cl
-from changelake.table import live_files
+from changelake.table.read import live_files
 
 
 def p50_p95(values: list[float]) -> tuple[float, float]:

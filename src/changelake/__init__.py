@@ -1,12 +1,12 @@
 """changelake: Apache Paimon primary-key tables in pure Python."""
 
 from changelake import errors
-from changelake.table.catalog import Catalog, open_table
-from changelake.table.commit import CommitMessage
-from changelake.table.scan import Scan, Split
-from changelake.table.snapshot import Snapshot
-from changelake.table.table import Table
-from changelake.table.write import TableWriter
+from changelake.api.catalog import Catalog, open_table
+from changelake.api.scan import Scan, Split
+from changelake.api.table import Table
+from changelake.table.commit.committer import CommitMessage
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.write.writer import TableWriter
 
 __all__ = [
     "Catalog",

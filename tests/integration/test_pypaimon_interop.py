@@ -44,9 +44,9 @@ from pypaimon.schema.table_schema import TableSchema as PaimonTableSchema  # noq
 from pypaimon.write.row_key_extractor import FixedBucketRowKeyExtractor, RowKeyExtractor  # noqa: E402
 
 import changelake as cl  # noqa: E402
-from changelake.table import binary_row  # noqa: E402
-from changelake.table.bucket import buckets, hash_rows  # noqa: E402
-from changelake.table.live_files import live_entries  # noqa: E402
+from changelake.table.format import binary_row  # noqa: E402
+from changelake.table.format.bucket import buckets, hash_rows  # noqa: E402
+from changelake.table.read.live_files import live_entries  # noqa: E402
 
 D = decimal.Decimal
 

@@ -42,7 +42,7 @@ from paimon_oracle import paimon_write as _paimon_write  # noqa: E402
 from pypaimon import CatalogFactory, Schema  # noqa: E402
 
 import changelake as cl  # noqa: E402
-from changelake.table.live_files import live_entries  # noqa: E402
+from changelake.table.read.live_files import live_entries  # noqa: E402
 
 D = decimal.Decimal
 PARTITIONS = ("2024-01-01", "2024-01-02")

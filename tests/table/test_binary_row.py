@@ -8,7 +8,7 @@ import decimal
 import pyarrow as pa
 import pytest
 
-from changelake.table import binary_row, bucket
+from changelake.table.format import binary_row, bucket
 
 # From shared/reference/paimon-format/04_manifest_avro.txt (pypaimon 2.1.0 output).
 PARTITION_2024_01_01 = bytes.fromhex(

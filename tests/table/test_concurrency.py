@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table import commit as table_commit
-from changelake.table import live_files
+from changelake.table.commit import committer as table_commit
+from changelake.table.read import live_files
 
 WRITERS = 4
 BATCHES = 5

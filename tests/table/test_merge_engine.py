@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changelake.errors import DataError, OptionError, RowKindError
-from changelake.table import kv
-from changelake.table import schema as schema_module
-from changelake.table.merge_engine import MergeEngine
+from changelake.table.format import kv
+from changelake.table.format import schema as schema_module
+from changelake.table.merge.engine import MergeEngine
 
 KIND_CODES = {"+I": kv.INSERT, "-U": kv.UPDATE_BEFORE, "+U": kv.UPDATE_AFTER, "-D": kv.DELETE}
 KEYS = ["_KEY_k"]

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import changelake as cl
-from changelake.table.live_files import live_entries
+from changelake.table.read.live_files import live_entries
 
 DAYS = ["2024-01-01", "2024-01-02"]
 KINDS = ["+I", "+U", "-U", "-D"]

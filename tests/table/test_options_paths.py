@@ -7,8 +7,9 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
+from changelake import options
 from changelake.errors import OptionError
-from changelake.table import options, paths
+from changelake.table.io import paths
 
 
 def test_memory_sizes_and_durations() -> None:

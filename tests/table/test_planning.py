@@ -9,7 +9,9 @@ import pytest
 
 import changelake as cl
 from changelake.errors import CommitConflictError
-from changelake.table import commit, compaction, live_files
+from changelake.table.commit import committer as commit
+from changelake.table.lsm import compactor as compaction
+from changelake.table.read import live_files
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 

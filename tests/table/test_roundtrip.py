@@ -19,7 +19,7 @@ import pytest
 
 import changelake as cl
 from changelake.errors import SnapshotNotFoundError
-from changelake.table.live_files import live_entries
+from changelake.table.read.live_files import live_entries
 
 UTC = dt.UTC
 

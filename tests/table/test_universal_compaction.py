@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import changelake as cl
-from changelake.table import live_files
-from changelake.table.levels import LevelSortedRun, SortedRun
-from changelake.table.manifest import ADD, DELETE, DataFileMeta, SimpleStats
-from changelake.table.universal_compaction import UniversalCompaction, create_unit, pick_full
+from changelake.table.format.manifest import ADD, DELETE, DataFileMeta, SimpleStats
+from changelake.table.lsm.levels import LevelSortedRun, SortedRun
+from changelake.table.lsm.universal import UniversalCompaction, create_unit, pick_full
+from changelake.table.read import live_files
 
 _STATS = SimpleStats(b"", b"", ())
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table import live_files
+from changelake.table.read import live_files
 
 SCHEMA = pa.schema(
     [

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table import commit as commit_module
-from changelake.table import live_files
-from changelake.table.compaction import CompactResult
-from changelake.table.data_file import EMPTY_STATS
-from changelake.table.manifest import DataFileMeta
+from changelake.table.commit import committer as commit_module
+from changelake.table.format.data_file import EMPTY_STATS
+from changelake.table.format.manifest import DataFileMeta
+from changelake.table.lsm.compactor import CompactResult
+from changelake.table.read import live_files
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import DataError, NullKeyError, RowKindError, SchemaMismatchError
-from changelake.table import kv
+from changelake.table.format import kv
 
 if TYPE_CHECKING:
-    from changelake.table.table import Table
+    from changelake.api.table import Table
 
 ROWKIND_COLUMN = "rowkind"
 _KIND_VALUES = pa.array(kv.ROW_KINDS)

@@ -11,14 +11,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import ScanError
-from changelake.table import data_file, kv, live_files
-from changelake.table.commit import CommitMessage
-from changelake.table.levels import Levels, SortedRun, interval_partition
-from changelake.table.manifest import FILE_SOURCE_COMPACT, DataFileMeta
-from changelake.table.universal_compaction import CompactUnit, UniversalCompaction, pick_full
+from changelake.table.commit.committer import CommitMessage
+from changelake.table.format import data_file, kv
+from changelake.table.format.manifest import FILE_SOURCE_COMPACT, DataFileMeta
+from changelake.table.lsm.levels import Levels, SortedRun, interval_partition
+from changelake.table.lsm.universal import CompactUnit, UniversalCompaction, pick_full
+from changelake.table.read import live_files
 
 if TYPE_CHECKING:
-    from changelake.table.table import Table
+    from changelake.api.table import Table
 
 SMALL_FILE_RATIO = 0.7  # files under 70% of target-file-size are rewritten, not upgraded
 

@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from changelake.errors import CorruptMetadataError
-from changelake.table import binary_row, kv
-from changelake.table.fileio import FileIO
-from changelake.table.manifest import FILE_SOURCE_APPEND, DataFileMeta, SimpleStats
+from changelake.table.format import binary_row, kv
+from changelake.table.format.manifest import FILE_SOURCE_APPEND, DataFileMeta, SimpleStats
+from changelake.table.io.fileio import FileIO
 
 EMPTY_STATS = SimpleStats(
     binary_row.serialize(binary_row.to_bytes([], []), 0),

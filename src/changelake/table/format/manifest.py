@@ -15,7 +15,7 @@ from typing import Any, cast
 import fastavro
 
 from changelake.errors import CorruptMetadataError
-from changelake.table.fileio import FileIO
+from changelake.table.io.fileio import FileIO
 
 ADD = 0
 DELETE = 1

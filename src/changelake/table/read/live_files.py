@@ -7,12 +7,12 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from changelake.table import manifest
-from changelake.table.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta
-from changelake.table.snapshot import Snapshot
+from changelake.table.format import manifest
+from changelake.table.format.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta
+from changelake.table.format.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from changelake.table.table import Table
+    from changelake.api.table import Table
 
 _T = TypeVar("_T")
 _CACHE_SIZE = 512

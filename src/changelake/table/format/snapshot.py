@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
-from changelake.table.fileio import FileIO
-from changelake.table.paths import TablePaths
+from changelake.table.io.fileio import FileIO
+from changelake.table.io.paths import TablePaths
 
 BATCH_COMMIT_IDENTIFIER = 2**63 - 1
 _SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")

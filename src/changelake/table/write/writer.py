@@ -16,16 +16,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import CommitConflictError, OptionError
-from changelake.table import binary_row, bucket, commit, compaction, data_file, kv, live_files, rows, spill
-from changelake.table.commit import CommitMessage
-from changelake.table.levels import Levels
-from changelake.table.manifest import DataFileMeta
-from changelake.table.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
+from changelake.table.commit import committer as commit
+from changelake.table.commit.committer import CommitMessage
+from changelake.table.format import binary_row, bucket, data_file, kv
+from changelake.table.format.manifest import DataFileMeta
+from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
+from changelake.table.lsm import compactor as compaction
+from changelake.table.lsm.levels import Levels
+from changelake.table.read import live_files
+from changelake.table.write import conform as rows
+from changelake.table.write import spill
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from changelake.table.table import Table
+    from changelake.api.table import Table
 
 # Background compactions of different buckets run side by side (up to one per core, at most 4).
 _COMPACTION_THREADS = max(1, min(4, os.cpu_count() or 1))

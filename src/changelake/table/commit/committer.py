@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from changelake.errors import CommitConflictError, SnapshotNotFoundError
-from changelake.table import binary_row, live_files, manifest, manifest_merge, snapshot
-from changelake.table.manifest import ADD, DELETE, DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
-from changelake.table.snapshot import Snapshot
+from changelake.table.commit import manifest_merge
+from changelake.table.format import binary_row, manifest, snapshot
+from changelake.table.format.manifest import ADD, DELETE, DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.read import live_files
 
 if TYPE_CHECKING:
-    from changelake.table.table import Table
+    from changelake.api.table import Table
 
 APPEND = "APPEND"
 COMPACT = "COMPACT"

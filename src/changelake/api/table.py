@@ -19,20 +19,20 @@ from changelake.errors import (
     TagAlreadyExistsError,
     TagNotFoundError,
 )
-from changelake.table import binary_row, kv, snapshot
-from changelake.table.data_file import FileSettings
-from changelake.table.fileio import FileIO
-from changelake.table.merge_engine import MergeEngine
-from changelake.table.options import TableOptions
-from changelake.table.paths import TablePaths, partition_path
-from changelake.table.schema import TableSchema
-from changelake.table.snapshot import Snapshot
+from changelake.options import TableOptions
+from changelake.table.format import binary_row, kv, snapshot
+from changelake.table.format.data_file import FileSettings
+from changelake.table.format.schema import TableSchema
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.io.fileio import FileIO
+from changelake.table.io.paths import TablePaths, partition_path
+from changelake.table.merge.engine import MergeEngine
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 
-    from changelake.table.scan import Scan
-    from changelake.table.write import TableWriter, WriteInput
+    from changelake.api.scan import Scan
+    from changelake.table.write.writer import TableWriter, WriteInput
 
 _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
 _TAG_FILE = re.compile(r"^tag-(.+)$")
@@ -241,14 +241,14 @@ class Table:
         columns: list[str] | None = None,
     ) -> Scan:
         """A merged read of one snapshot (default the latest; or by id, tag or time)."""
-        from changelake.table.scan import Scan
+        from changelake.api.scan import Scan
 
         return Scan(self, snapshot_id=snapshot_id, tag=tag, timestamp_ms=timestamp_ms,
                     filter=filter, columns=columns)
 
     def writer(self, commit_user: str | None = None) -> TableWriter:
         """A writer whose ``commit(identifier)`` lands each identifier at most once per user."""
-        from changelake.table.write import TableWriter
+        from changelake.table.write.writer import TableWriter
 
         return TableWriter(self, commit_user or str(uuid.uuid4()))
 
@@ -256,7 +256,8 @@ class Table:
         """Compact the table's buckets now (all, or those of ``partitions``, each a dict of
         partition values) as a COMPACT snapshot; ``full`` merges every bucket into its top
         level. Returns None when there was nothing to compact."""
-        from changelake.table import commit, compaction
+        from changelake.table.commit import committer as commit
+        from changelake.table.lsm import compactor as compaction
 
         messages = compaction.compact_table(self, full, partitions)
         if not messages:
@@ -266,7 +267,7 @@ class Table:
 
     def write(self, data: WriteInput) -> Snapshot | None:
         """Write rows as one commit and return the new snapshot (None when ``data`` is empty)."""
-        from changelake.table.write import TableWriter
+        from changelake.table.write.writer import TableWriter
 
         with TableWriter(self, str(uuid.uuid4()), wait_compaction=True) as writer:
             writer.write(data)

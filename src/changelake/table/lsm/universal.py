@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from changelake.table.levels import LevelSortedRun
-from changelake.table.manifest import DataFileMeta
+from changelake.table.format.manifest import DataFileMeta
+from changelake.table.lsm.levels import LevelSortedRun
 
 
 @dataclass(frozen=True)

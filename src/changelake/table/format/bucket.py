@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from changelake.table import binary_row
+from changelake.table.format import binary_row
 
 _SEED = 42
 _C1 = np.uint32(0xCC9E2D51)

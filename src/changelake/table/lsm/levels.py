@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from changelake.table.manifest import DataFileMeta
+from changelake.table.format.manifest import DataFileMeta
 
 KeyOf = Callable[[bytes], tuple[Any, ...]]
 

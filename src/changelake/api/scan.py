@@ -14,15 +14,16 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from changelake.errors import ScanError
-from changelake.table import binary_row, data_file, kv, live_files
-from changelake.table.levels import interval_partition
-from changelake.table.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
-from changelake.table.snapshot import Snapshot
+from changelake.table.format import binary_row, data_file, kv
+from changelake.table.format.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.lsm.levels import interval_partition
+from changelake.table.read import live_files
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from changelake.table.table import Table
+    from changelake.api.table import Table
 
 _READ_THREADS = 4
 

@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import DataError, OptionError, RowKindError
-from changelake.table import kv
-from changelake.table.options import parse_bool
-from changelake.table.schema import TableSchema
+from changelake.options import parse_bool
+from changelake.table.format import kv
+from changelake.table.format.schema import TableSchema
 
 DEDUPLICATE = "deduplicate"
 PARTIAL_UPDATE = "partial-update"

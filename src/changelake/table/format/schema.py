@@ -10,7 +10,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from changelake.errors import SchemaError
-from changelake.table import types
+from changelake.table.format import types
 
 SCHEMA_VERSION = 3
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.table import kv
+from changelake.table.format import kv
 
 if TYPE_CHECKING:
-    from changelake.table.table import Table
+    from changelake.api.table import Table
 
 _SPILL_BATCH_ROWS = 64 * 1024
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from changelake import options as table_options
+from changelake.api.table import Table, read_latest_schema
 from changelake.errors import (
     DatabaseAlreadyExistsError,
     DatabaseNotFoundError,
@@ -13,12 +15,10 @@ from changelake.errors import (
     SchemaError,
     TableAlreadyExistsError,
 )
-from changelake.table import options as table_options
-from changelake.table import schema as table_schema
-from changelake.table.fileio import FileIO
-from changelake.table.merge_engine import MergeEngine
-from changelake.table.paths import TablePaths
-from changelake.table.table import Table, read_latest_schema
+from changelake.table.format import schema as table_schema
+from changelake.table.io.fileio import FileIO
+from changelake.table.io.paths import TablePaths
+from changelake.table.merge.engine import MergeEngine
 
 _DB_SUFFIX = ".db"
 _DEFAULT_BUCKETS = "1"

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from changelake.table import live_files, manifest
-from changelake.table.manifest import ADD, ManifestEntry, ManifestFileMeta
+from changelake.table.format import manifest
+from changelake.table.format.manifest import ADD, ManifestEntry, ManifestFileMeta
+from changelake.table.read import live_files
 
 if TYPE_CHECKING:
-    from changelake.table.table import Table
+    from changelake.api.table import Table
 
 WriteManifest = Callable[[Sequence[ManifestEntry]], ManifestFileMeta]
 

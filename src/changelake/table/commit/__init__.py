@@ -1,0 +1,1 @@
+"""Commits: commit messages, conflict checks, manifest compaction, the committer."""

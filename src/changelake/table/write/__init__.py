@@ -1,0 +1,1 @@
+"""The write path: input conforming, bucketing, the sort buffer with spill, the table writer."""
