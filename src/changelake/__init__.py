@@ -2,19 +2,28 @@
 
 from changelake import errors
 from changelake.api.catalog import Catalog, open_table
-from changelake.api.scan import Scan, Split
+from changelake.api.scan import Scan
 from changelake.api.table import Table
+from changelake.api.writer import TableWriter
+from changelake.options import ChangelogProducer, MergeEngineKind, ScanMode, TableOptions
 from changelake.table.commit.committer import CommitMessage
-from changelake.table.format.snapshot import Snapshot
-from changelake.table.write.writer import TableWriter
+from changelake.table.format.kv import RowKind
+from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.read.planner import Split
 
 __all__ = [
     "Catalog",
+    "ChangelogProducer",
+    "CommitKind",
     "CommitMessage",
+    "MergeEngineKind",
+    "RowKind",
     "Scan",
+    "ScanMode",
     "Snapshot",
     "Split",
     "Table",
+    "TableOptions",
     "TableWriter",
     "errors",
     "open_table",

@@ -1,10 +1,61 @@
-"""Errors raised by changelake; every one derives from :class:`ChangelakeError`."""
+"""Errors raised by changelake; every one derives from :class:`ChangelakeError`.
+
+An error carries what it is about as fields (``table``, ``option``, ``column``, ``file``), so
+callers can act on them without parsing messages; its text names them, formatted here once.
+"""
 
 from __future__ import annotations
+
+import copy
+from typing import Self
 
 
 class ChangelakeError(Exception):
     """Base class of every error changelake raises on purpose."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        option: str | None = None,
+        column: str | None = None,
+        file: str | None = None,
+    ) -> None:
+        self.message = message
+        self.table = table
+        self.option = option
+        self.column = column
+        self.file = file
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.table is not None:
+            parts.append(f"table {self.table}")
+        if self.option is not None:
+            parts.append(f"option {self.option!r}")
+        if self.column is not None:
+            parts.append(f"column {self.column!r}")
+        if self.file is not None:
+            parts.append(f"file {self.file}")
+        return ": ".join([*parts, self.message])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        fields = {"table": self.table, "option": self.option, "column": self.column, "file": self.file}
+        return (_restore, (type(self), self.message, fields))
+
+    def in_table(self, table: str) -> Self:
+        """The same error naming ``table`` (for errors raised where the table is not known)."""
+        if self.table is not None:
+            return self
+        named = copy.copy(self)
+        named.table = table
+        return named
+
+
+def _restore(kind: type[ChangelakeError], message: str, fields: dict[str, str | None]) -> ChangelakeError:
+    return kind(message, **fields)
 
 
 class DatabaseNotFoundError(ChangelakeError):

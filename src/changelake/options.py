@@ -1,14 +1,63 @@
-"""Paimon table options: names, defaults and parsing, with a did-you-mean for typos."""
+"""Table options: every option changelake knows, declared once (Paimon's key, the value's type,
+Paimon's default, the parser, a line of doc) and parsed once into a frozen :class:`TableOptions`.
+
+Unknown keys are rejected when a table is created (with a did-you-mean); opening a table that
+another Paimon writer created tolerates keys changelake does not know.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from changelake.errors import OptionError
+
+
+class MergeEngineKind(enum.StrEnum):
+    """``merge-engine``: how the rows of one primary key merge."""
+
+    DEDUPLICATE = "deduplicate"
+    PARTIAL_UPDATE = "partial-update"
+    AGGREGATION = "aggregation"
+    FIRST_ROW = "first-row"
+
+
+class ChangelogProducer(enum.StrEnum):
+    """``changelog-producer``: where a table's changelog comes from."""
+
+    NONE = "none"
+    INPUT = "input"
+    LOOKUP = "lookup"
+    FULL_COMPACTION = "full-compaction"
+
+
+class ScanMode(enum.StrEnum):
+    """``scan.mode``: where a streaming read starts."""
+
+    DEFAULT = "default"
+    LATEST_FULL = "latest-full"
+    FULL = "full"
+    LATEST = "latest"
+    COMPACTED_FULL = "compacted-full"
+    FROM_TIMESTAMP = "from-timestamp"
+    FROM_SNAPSHOT = "from-snapshot"
+    FROM_SNAPSHOT_FULL = "from-snapshot-full"
+    INCREMENTAL = "incremental"
+
+
+class SortOrder(enum.StrEnum):
+    """``sequence.field.sort-order``."""
+
+    ASCENDING = "ascending"
+    DESCENDING = "descending"
+
+
+# -- value parsers --------------------------------------------------------------------------
 
 _MEMORY_UNITS = {
     "b": 1, "bytes": 1,
@@ -44,6 +93,7 @@ def parse_duration_ms(text: str) -> int:
 
 
 def parse_bool(text: str) -> bool:
+    """``true`` or ``false`` (any case)."""
     lowered = text.strip().lower()
     if lowered not in ("true", "false"):
         raise ValueError(f"{text!r} is not 'true' or 'false'")
@@ -54,31 +104,17 @@ def _int(text: str) -> int:
     return int(text.strip())
 
 
-def _enum(*choices: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
-        return value
-
-    return parse
-
-
-def _text(text: str) -> str:
-    return text
+def _positive_int(text: str) -> int:
+    value = int(text.strip())
+    if value <= 0:
+        raise ValueError(f"{text!r} must be positive")
+    return value
 
 
 def _percent(text: str) -> int:
     value = int(text.strip())
     if value < 0:
         raise ValueError(f"{text!r} must not be negative")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text.strip())
-    if value <= 0:
-        raise ValueError(f"{text!r} must be positive")
     return value
 
 
@@ -89,91 +125,77 @@ def _bucket(text: str) -> int:
     return value
 
 
-# Every option key changelake accepts at create_table, with the parser that validates it.
-# Unknown keys are rejected there; opening an existing table tolerates them.
-KNOWN: dict[str, Callable[[str], Any]] = {
-    "bucket": _bucket,
-    "bucket-key": _text,
-    "path": _text,
-    "rowkind.field": _text,
-    "file.format": _enum("parquet", "orc", "avro"),
-    "file.compression": _enum("zstd", "snappy", "gzip", "lz4", "none", "uncompressed", "brotli"),
-    "file.compression.zstd-level": _int,
-    "manifest.format": _enum("avro"),
-    "manifest.compression": _enum("zstd", "snappy", "deflate", "null", "none"),
-    "manifest.target-file-size": parse_memory_size,
-    "manifest.merge-min-count": _positive_int,
-    "manifest.full-compaction-threshold-size": parse_memory_size,
-    "target-file-size": parse_memory_size,
-    "write-buffer-size": parse_memory_size,
-    "write-buffer-spillable": parse_bool,
-    "write-buffer-spill.max-disk-size": parse_memory_size,
-    "write-only": parse_bool,
-    "write-manifest-cache": parse_memory_size,
-    "page-size": parse_memory_size,
-    "num-levels": _positive_int,
-    "num-sorted-run.compaction-trigger": _positive_int,
-    "num-sorted-run.stop-trigger": _positive_int,
-    "compaction.max-size-amplification-percent": _percent,
-    "compaction.size-ratio": _percent,
-    "compaction.optimization-interval": parse_duration_ms,
-    "full-compaction.delta-commits": _positive_int,
-    "commit.force-compact": parse_bool,
-    "commit.max-retries": _positive_int,
-    "commit.timeout": parse_duration_ms,
-    "commit.user-prefix": _text,
-    "merge-engine": _enum("deduplicate", "partial-update", "aggregation", "first-row"),
-    "sequence.field": _text,
-    "sequence.field.sort-order": _enum("ascending", "descending"),
-    "ignore-delete": parse_bool,
-    "partial-update.remove-record-on-delete": parse_bool,
-    "aggregation.remove-record-on-delete": parse_bool,
-    "partial-update.remove-record-on-sequence-group": _text,
-    "fields.default-aggregate-function": _text,
-    "changelog-producer": _enum("none", "input", "lookup", "full-compaction"),
-    "changelog-producer.row-deduplicate": parse_bool,
-    "changelog-producer.row-deduplicate-ignore-fields": _text,
-    "lookup-wait": parse_bool,
-    "source.split.target-size": parse_memory_size,
-    "source.split.open-file-cost": parse_memory_size,
-    "scan.mode": _enum(
-        "default", "latest-full", "full", "latest", "compacted-full",
-        "from-timestamp", "from-snapshot", "from-snapshot-full", "incremental",
-    ),
-    "scan.snapshot-id": _int,
-    "scan.tag-name": _text,
-    "scan.timestamp-millis": _int,
-    "scan.timestamp": _text,
-    "scan.plan-sort-partition": parse_bool,
-    "consumer-id": _text,
-    "consumer.expiration-time": parse_duration_ms,
-    "snapshot.num-retained.min": _positive_int,
-    "snapshot.num-retained.max": _positive_int,
-    "snapshot.time-retained": parse_duration_ms,
-    "snapshot.expire.limit": _positive_int,
-    "changelog.num-retained.min": _positive_int,
-    "changelog.num-retained.max": _positive_int,
-    "changelog.time-retained": parse_duration_ms,
-    "partition.default-name": _text,
-    "partition.legacy-name": parse_bool,
-    "metadata.stats-mode": _text,
-    "deletion-vectors.enabled": parse_bool,
-    "dynamic-bucket.target-row-num": _int,
-    "local-sort.max-num-file-handles": _positive_int,
-    "sort-spill-threshold": _positive_int,
-    "spill-compression": _text,
-    "data-file.prefix": _text,
-    "changelog-file.prefix": _text,
-    "file-index.read.enabled": parse_bool,
-    "parquet.block.size": parse_memory_size,
-    "parquet.enable.dictionary": parse_bool,
-    "owner": _text,
-    "comment": _text,
-    "tag.automatic-creation": _text,
-    "commit-user": _text,
-    "record-level.expire-time": parse_duration_ms,
-}
+def _compression(text: str) -> str:
+    value = _choice("zstd", "snappy", "gzip", "lz4", "none", "uncompressed", "brotli")(text)
+    return "none" if value == "uncompressed" else value
 
+
+def _text(text: str) -> str:
+    return text
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of column names."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+
+
+def _member(kind: type[_E]) -> Callable[[str], _E]:
+    def parse(text: str) -> _E:
+        try:
+            return kind(text.strip().lower())
+        except ValueError:
+            raise ValueError(f"{text!r} is not one of {', '.join(m.value for m in kind)}") from None
+
+    return parse
+
+
+# -- the registry ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One Paimon option: its key, parser, default (Paimon's text, or derived from other
+    options, or none) and what it does."""
+
+    key: str
+    parse: Callable[[str], Any]
+    default: str | None
+    doc: str
+    derive: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def value(self, text: str, table: str) -> Any:
+        try:
+            return self.parse(text)
+        except (ValueError, TypeError) as exc:
+            raise OptionError(f"has invalid value {text!r}: {exc}", table=table, option=self.key) from None
+
+
+def _option(
+    key: str,
+    parse: Callable[[str], Any],
+    default: str | None,
+    doc: str,
+    *,
+    derive: Callable[[Mapping[str, Any]], Any] | None = None,
+) -> Any:
+    spec = OptionSpec(key, parse, default, doc, derive)
+    return dataclasses.field(default=None if default is None else parse(default), metadata={"option": spec})
+
+
+# ``fields.<names>.<setting>`` options (merge engines) and prefixed families accepted as they are.
 _FIELD_OPTION = re.compile(
     r"^fields\.[^.]+(?:,[^.]+)*\.(aggregate-function|sequence-group|ignore-retract|"
     r"default-value|distinct|list-agg-delimiter|nested-key|count-limit)$"
@@ -181,146 +203,272 @@ _FIELD_OPTION = re.compile(
 _PREFIXED_OPTION = re.compile(r"^(file\.compression\.per\.level|file\.format\.per\.level|format-table\.|fs\.|s3\.)")
 
 
-def validate_new(options: Mapping[str, str], table: str) -> dict[str, str]:
-    """Check a new table's options: known keys only, every value parses. Returns a copy."""
-    checked: dict[str, str] = {}
-    for key, value in options.items():
-        if not isinstance(value, str):
-            raise OptionError(f"table {table}: option {key!r} must be a string, got {value!r}")
-        if key in KNOWN:
-            _parse(key, value, table)
-        elif not (_FIELD_OPTION.match(key) or _PREFIXED_OPTION.match(key)):
-            hint = difflib.get_close_matches(key, KNOWN, n=1)
-            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise OptionError(f"table {table}: unknown option {key!r}{suggestion}")
-        checked[key] = value
-    return checked
-
-
-def _parse(key: str, value: str, table: str) -> Any:
-    try:
-        return KNOWN[key](value)
-    except (ValueError, TypeError) as exc:
-        raise OptionError(f"table {table}: option {key!r} has invalid value {value!r}: {exc}") from None
-
-
 @dataclass(frozen=True)
 class TableOptions:
-    """The options changelake acts on, parsed, with Paimon's defaults."""
+    """A table's options parsed with Paimon's defaults (``raw`` keeps them as stored)."""
 
-    raw: Mapping[str, str]
-    table: str
+    raw: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    table: str = ""
 
-    def get(self, key: str, default: str) -> Any:
-        """Parsed value of ``key``, or of ``default`` when the table does not set it."""
-        return _parse(key, self.raw.get(key, default), self.table)
+    # layout
+    bucket: int = _option("bucket", _bucket, "-1", "Number of buckets; changelake writes fixed buckets (>= 1).")
+    bucket_key: tuple[str, ...] = _option(
+        "bucket-key", _names, "", "Columns hashed to pick the bucket (default: the primary key minus partition keys)."
+    )
+    path: str | None = _option("path", _text, None, "The table's location (set by catalogs).")
+    partition_default_name: str = _option(
+        "partition.default-name", _text, "__DEFAULT_PARTITION__", "Directory name of null or blank partition values."
+    )
+    partition_legacy_name: bool = _option(
+        "partition.legacy-name", parse_bool, "true", "Legacy partition directory names (dates as day numbers)."
+    )
+    data_file_prefix: str = _option("data-file.prefix", _text, "data-", "File name prefix of data files.")
+    changelog_file_prefix: str = _option(
+        "changelog-file.prefix", _text, "changelog-", "File name prefix of changelog files."
+    )
+    # files
+    file_format: str = _option("file.format", _choice("parquet", "orc", "avro"), "parquet", "Data file format.")
+    file_compression: str = _option(
+        "file.compression",
+        _compression,
+        "zstd",
+        "Compression of data files.",
+    )
+    zstd_level: int = _option("file.compression.zstd-level", _int, "1", "zstd level of data files.")
+    target_file_size: int = _option(
+        "target-file-size", parse_memory_size, "128 mb", "Data files roll over at this size."
+    )
+    parquet_dictionary: bool = _option(
+        "parquet.enable.dictionary", parse_bool, "true", "Dictionary-encode string and binary columns."
+    )
+    parquet_block_size: int = _option("parquet.block.size", parse_memory_size, "128 mb", "Parquet row group size.")
+    page_size: int = _option("page-size", parse_memory_size, "64 kb", "Memory page size.")
+    metadata_stats_mode: str = _option(
+        "metadata.stats-mode", _text, "truncate(16)", "Value statistics kept in manifests."
+    )
+    file_index_read_enabled: bool = _option("file-index.read.enabled", parse_bool, "true", "Use file indexes on read.")
+    # manifests
+    manifest_format: str = _option("manifest.format", _choice("avro"), "avro", "Manifest file format.")
+    manifest_compression: str = _option(
+        "manifest.compression",
+        _choice("zstd", "snappy", "deflate", "null", "none"),
+        "zstd",
+        "Compression of manifests and manifest lists.",
+    )
+    manifest_target_file_size: int = _option(
+        "manifest.target-file-size", parse_memory_size, "8 mb", "Manifests are merged up to this size."
+    )
+    manifest_merge_min_count: int = _option(
+        "manifest.merge-min-count", _positive_int, "30", "Small manifests merged once this many pile up."
+    )
+    manifest_full_compaction_size: int = _option(
+        "manifest.full-compaction-threshold-size",
+        parse_memory_size,
+        "16 mb",
+        "Small or delete-carrying manifests of this total size trigger a full manifest rewrite.",
+    )
+    write_manifest_cache: int = _option("write-manifest-cache", parse_memory_size, "0 b", "Manifest cache of writers.")
+    # write buffer
+    write_buffer_size: int = _option(
+        "write-buffer-size", parse_memory_size, "256 mb", "Rows buffered in memory before they are sorted and flushed."
+    )
+    write_buffer_spillable: bool = _option(
+        "write-buffer-spillable", parse_bool, "true", "Spill full buffers to local disk (merged at commit)."
+    )
+    write_buffer_spill_max_disk_size: int | None = _option(
+        "write-buffer-spill.max-disk-size", parse_memory_size, None, "Bound on spilled bytes."
+    )
+    local_sort_max_file_handles: int = _option(
+        "local-sort.max-num-file-handles", _positive_int, "128", "Spill files merged at once."
+    )
+    sort_spill_threshold: int | None = _option(
+        "sort-spill-threshold", _positive_int, None, "Sorted runs that force a spill merge."
+    )
+    spill_compression: str = _option("spill-compression", _text, "zstd", "Compression of spill files.")
+    # compaction
+    write_only: bool = _option("write-only", parse_bool, "false", "Writers never compact.")
+    compaction_trigger: int = _option(
+        "num-sorted-run.compaction-trigger", _positive_int, "5", "Sorted runs that trigger a compaction."
+    )
+    stop_trigger: int = _option(
+        "num-sorted-run.stop-trigger",
+        _positive_int,
+        None,
+        "Sorted runs past which writes wait for compaction (default: compaction-trigger + 3).",
+        derive=lambda o: o["compaction_trigger"] + 3,
+    )
+    num_levels: int = _option(
+        "num-levels",
+        _positive_int,
+        None,
+        "LSM levels per bucket (default: compaction-trigger + 1).",
+        derive=lambda o: o["compaction_trigger"] + 1,
+    )
+    max_size_amplification_percent: int = _option(
+        "compaction.max-size-amplification-percent",
+        _percent,
+        "200",
+        "Size amplification that triggers a full compaction of a bucket.",
+    )
+    size_ratio: int = _option(
+        "compaction.size-ratio", _percent, "1", "Size ratio (percent) under which sorted runs are compacted together."
+    )
+    compaction_optimization_interval: int | None = _option(
+        "compaction.optimization-interval", parse_duration_ms, None, "Interval of optimizing full compactions."
+    )
+    full_compaction_delta_commits: int | None = _option(
+        "full-compaction.delta-commits", _positive_int, None, "A writer fully compacts every this many commits."
+    )
+    commit_force_compact: bool = _option(
+        "commit.force-compact", parse_bool, "false", "Every commit waits for its compaction."
+    )
+    # commits
+    commit_max_retries: int = _option(
+        "commit.max-retries", _positive_int, "10", "Lost commit races retried before giving up."
+    )
+    commit_timeout: int | None = _option("commit.timeout", parse_duration_ms, None, "Bound on a commit's retries.")
+    commit_user_prefix: str | None = _option("commit.user-prefix", _text, None, "Prefix of generated commit users.")
+    commit_user: str | None = _option("commit-user", _text, None, "The commit user of streaming writers.")
+    # merging
+    merge_engine: MergeEngineKind = _option(
+        "merge-engine", _member(MergeEngineKind), "deduplicate", "How rows of one key merge."
+    )
+    sequence_field: tuple[str, ...] = _option(
+        "sequence.field", _names, "", "Columns that order the rows of a key (instead of commit order)."
+    )
+    sequence_sort_order: SortOrder = _option(
+        "sequence.field.sort-order", _member(SortOrder), "ascending", "Order of sequence.field values."
+    )
+    ignore_delete: bool = _option("ignore-delete", parse_bool, "false", "Drop -U/-D input rows.")
+    partial_update_remove_record_on_delete: bool = _option(
+        "partial-update.remove-record-on-delete", parse_bool, "false", "partial-update: a -D removes the record."
+    )
+    aggregation_remove_record_on_delete: bool = _option(
+        "aggregation.remove-record-on-delete", parse_bool, "false", "aggregation: a -D removes the record."
+    )
+    partial_update_remove_record_on_sequence_group: tuple[str, ...] = _option(
+        "partial-update.remove-record-on-sequence-group",
+        _names,
+        "",
+        "partial-update: a -D newer in this sequence group removes the record.",
+    )
+    default_aggregate_function: str | None = _option(
+        "fields.default-aggregate-function", _text, None, "aggregation: the function of columns without their own."
+    )
+    rowkind_field: str | None = _option(
+        "rowkind.field", _text, None, "A stored string column giving each input row's kind (+I/-U/+U/-D)."
+    )
+    record_level_expire_time: int | None = _option(
+        "record-level.expire-time", parse_duration_ms, None, "Records older than this expire."
+    )
+    # changelog
+    changelog_producer: ChangelogProducer = _option(
+        "changelog-producer", _member(ChangelogProducer), "none", "Where the table's changelog comes from."
+    )
+    changelog_row_deduplicate: bool = _option(
+        "changelog-producer.row-deduplicate", parse_bool, "false", "Suppress -U/+U pairs with equal values."
+    )
+    changelog_row_deduplicate_ignore_fields: tuple[str, ...] = _option(
+        "changelog-producer.row-deduplicate-ignore-fields", _names, "", "Columns ignored by row-deduplicate."
+    )
+    lookup_wait: bool = _option("lookup-wait", parse_bool, "true", "Commits wait for lookup compaction.")
+    deletion_vectors_enabled: bool = _option(
+        "deletion-vectors.enabled", parse_bool, "false", "Deletion vectors instead of merge-on-read."
+    )
+    dynamic_bucket_target_row_num: int = _option(
+        "dynamic-bucket.target-row-num", _int, "2000000", "Rows per bucket in dynamic bucket mode."
+    )
+    # reads
+    split_target_size: int = _option(
+        "source.split.target-size", parse_memory_size, "128 mb", "Splits are packed up to this size."
+    )
+    split_open_file_cost: int = _option(
+        "source.split.open-file-cost", parse_memory_size, "4 mb", "Least weight of a file when packing splits."
+    )
+    scan_mode: ScanMode = _option("scan.mode", _member(ScanMode), "default", "Where a streaming read starts.")
+    scan_snapshot_id: int | None = _option("scan.snapshot-id", _int, None, "Snapshot a scan starts from.")
+    scan_tag_name: str | None = _option("scan.tag-name", _text, None, "Tag a scan reads.")
+    scan_timestamp_millis: int | None = _option("scan.timestamp-millis", _int, None, "Time a scan starts from.")
+    scan_timestamp: str | None = _option("scan.timestamp", _text, None, "Time a scan starts from, as text.")
+    scan_plan_sort_partition: bool = _option(
+        "scan.plan-sort-partition", parse_bool, "false", "Order splits by partition."
+    )
+    consumer_id: str | None = _option("consumer-id", _text, None, "Records a stream's progress under this id.")
+    consumer_expiration_time: int | None = _option(
+        "consumer.expiration-time", parse_duration_ms, None, "Consumers idle this long are dropped."
+    )
+    # retention
+    snapshot_num_retained_min: int = _option(
+        "snapshot.num-retained.min", _positive_int, "10", "Snapshots always kept."
+    )
+    snapshot_num_retained_max: int = _option(
+        "snapshot.num-retained.max", _positive_int, str(2**31 - 1), "Snapshots kept at most."
+    )
+    snapshot_time_retained: int = _option(
+        "snapshot.time-retained", parse_duration_ms, "1 h", "Snapshots younger than this are kept."
+    )
+    snapshot_expire_limit: int = _option(
+        "snapshot.expire.limit", _positive_int, "50", "Snapshots expired at most per run."
+    )
+    changelog_num_retained_min: int | None = _option(
+        "changelog.num-retained.min", _positive_int, None, "Changelogs always kept."
+    )
+    changelog_num_retained_max: int | None = _option(
+        "changelog.num-retained.max", _positive_int, None, "Changelogs kept at most."
+    )
+    changelog_time_retained: int | None = _option(
+        "changelog.time-retained", parse_duration_ms, None, "Changelogs younger than this are kept."
+    )
+    tag_automatic_creation: str = _option("tag.automatic-creation", _text, "none", "Automatic tag creation.")
+    # descriptive
+    owner: str | None = _option("owner", _text, None, "The table's owner.")
+    comment: str | None = _option("comment", _text, None, "A comment on the table.")
 
-    @property
-    def bucket(self) -> int:
-        return int(self.get("bucket", "-1"))
+    @staticmethod
+    def specs() -> list[OptionSpec]:
+        """Every declared option, in declaration order."""
+        return [f.metadata["option"] for f in dataclasses.fields(TableOptions) if "option" in f.metadata]
 
-    @property
-    def bucket_key(self) -> tuple[str, ...]:
-        text = self.raw.get("bucket-key", "")
-        return tuple(k.strip() for k in text.split(",") if k.strip())
-
-    @property
-    def rowkind_field(self) -> str | None:
-        return self.raw.get("rowkind.field") or None
-
-    @property
-    def file_compression(self) -> str:
-        value = str(self.get("file.compression", "zstd"))
-        return "none" if value == "uncompressed" else value
-
-    @property
-    def zstd_level(self) -> int:
-        return int(self.get("file.compression.zstd-level", "1"))
-
-    @property
-    def manifest_compression(self) -> str:
-        return str(self.get("manifest.compression", "zstd"))
-
-    @property
-    def partition_default_name(self) -> str:
-        return self.raw.get("partition.default-name", "__DEFAULT_PARTITION__")
-
-    @property
-    def partition_legacy_name(self) -> bool:
-        return bool(self.get("partition.legacy-name", "true"))
-
-    @property
-    def target_file_size(self) -> int:
-        return int(self.get("target-file-size", "128 mb"))
-
-    @property
-    def commit_max_retries(self) -> int:
-        return int(self.get("commit.max-retries", "10"))
+    @classmethod
+    def parse(cls, raw: Mapping[str, str], *, table: str, new: bool = False) -> TableOptions:
+        """Parse every declared option of ``raw`` (defaults for the others). With ``new`` (a
+        table being created), unknown keys and non-string values are rejected too."""
+        if new:
+            _check_keys(raw, table)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            spec: OptionSpec | None = f.metadata.get("option")
+            if spec is None:
+                continue
+            text = raw.get(spec.key)
+            if text is not None:
+                values[f.name] = spec.value(text, table)
+            elif spec.derive is not None:
+                values[f.name] = spec.derive(values)
+            else:
+                values[f.name] = f.default
+        return cls(raw=dict(raw), table=table, **values)
 
 
-    @property
-    def merge_engine(self) -> str:
-        return str(self.get("merge-engine", "deduplicate"))
+_KEYS = frozenset(spec.key for spec in TableOptions.specs())
 
-    @property
-    def compaction_trigger(self) -> int:
-        return int(self.get("num-sorted-run.compaction-trigger", "5"))
 
-    @property
-    def stop_trigger(self) -> int:
-        return int(self.get("num-sorted-run.stop-trigger", str(self.compaction_trigger + 3)))
+def _check_keys(raw: Mapping[str, str], table: str) -> None:
+    for key, value in raw.items():
+        if not isinstance(value, str):
+            raise OptionError(f"must be a string, got {value!r}", table=table, option=key)
+        if key not in _KEYS and not (_FIELD_OPTION.match(key) or _PREFIXED_OPTION.match(key)):
+            hint = difflib.get_close_matches(key, _KEYS, n=1)
+            raise OptionError("is unknown" + (f"; did you mean {hint[0]!r}?" if hint else ""), table=table, option=key)
 
-    @property
-    def num_levels(self) -> int:
-        return int(self.get("num-levels", str(self.compaction_trigger + 1)))
 
-    @property
-    def max_size_amplification_percent(self) -> int:
-        return int(self.get("compaction.max-size-amplification-percent", "200"))
-
-    @property
-    def size_ratio(self) -> int:
-        return int(self.get("compaction.size-ratio", "1"))
-
-    @property
-    def write_only(self) -> bool:
-        return bool(self.get("write-only", "false"))
-
-    @property
-    def full_compaction_delta_commits(self) -> int | None:
-        if "full-compaction.delta-commits" not in self.raw:
-            return None
-        return int(self.get("full-compaction.delta-commits", "1"))
-
-    @property
-    def commit_force_compact(self) -> bool:
-        return bool(self.get("commit.force-compact", "false"))
-
-    @property
-    def write_buffer_size(self) -> int:
-        return int(self.get("write-buffer-size", "256 mb"))
-
-    @property
-    def write_buffer_spillable(self) -> bool:
-        return bool(self.get("write-buffer-spillable", "true"))
-
-    @property
-    def split_target_size(self) -> int:
-        return int(self.get("source.split.target-size", "128 mb"))
-
-    @property
-    def split_open_file_cost(self) -> int:
-        return int(self.get("source.split.open-file-cost", "4 mb"))
-
-    @property
-    def manifest_target_file_size(self) -> int:
-        return int(self.get("manifest.target-file-size", "8 mb"))
-
-    @property
-    def manifest_merge_min_count(self) -> int:
-        return int(self.get("manifest.merge-min-count", "30"))
-
-    @property
-    def manifest_full_compaction_size(self) -> int:
-        return int(self.get("manifest.full-compaction-threshold-size", "16 mb"))
-
+def markdown_table() -> str:
+    """Every option as a Markdown table (key, default, description), for ``docs/options.md``."""
+    lines = ["| option | default | what it does |", "|---|---|---|"]
+    for spec in TableOptions.specs():
+        if spec.default is not None:
+            default = f"`{spec.default}`" if spec.default else "(empty)"
+        else:
+            default = "(derived)" if spec.derive is not None else "(none)"
+        lines.append(f"| `{spec.key}` | {default} | {spec.doc} |")
+    return "\n".join(lines) + "\n"

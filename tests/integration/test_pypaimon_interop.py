@@ -124,7 +124,7 @@ def _assert_compacted(table: cl.Table) -> None:
     assert any(s.commit_kind == "COMPACT" for s in table.snapshots()), "no COMPACT snapshot"
     latest = table.latest_snapshot()
     assert latest is not None
-    levels = [e.file.level for e in live_entries(table, latest)]
+    levels = [e.file.level for e in live_entries(table.context, latest)]
     assert max(levels) > 0, f"no live file above level 0 in snapshot {latest.id}: {levels}"
 
 
@@ -300,7 +300,7 @@ def test_changelake_reads_every_pypaimon_snapshot(tmp_path: Any) -> None:
     by_path = cl.open_table(str(tmp_path / "db.db" / "t"))
     assert by_catalog.primary_keys == ["dt", "id"]
     assert by_catalog.partition_keys == ["dt"]
-    assert by_catalog.config.bucket == 2
+    assert by_catalog.context.options.bucket == 2
     assert len(by_catalog.scan(snapshot_id=1).plan()) == len(PARTITIONS) * 2
     assert [s.id for s in by_catalog.snapshots()] == list(range(1, len(commits) + 1))
     for snapshot_id, want in enumerate(expected, start=1):

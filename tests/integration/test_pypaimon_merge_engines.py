@@ -82,7 +82,7 @@ def _ours(table: cl.Table, snapshot_id: int | None = None) -> list[Row]:
 def _levels(table: cl.Table) -> set[int]:
     latest = table.latest_snapshot()
     assert latest is not None
-    return {e.file.level for e in live_entries(table, latest)}
+    return {e.file.level for e in live_entries(table.context, latest)}
 
 
 class Model:
@@ -402,7 +402,7 @@ def test_pypaimon_reads_changelake_first_row_snapshots_after_full_compactions(tm
     compared = 0
     for snapshot_id, want in expected.items():
         assert _ours(table, snapshot_id) == want, f"changelake snapshot {snapshot_id} differs from the model"
-        if 0 in {e.file.level for e in live_entries(table, table.snapshot(snapshot_id))}:
+        if 0 in {e.file.level for e in live_entries(table.context, table.snapshot(snapshot_id))}:
             continue
         assert _paimon_read(warehouse, "db.t", snapshot_id) == want, f"pypaimon reads snapshot {snapshot_id}"
         compared += 1

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
+from changelake.table.write.writer import TableWrite
 from changelake.table.commit import committer as table_commit
 from changelake.table.read import live_files
 
@@ -69,8 +70,8 @@ def _referenced_metadata(table: cl.Table) -> set[str]:
     for snap in table.snapshots():
         for list_name in (snap.base_manifest_list, snap.delta_manifest_list):
             names.add(list_name)
-            names.update(meta.file_name for meta in live_files.manifest_list(table, list_name))
-    return {table.paths.manifest(n) for n in names}
+            names.update(meta.file_name for meta in live_files.manifest_list(table.context, list_name))
+    return {table.context.paths.manifest(n) for n in names}
 
 
 def _live_data_files(table: cl.Table) -> set[str]:
@@ -80,8 +81,8 @@ def _live_data_files(table: cl.Table) -> set[str]:
 def _referenced_data_files(table: cl.Table) -> set[str]:
     """Every data file live in some snapshot (compaction leaves the files it replaced to the
     older snapshots)."""
-    return {f"{table.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
-            for snap in table.snapshots() for e in live_files.live_entries(table, snap)}
+    return {f"{table.context.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
+            for snap in table.snapshots() for e in live_files.live_entries(table.context, snap)}
 
 
 def _check_all_landed(table: cl.Table) -> None:
@@ -98,7 +99,7 @@ def _check_all_landed(table: cl.Table) -> None:
     appended: set[tuple[str, int]] = set()
     compacted: set[tuple[str, int]] = set()
     for snap in snapshots:
-        assert os.path.isfile(table.paths.snapshot(snap.id))
+        assert os.path.isfile(table.context.paths.snapshot(snap.id))
         commit = (snap.commit_user, snap.commit_identifier)
         if snap.commit_kind == "APPEND":
             assert commit not in appended
@@ -111,7 +112,7 @@ def _check_all_landed(table: cl.Table) -> None:
         assert snap.total_record_count == len(appended) * ROWS_PER_BATCH
     latest = table.latest_snapshot()
     assert latest is not None and latest.id == len(snapshots)
-    leftovers = [n for n in os.listdir(table.paths.snapshot_dir) if not _SNAPSHOT_DIR_ENTRY.match(n)]
+    leftovers = [n for n in os.listdir(table.context.paths.snapshot_dir) if not _SNAPSHOT_DIR_ENTRY.match(n)]
     assert not leftovers, f"temporary files left in the snapshot directory: {leftovers}"
 
     # Every snapshot holds all rows of the snapshot before it: an APPEND one adds a whole
@@ -149,20 +150,20 @@ def _check_levels(table: cl.Table) -> None:
     latest = table.latest_snapshot()
     assert latest is not None
     runs: dict[tuple[bytes, int, int], list[Any]] = {}
-    for e in live_files.live_entries(table, latest):
+    for e in live_files.live_entries(table.context, latest):
         if e.file.level > 0:
             runs.setdefault((e.partition, e.bucket, e.file.level), []).append(e.file)
     for files in runs.values():
-        ordered = sorted(files, key=lambda f: table.key_of(f.min_key))
+        ordered = sorted(files, key=lambda f: table.context.key_of(f.min_key))
         for left, right in itertools.pairwise(ordered):
-            assert table.key_of(left.max_key) < table.key_of(right.min_key), "files of one level overlap"
+            assert table.context.key_of(left.max_key) < table.context.key_of(right.min_key), "files of one level overlap"
 
 
 def _check_no_orphans(table: cl.Table) -> None:
     on_disk = _parquet_files(table)
     assert _live_data_files(table) <= on_disk, "live data files are missing"
     assert on_disk == _referenced_data_files(table), "data files no snapshot refers to"
-    assert _files(table.paths.manifest_dir, "") == _referenced_metadata(table)
+    assert _files(table.context.paths.manifest_dir, "") == _referenced_metadata(table)
 
 
 def test_threads_commit_concurrently(tmp_path: Path) -> None:
@@ -219,17 +220,17 @@ def test_conflicting_compaction_is_dropped(tmp_path: Path, winner: str) -> None:
     output is deleted, no row is lost."""
     table = _create(tmp_path)
     table.write(_batch(3, 0))
-    loser = table.writer(commit_user="loser")
+    loser = TableWrite(table.context, "loser")
     loser.write(_batch(1, 0))
     messages = loser.prepare(full_compaction=True)  # restores (and compacts) snapshot 1's files
-    void = {f"{m.bucket_dir(table)}/{f.file_name}" for m in messages for f in m.compact_after
+    void = {f"{m.bucket_dir(table.context)}/{f.file_name}" for m in messages for f in m.compact_after
             if f not in m.compact_before}
     assert void and void <= _parquet_files(table)
 
     if winner == "writer":
-        other = table.writer(commit_user="winner")
+        other = TableWrite(table.context, "winner")
         other.write(_batch(0, 0))
-        won = table_commit.commit(table, other.prepare(full_compaction=True), "winner", 1,
+        won = table_commit.commit(table.context, other.prepare(full_compaction=True), "winner", 1,
                                   compact_conflicts_fatal=False)
         assert [s.commit_kind for s in won] == ["APPEND", "COMPACT"]
         batches = [(3, 0), (0, 0), (1, 0)]
@@ -240,7 +241,7 @@ def test_conflicting_compaction_is_dropped(tmp_path: Path, winner: str) -> None:
     before = table.latest_snapshot()
     assert before is not None
 
-    landed = table_commit.commit(table, messages, "loser", 1, compact_conflicts_fatal=False)
+    landed = table_commit.commit(table.context, messages, "loser", 1, compact_conflicts_fatal=False)
     assert [(s.id, s.commit_kind) for s in landed] == [(before.id + 1, "APPEND")]
     assert [s.id for s in table.snapshots()] == list(range(1, before.id + 2))
     assert not void & _parquet_files(table), "the void compaction left its files behind"
@@ -257,7 +258,7 @@ def test_conflicting_compaction_is_dropped(tmp_path: Path, winner: str) -> None:
 
 def _state(table: cl.Table) -> tuple[list[int], list[dict[str, Any]], set[str], set[str]]:
     return ([s.id for s in table.snapshots()], _rows(table), _parquet_files(table),
-            _files(table.paths.manifest_dir, ""))
+            _files(table.context.paths.manifest_dir, ""))
 
 
 def test_replayed_identifier_is_skipped(tmp_path: Path) -> None:
@@ -332,7 +333,7 @@ def test_replay_skipped_after_files_were_written_leaves_no_orphans(tmp_path: Pat
     table = _create(tmp_path)
     table.write(_batch(3, 0))
     rows = _batch(0, 0)
-    slow = table.writer(commit_user="job-1")
+    slow = TableWrite(table.context, "job-1")
     slow.write(rows)
     messages = slow.prepare()
     assert messages and all(m.new_files for m in messages)
@@ -342,10 +343,10 @@ def test_replay_skipped_after_files_were_written_leaves_no_orphans(tmp_path: Pat
     assert len(fast.commit(identifier=7)) == 1
     before = _state(table)
 
-    slow_files = {f"{m.bucket_dir(table)}/{f.file_name}" for m in messages for f in m.new_files}
+    slow_files = {f"{m.bucket_dir(table.context)}/{f.file_name}" for m in messages for f in m.new_files}
     assert slow_files <= before[2]
 
-    assert table_commit.commit(table, messages, "job-1", 7) == []
+    assert table_commit.commit(table.context, messages, "job-1", 7) == []
     after = _state(table)
     assert after[:2] == before[:2], "the skipped attempt changed the table"
     assert after[2] == before[2] - slow_files, "the skipped attempt left data files behind"
@@ -376,4 +377,4 @@ def test_racing_replays_of_one_identifier_land_once(tmp_path: Path) -> None:
     assert [s.id for s in table.snapshots()] == [1, 2]
     assert len(_rows(table)) == 2 * ROWS_PER_BATCH
     assert _parquet_files(table) == _live_data_files(table)
-    assert _files(table.paths.manifest_dir, "") == _referenced_metadata(table)
+    assert _files(table.context.paths.manifest_dir, "") == _referenced_metadata(table)

@@ -214,7 +214,7 @@ def test_table_with_an_unknown_stored_option_still_opens(table: cl.Table, catalo
 
     for opened in (catalog.get_table("db.t"), cl.open_table(table.location)):
         assert opened.options["some-future.option"] == "whatever"
-        assert opened.config.bucket == 2
+        assert opened.context.options.bucket == 2
         assert opened.scan().to_arrow().num_rows == 5
     opened = catalog.get_table("db.t")
     opened.write(good_rows(8))
@@ -418,8 +418,8 @@ def test_corrupt_schema_file(table: cl.Table, catalog: cl.Catalog) -> None:
 
 def test_snapshot_with_unknown_fields_still_reads(table: cl.Table) -> None:
     # Newer Paimon writers add snapshot fields; readers must ignore what they do not know.
-    path = table.paths.snapshot(1)
-    data = json.loads(table.file_io.read_text(path))
+    path = table.context.paths.snapshot(1)
+    data = json.loads(table.context.file_io.read_text(path))
     data.update({"someFutureField": {"a": 1}, "nextRowId": 42, "uuid": "x"})
     with open(path, "w") as out:
         json.dump(data, out)

@@ -173,23 +173,23 @@ def check_lsm(table: cl.Table, full_days: set[str]) -> None:
     latest = table.latest_snapshot()
     if latest is None:
         return
-    entries = live_entries(table, latest)
+    entries = live_entries(table.context, latest)
     assert latest.total_record_count == sum(e.file.row_count for e in entries)
     by_bucket: dict[tuple[bytes, int], list[Any]] = {}
     for e in entries:
         by_bucket.setdefault((e.partition, e.bucket), []).append(e.file)
         assert 0 <= e.file.level < NUM_LEVELS
         assert e.file.row_count > 0
-        assert table.key_of(e.file.min_key) <= table.key_of(e.file.max_key)
+        assert table.context.key_of(e.file.min_key) <= table.context.key_of(e.file.max_key)
         assert e.file.min_sequence_number <= e.file.max_sequence_number
     for (partition, bucket), files in by_bucket.items():
         for level in range(1, NUM_LEVELS):
-            run = sorted((f for f in files if f.level == level), key=lambda f: table.key_of(f.min_key))
+            run = sorted((f for f in files if f.level == level), key=lambda f: table.context.key_of(f.min_key))
             for left, right in itertools.pairwise(run):
-                assert table.key_of(left.max_key) < table.key_of(right.min_key), (
+                assert table.context.key_of(left.max_key) < table.context.key_of(right.min_key), (
                     f"bucket {bucket}: level {level} files {left.file_name} and {right.file_name} overlap"
                 )
-        if table.partition_values(partition)[0] in full_days:
+        if table.context.partition_values(partition)[0] in full_days:
             assert {f.level for f in files} == {NUM_LEVELS - 1}, f"bucket {bucket} after a full compaction"
             assert all(f.delete_row_count == 0 for f in files)
 

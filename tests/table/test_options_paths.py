@@ -23,21 +23,69 @@ def test_memory_sizes_and_durations() -> None:
 
 
 def test_unknown_option_suggests_the_known_one() -> None:
-    with pytest.raises(OptionError, match=r"'target-file-sise'.*did you mean 'target-file-size'"):
-        options.validate_new({"target-file-sise": "1 mb"}, "db.t")
+    with pytest.raises(OptionError, match=r"'target-file-sise'.*did you mean 'target-file-size'") as info:
+        options.TableOptions.parse({"target-file-sise": "1 mb"}, table="db.t", new=True)
+    assert (info.value.table, info.value.option) == ("db.t", "target-file-sise")
 
 
 def test_field_options_are_known() -> None:
-    checked = options.validate_new({"fields.v.aggregate-function": "sum", "bucket": "2"}, "db.t")
-    assert checked["bucket"] == "2"
+    parsed = options.TableOptions.parse({"fields.v.aggregate-function": "sum", "bucket": "2"}, table="db.t", new=True)
+    assert parsed.bucket == 2
+    assert parsed.raw["fields.v.aggregate-function"] == "sum"
+
+
+def test_unknown_options_of_existing_tables_are_tolerated() -> None:
+    parsed = options.TableOptions.parse({"some.future-option": "x"}, table="db.t")
+    assert parsed.raw == {"some.future-option": "x"}
 
 
 def test_defaults() -> None:
-    parsed = options.TableOptions({}, "db.t")
+    parsed = options.TableOptions.parse({}, table="db.t")
     assert parsed.target_file_size == 128 << 20
     assert parsed.file_compression == "zstd"
-    assert parsed.merge_engine == "deduplicate"
+    assert parsed.merge_engine is options.MergeEngineKind.DEDUPLICATE
+    assert parsed.changelog_producer is options.ChangelogProducer.NONE
+    assert parsed.scan_mode is options.ScanMode.DEFAULT
     assert parsed.partition_default_name == "__DEFAULT_PARTITION__"
+    assert parsed.full_compaction_delta_commits is None
+    assert parsed.bucket_key == ()
+
+
+def test_values_parse_once_into_their_types() -> None:
+    parsed = options.TableOptions.parse(
+        {"merge-engine": "First-Row", "write-buffer-size": "64 kb", "sequence.field": "a, b",
+         "file.compression": "uncompressed", "snapshot.time-retained": "2 min"},
+        table="db.t",
+    )
+    assert parsed.merge_engine is options.MergeEngineKind.FIRST_ROW
+    assert parsed.write_buffer_size == 64 << 10
+    assert parsed.sequence_field == ("a", "b")
+    assert parsed.file_compression == "none"
+    assert parsed.snapshot_time_retained == 120_000
+
+
+def test_derived_defaults_follow_the_compaction_trigger() -> None:
+    parsed = options.TableOptions.parse({"num-sorted-run.compaction-trigger": "3"}, table="db.t")
+    assert (parsed.stop_trigger, parsed.num_levels) == (6, 4)
+    explicit = options.TableOptions.parse({"num-sorted-run.compaction-trigger": "3", "num-levels": "9"}, table="db.t")
+    assert explicit.num_levels == 9
+
+
+@pytest.mark.parametrize(("key", "value"), [("bucket", "0"), ("merge-engine", "latest"), ("write-only", "yes"),
+                                            ("scan.mode", "sometimes"), ("target-file-size", "big")])
+def test_bad_values_name_the_option(key: str, value: str) -> None:
+    with pytest.raises(OptionError, match=rf"table db\.t: option '{key}'.*{value!r}") as info:
+        options.TableOptions.parse({key: value}, table="db.t")
+    assert info.value.option == key
+
+
+def test_every_option_is_documented_once() -> None:
+    specs = options.TableOptions.specs()
+    keys = [spec.key for spec in specs]
+    assert len(keys) == len(set(keys))
+    assert all(spec.doc for spec in specs)
+    table = options.markdown_table()
+    assert all(f"`{key}`" in table for key in keys)
 
 
 def test_partition_paths_escape_like_paimon() -> None:

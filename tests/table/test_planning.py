@@ -64,7 +64,7 @@ def test_manifests_stay_few_after_many_commits(tmp_path: Path) -> None:
         table.write(_rows(i, i + 1))
     snap = table.latest_snapshot()
     assert snap is not None
-    assert len(live_files.data_manifests(table, snap)) <= 6
+    assert len(live_files.data_manifests(table.context, snap)) <= 6
     assert table.scan().to_arrow().num_rows == 40
     for old in (1, 10, 25):
         assert table.scan(snapshot_id=old).to_arrow().num_rows == old
@@ -77,8 +77,8 @@ def test_full_manifest_compaction_keeps_only_live_files(tmp_path: Path) -> None:
         table.write(_rows(i * 3, i * 3 + 5))
     snap = table.latest_snapshot()
     assert snap is not None
-    base = live_files.manifest_list(table, snap.base_manifest_list)
-    entries = [e for m in base for e in live_files.manifest_entries(table, m.file_name)]
+    base = live_files.manifest_list(table.context, snap.base_manifest_list)
+    entries = [e for m in base for e in live_files.manifest_entries(table.context, m.file_name)]
     assert all(e.kind == 0 for e in entries)  # only ADDs of live files remain
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(38))
 
@@ -87,14 +87,14 @@ def test_compaction_of_files_removed_meanwhile_fails_cleanly(tmp_path: Path) -> 
     table = _table(tmp_path, **{"write-only": "true"})
     table.write(_rows(0, 10))
     table.write(_rows(5, 15))
-    first = compaction.compact_table(table, full=True, partitions=None)
-    second = compaction.compact_table(table, full=True, partitions=None)
-    commit.commit(table, first, "a", 2**63 - 1)
-    doomed = [f"{m.bucket_dir(table)}/{f.file_name}" for m in second for f in m.compact_after]
-    assert doomed and all(table.file_io.exists(p) for p in doomed)
+    first = compaction.compact_table(table.context, full=True, partitions=None)
+    second = compaction.compact_table(table.context, full=True, partitions=None)
+    commit.commit(table.context, first, "a", 2**63 - 1)
+    doomed = [f"{m.bucket_dir(table.context)}/{f.file_name}" for m in second for f in m.compact_after]
+    assert doomed and all(table.context.file_io.exists(p) for p in doomed)
     with pytest.raises(CommitConflictError, match=r"db\.t"):
-        commit.commit(table, second, "b", 2**63 - 1)
-    assert not any(table.file_io.exists(p) for p in doomed)
+        commit.commit(table.context, second, "b", 2**63 - 1)
+    assert not any(table.context.file_io.exists(p) for p in doomed)
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(15))
 
 
@@ -105,6 +105,6 @@ def test_compact_selected_partitions_only(tmp_path: Path) -> None:
     for _ in range(2):
         table.write(pa.table({"dt": ["a", "b"], "id": pa.array([1, 2], pa.int64())}))
     table.compact(full=True, partitions=[{"dt": "a"}])
-    levels = {table.partition_values(e.partition)[0]: e.file.level
-              for e in live_files.live_entries(table, table.latest_snapshot())}
+    levels = {table.context.partition_values(e.partition)[0]: e.file.level
+              for e in live_files.live_entries(table.context, table.latest_snapshot())}
     assert levels["a"] == 5 and levels["b"] == 0

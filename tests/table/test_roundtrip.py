@@ -648,7 +648,7 @@ def test_sequence_numbers_continue_per_bucket(tmp_path: Path, buckets: int) -> N
     added: dict[tuple[bytes, int], list[Any]] = {}
     seen: set[str] = set()
     for snap in table.snapshots():
-        for entry in live_entries(table, snap):
+        for entry in live_entries(table.context, snap):
             if entry.file.file_name not in seen:
                 seen.add(entry.file.file_name)
                 added.setdefault((entry.partition, entry.bucket), []).append(entry.file)
@@ -665,8 +665,8 @@ def test_sequence_numbers_continue_per_bucket(tmp_path: Path, buckets: int) -> N
     # The manifest's bounds match the file's contents.
     latest = table.latest_snapshot()
     assert latest is not None
-    for entry in live_entries(table, latest):
-        bucket_dir = Path(table.bucket_dir(entry.partition, entry.bucket))
+    for entry in live_entries(table.context, latest):
+        bucket_dir = Path(table.context.bucket_dir(entry.partition, entry.bucket))
         sequence = pq.ParquetFile(bucket_dir / entry.file.file_name).read().column("_SEQUENCE_NUMBER")
         assert pc.min(sequence).as_py() == entry.file.min_sequence_number
         assert pc.max(sequence).as_py() == entry.file.max_sequence_number

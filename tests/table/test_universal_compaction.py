@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import changelake as cl
-from changelake.table.format.manifest import ADD, DELETE, DataFileMeta, SimpleStats
+from changelake.table.format.manifest import DataFileMeta, FileKind, SimpleStats
 from changelake.table.lsm.levels import LevelSortedRun, SortedRun
 from changelake.table.lsm.universal import UniversalCompaction, create_unit, pick_full
 from changelake.table.read import live_files
@@ -91,8 +91,8 @@ def _rows(lo: int, hi: int, tag: str = "v") -> pa.Table:
 def _compact_entries(table: cl.Table) -> list[tuple[int, str, int]]:
     snap = table.latest_snapshot()
     assert snap is not None and snap.commit_kind == "COMPACT"
-    delta = live_files.manifest_list(table, snap.delta_manifest_list)
-    entries = [e for m in delta for e in live_files.manifest_entries(table, m.file_name)]
+    delta = live_files.manifest_list(table.context, snap.delta_manifest_list)
+    entries = [e for m in delta for e in live_files.manifest_entries(table.context, m.file_name)]
     return [(e.kind, e.file.file_name, e.file.level) for e in entries]
 
 
@@ -100,12 +100,12 @@ def test_large_non_overlapping_files_are_upgraded_without_rewriting(tmp_path: Pa
     table = _table(tmp_path, **{"write-only": "true", "target-file-size": "2 kb"})
     table.write(_rows(0, 300))
     table.write(_rows(1000, 1300))
-    before = {e.file.file_name for e in live_files.live_entries(table, table.latest_snapshot())}
+    before = {e.file.file_name for e in live_files.live_entries(table.context, table.latest_snapshot())}
     assert table.compact(full=True) is not None
     entries = _compact_entries(table)
-    upgraded = {name for kind, name, level in entries if kind == ADD and level == 5}
+    upgraded = {name for kind, name, level in entries if kind == FileKind.ADD and level == 5}
     assert upgraded and upgraded <= before  # same files, new level: a metadata change
-    assert {(DELETE, name, 0) for name in upgraded} <= set(entries)
+    assert {(FileKind.DELETE, name, 0) for name in upgraded} <= set(entries)
     assert table.scan().to_arrow().num_rows == 600
 
 
@@ -113,9 +113,9 @@ def test_overlapping_files_are_rewritten(tmp_path: Path) -> None:
     table = _table(tmp_path, **{"write-only": "true"})
     table.write(_rows(0, 100))
     table.write(_rows(50, 150, tag="w"))
-    before = {e.file.file_name for e in live_files.live_entries(table, table.latest_snapshot())}
+    before = {e.file.file_name for e in live_files.live_entries(table.context, table.latest_snapshot())}
     table.compact(full=True)
-    after = live_files.live_entries(table, table.latest_snapshot())
+    after = live_files.live_entries(table.context, table.latest_snapshot())
     assert len(after) == 1 and after[0].file.file_name not in before and after[0].file.level == 5
     result = table.scan().to_arrow().sort_by("id")
     assert result.column("v").to_pylist() == [f"v{i}" * 8 for i in range(50)] + [f"w{i}" * 8 for i in range(50, 150)]
@@ -123,8 +123,8 @@ def test_overlapping_files_are_rewritten(tmp_path: Path) -> None:
 
 def _kinds_on_disk(table: cl.Table) -> list[int]:
     kinds: list[int] = []
-    for entry in live_files.live_entries(table, table.latest_snapshot()):
-        path = f"{table.bucket_dir(entry.partition, entry.bucket)}/{entry.file.file_name}"
+    for entry in live_files.live_entries(table.context, table.latest_snapshot()):
+        path = f"{table.context.bucket_dir(entry.partition, entry.bucket)}/{entry.file.file_name}"
         kinds += pq.read_table(path, columns=["_VALUE_KIND"]).column(0).to_pylist()
     return kinds
 
@@ -137,7 +137,7 @@ def test_deletes_are_dropped_only_at_the_top_level(tmp_path: Path) -> None:
     table.write(_rows(20, 22, tag="w"))
     # A normal compaction of the two level-0 runs goes to level 4: the delete must survive there.
     table.compact()
-    levels = {e.file.level for e in live_files.live_entries(table, table.latest_snapshot())}
+    levels = {e.file.level for e in live_files.live_entries(table.context, table.latest_snapshot())}
     assert 4 in levels and 3 in _kinds_on_disk(table)
     assert 3 not in table.scan().to_arrow().column("id").to_pylist()
     table.compact(full=True)
@@ -149,7 +149,7 @@ def test_sorted_runs_stay_within_the_stop_trigger(tmp_path: Path) -> None:
     table = _table(tmp_path, **{"num-sorted-run.compaction-trigger": "2", "num-sorted-run.stop-trigger": "3"})
     for i in range(15):
         table.write(_rows(i * 7, i * 7 + 20))
-        entries = live_files.live_entries(table, table.latest_snapshot())
+        entries = live_files.live_entries(table.context, table.latest_snapshot())
         runs = sum(1 for e in entries if e.file.level == 0) + len({e.file.level for e in entries if e.file.level})
         assert runs <= 3
     assert table.scan().to_arrow().num_rows == 14 * 7 + 20
@@ -166,6 +166,6 @@ def test_write_only_never_compacts(tmp_path: Path) -> None:
 def test_full_compaction_delta_commits(tmp_path: Path) -> None:
     table = _table(tmp_path, **{"full-compaction.delta-commits": "1"})
     table.write(_rows(0, 10))
-    levels = {e.file.level for e in live_files.live_entries(table, table.latest_snapshot())}
+    levels = {e.file.level for e in live_files.live_entries(table.context, table.latest_snapshot())}
     assert levels == {5}
     assert [s.commit_kind for s in table.snapshots()] == ["APPEND", "COMPACT"]

@@ -61,8 +61,8 @@ def test_small_buffer_equals_unbounded(tmp_path: Path, spillable: str) -> None:
     small = _write(tmp_path, f"small_{spillable}",
                    {"write-buffer-size": "256 kb", "write-buffer-spillable": spillable})
     assert _rows(small) == _rows(unbounded)
-    files = live_files.live_entries(small, small.latest_snapshot())
-    big_files = live_files.live_entries(unbounded, unbounded.latest_snapshot())
+    files = live_files.live_entries(small.context, small.latest_snapshot())
+    big_files = live_files.live_entries(unbounded.context, unbounded.latest_snapshot())
     if spillable == "false":
         # Every buffer flush wrote its own level-0 files.
         assert len(files) > len(big_files)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
+from changelake.table.write.writer import TableWrite
 from changelake.table.commit import committer as commit_module
 from changelake.table.format.data_file import EMPTY_STATS
 from changelake.table.format.manifest import DataFileMeta
@@ -30,8 +31,8 @@ def _rows(lo: int, hi: int, v: int) -> pa.Table:
 def _assert_files_present(table: cl.Table) -> None:
     snap = table.latest_snapshot()
     assert snap is not None
-    for e in live_files.live_entries(table, snap):
-        assert os.path.exists(f"{table.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}")
+    for e in live_files.live_entries(table.context, snap):
+        assert os.path.exists(f"{table.context.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}")
 
 
 def _meta(name: str, level: int) -> DataFileMeta:
@@ -73,7 +74,7 @@ def test_commit_retried_after_an_io_error_lands_once(tmp_path: Path, monkeypatch
 def test_writer_recovers_after_its_compaction_is_voided(tmp_path: Path) -> None:
     table = _table(tmp_path)
     model: dict[int, int] = {}
-    with table.writer("job") as writer:
+    with TableWrite(table.context, "job") as writer:
         for i in range(1, 6):
             writer.write(_rows(i * 100, i * 100 + 1000, i))
             model.update({k: i for k in range(i * 100, i * 100 + 1000)})

@@ -18,16 +18,12 @@ from typing import TYPE_CHECKING
 from changelake.errors import CommitConflictError, SnapshotNotFoundError
 from changelake.table.commit import manifest_merge
 from changelake.table.format import binary_row, manifest, snapshot
-from changelake.table.format.manifest import ADD, DELETE, DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
-from changelake.table.format.snapshot import Snapshot
+from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.read import live_files
 
 if TYPE_CHECKING:
-    from changelake.api.table import Table
-
-APPEND = "APPEND"
-COMPACT = "COMPACT"
-
+    from changelake.table.context import TableContext
 
 @dataclass(frozen=True)
 class CommitMessage:
@@ -40,16 +36,16 @@ class CommitMessage:
     compact_before: tuple[DataFileMeta, ...] = ()
     compact_after: tuple[DataFileMeta, ...] = ()
 
-    def bucket_dir(self, table: Table) -> str:
-        return table.bucket_dir(self.partition, self.bucket)
+    def bucket_dir(self, ctx: TableContext) -> str:
+        return ctx.bucket_dir(self.partition, self.bucket)
 
-    def written(self, table: Table, compaction_only: bool = False) -> list[str]:
+    def written(self, ctx: TableContext, compaction_only: bool = False) -> list[str]:
         """Paths of the data files this message's writer created: the new files, and the
         compaction outputs that are not upgrades (an upgrade only moved an existing file)."""
         moved = {f.file_name for f in self.compact_before}
         outputs = [f for f in self.compact_after if f.file_name not in moved]
         files = outputs if compaction_only else [*self.new_files, *outputs]
-        return [f"{self.bucket_dir(table)}/{f.file_name}" for f in files]
+        return [f"{self.bucket_dir(ctx)}/{f.file_name}" for f in files]
 
 
 @dataclass
@@ -59,14 +55,23 @@ class _Attempt:
     written: list[str] = field(default_factory=list)
 
 
-def latest_of_user(table: Table, commit_user: str, latest: Snapshot | None) -> Snapshot | None:
+def already_committed(ctx: TableContext, commit_user: str, identifier: int, latest: Snapshot | None) -> bool:
+    """Whether ``commit_user`` already committed ``identifier`` (or a later one): the one
+    exactly-once check. Batch commits (``BATCH_COMMIT_IDENTIFIER``) always land."""
+    if identifier == snapshot.BATCH_COMMIT_IDENTIFIER:
+        return False
+    mine = latest_of_user(ctx, commit_user, latest)
+    return mine is not None and mine.commit_identifier >= identifier
+
+
+def latest_of_user(ctx: TableContext, commit_user: str, latest: Snapshot | None) -> Snapshot | None:
     """The newest snapshot committed by ``commit_user``, scanning back from ``latest``."""
     if latest is None:
         return None
-    earliest = snapshot.earliest_id(table.file_io, table.paths) or 1
+    earliest = snapshot.earliest_id(ctx.file_io, ctx.paths) or 1
     for snapshot_id in range(latest.id, earliest - 1, -1):
         try:
-            candidate = latest if snapshot_id == latest.id else table.snapshot(snapshot_id)
+            candidate = latest if snapshot_id == latest.id else ctx.snapshot(snapshot_id)
         except SnapshotNotFoundError:  # expired concurrently: nothing older can be ours any more
             return None
         if candidate.commit_user == commit_user:
@@ -78,15 +83,15 @@ def _entries(messages: Iterable[CommitMessage], compact: bool) -> list[ManifestE
     out: list[ManifestEntry] = []
     for m in messages:
         if compact:
-            out += [ManifestEntry(DELETE, m.partition, m.bucket, m.total_buckets, f) for f in m.compact_before]
-            out += [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f) for f in m.compact_after]
+            out += [ManifestEntry(FileKind.DELETE, m.partition, m.bucket, m.total_buckets, f) for f in m.compact_before]
+            out += [ManifestEntry(FileKind.ADD, m.partition, m.bucket, m.total_buckets, f) for f in m.compact_after]
         else:
-            out += [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f) for f in m.new_files]
+            out += [ManifestEntry(FileKind.ADD, m.partition, m.bucket, m.total_buckets, f) for f in m.new_files]
     return out
 
 
-def _partition_stats(table: Table, partitions: Sequence[bytes]) -> SimpleStats:
-    types = table.partition_types
+def _partition_stats(ctx: TableContext, partitions: Sequence[bytes]) -> SimpleStats:
+    types = ctx.partition_types
     arity = len(types)
     if arity == 0:
         empty = binary_row.serialize(binary_row.to_bytes([], []), 0)
@@ -105,22 +110,22 @@ def _partition_stats(table: Table, partitions: Sequence[bytes]) -> SimpleStats:
     )
 
 
-def write_manifest(table: Table, entries: Sequence[ManifestEntry], attempt: _Attempt) -> ManifestFileMeta:
+def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt: _Attempt) -> ManifestFileMeta:
     name = f"manifest-{uuid.uuid4()}-0"
     data = manifest.encode_avro(
-        manifest.ENTRY_SCHEMA, [e.to_avro() for e in entries], table.config.manifest_compression
+        manifest.ENTRY_SCHEMA, [e.to_avro() for e in entries], ctx.options.manifest_compression
     )
-    table.file_io.write_bytes(table.paths.manifest(name), data)
-    attempt.written.append(table.paths.manifest(name))
+    ctx.file_io.write_bytes(ctx.paths.manifest(name), data)
+    attempt.written.append(ctx.paths.manifest(name))
     min_bucket, max_bucket = manifest.bounds([e.bucket for e in entries])
     min_level, max_level = manifest.bounds([e.file.level for e in entries])
     return ManifestFileMeta(
         file_name=name,
         file_size=len(data),
-        num_added_files=sum(1 for e in entries if e.kind == ADD),
-        num_deleted_files=sum(1 for e in entries if e.kind == DELETE),
-        partition_stats=_partition_stats(table, [e.partition for e in entries]),
-        schema_id=table.paimon_schema.id,
+        num_added_files=sum(1 for e in entries if e.kind == FileKind.ADD),
+        num_deleted_files=sum(1 for e in entries if e.kind == FileKind.DELETE),
+        partition_stats=_partition_stats(ctx, [e.partition for e in entries]),
+        schema_id=ctx.schema.id,
         min_bucket=min_bucket,
         max_bucket=max_bucket,
         min_level=min_level,
@@ -129,26 +134,26 @@ def write_manifest(table: Table, entries: Sequence[ManifestEntry], attempt: _Att
     )
 
 
-def _write_manifest_list(table: Table, metas: Sequence[ManifestFileMeta], attempt: _Attempt) -> tuple[str, int]:
+def _write_manifest_list(ctx: TableContext, metas: Sequence[ManifestFileMeta], attempt: _Attempt) -> tuple[str, int]:
     name = f"manifest-list-{uuid.uuid4()}-0"
     data = manifest.encode_avro(
-        manifest.MANIFEST_FILE_SCHEMA, [m.to_avro() for m in metas], table.config.manifest_compression
+        manifest.MANIFEST_FILE_SCHEMA, [m.to_avro() for m in metas], ctx.options.manifest_compression
     )
-    table.file_io.write_bytes(table.paths.manifest(name), data)
-    attempt.written.append(table.paths.manifest(name))
+    ctx.file_io.write_bytes(ctx.paths.manifest(name), data)
+    attempt.written.append(ctx.paths.manifest(name))
     return name, len(data)
 
 
-def _check_conflicts(table: Table, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
+def _check_conflicts(ctx: TableContext, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
     """Files this commit deletes must still be live, and after it every level >= 1 of every
     touched bucket must still be one sorted run (no overlapping key ranges)."""
-    if not any(e.kind == DELETE or e.file.level > 0 for e in entries):
+    if not any(e.kind == FileKind.DELETE or e.file.level > 0 for e in entries):
         return
-    live = {e.identifier: e for e in live_files.live_entries(table, latest)} if latest is not None else {}
-    gone = [e.file.file_name for e in entries if e.kind == DELETE and e.identifier not in live]
+    live = {e.identifier: e for e in live_files.live_entries(ctx, latest)} if latest is not None else {}
+    gone = [e.file.file_name for e in entries if e.kind == FileKind.DELETE and e.identifier not in live]
     if gone:
         raise CommitConflictError(
-            f"table {table.name}: files {gone[:5]} were removed by a concurrent commit; "
+            f"table {ctx.name}: files {gone[:5]} were removed by a concurrent commit; "
             "this commit's compaction is void"
         )
     touched = {(e.partition, e.bucket) for e in entries if e.file.level > 0}
@@ -158,18 +163,18 @@ def _check_conflicts(table: Table, latest: Snapshot | None, entries: Sequence[Ma
         if e.file.level > 0:
             by_level[(e.partition, e.bucket, e.file.level)].append(e.file)
     for (_, bucket, level), files in by_level.items():
-        files.sort(key=lambda f: table.key_of(f.min_key))
+        files.sort(key=lambda f: ctx.key_of(f.min_key))
         for left, right in itertools.pairwise(files):
-            if table.key_of(left.max_key) >= table.key_of(right.min_key):
+            if ctx.key_of(left.max_key) >= ctx.key_of(right.min_key):
                 raise CommitConflictError(
-                    f"table {table.name}: bucket {bucket} level {level} would hold overlapping files "
+                    f"table {ctx.name}: bucket {bucket} level {level} would hold overlapping files "
                     f"{left.file_name} and {right.file_name} after this commit (a concurrent compaction "
                     "landed first); this commit's compaction is void"
                 )
 
 
 def commit(
-    table: Table,
+    ctx: TableContext,
     messages: Sequence[CommitMessage],
     commit_user: str,
     identifier: int,
@@ -183,24 +188,25 @@ def commit(
     files within a level) is void: its output files are deleted, and CommitConflictError is
     raised unless ``compact_conflicts_fatal`` is False and nothing but the compaction was
     lost (then the snapshots that did land are returned)."""
-    plans = [(APPEND, _entries(messages, compact=False)), (COMPACT, _entries(messages, compact=True))]
+    plans = [(CommitKind.APPEND, _entries(messages, compact=False)),
+             (CommitKind.COMPACT, _entries(messages, compact=True))]
     plans = [(kind, entries) for kind, entries in plans if entries]
-    data_files = [path for m in messages for path in m.written(table)]
+    data_files = [path for m in messages for path in m.written(ctx)]
     done: list[Snapshot] = []
     try:
         for kind, entries in plans:
-            landed = _commit_one(table, kind, entries, commit_user, identifier, first=not done)
+            landed = _commit_one(ctx, kind, entries, commit_user, identifier, first=not done)
             if landed is None:
-                _remove(table, data_files)
+                _remove(ctx, data_files)
                 return done
             done.append(landed)
     except CommitConflictError:
         if done:  # the APPEND landed; only the compaction is void
-            _remove(table, (path for m in messages for path in m.written(table, compaction_only=True)))
+            _remove(ctx, (path for m in messages for path in m.written(ctx, compaction_only=True)))
             if not compact_conflicts_fatal:
                 return done
         else:
-            _remove(table, data_files)
+            _remove(ctx, data_files)
             if not compact_conflicts_fatal and not any(m.new_files for m in messages):
                 return done  # there were only compaction results, and they are void
         raise
@@ -208,32 +214,30 @@ def commit(
 
 
 def _commit_one(
-    table: Table, kind: str, entries: list[ManifestEntry], commit_user: str, identifier: int, first: bool
+    ctx: TableContext, kind: CommitKind, entries: list[ManifestEntry], commit_user: str, identifier: int, first: bool
 ) -> Snapshot | None:
     attempt = _Attempt()
-    delta_meta = write_manifest(table, entries, attempt)
-    delta_count = sum(e.file.row_count if e.kind == ADD else -e.file.row_count for e in entries)
-    retries = table.config.commit_max_retries
+    delta_meta = write_manifest(ctx, entries, attempt)
+    delta_count = sum(e.file.row_count if e.kind == FileKind.ADD else -e.file.row_count for e in entries)
+    retries = ctx.options.commit_max_retries
     for _ in range(retries + 1):
-        latest = table.latest_snapshot()
-        if first and identifier != snapshot.BATCH_COMMIT_IDENTIFIER:
-            mine = latest_of_user(table, commit_user, latest)
-            if mine is not None and mine.commit_identifier >= identifier:
-                _remove(table, attempt.written)
-                return None
+        latest = ctx.latest_snapshot()
+        if first and already_committed(ctx, commit_user, identifier, latest):
+            _remove(ctx, attempt.written)
+            return None
         try:
-            _check_conflicts(table, latest, entries)
+            _check_conflicts(ctx, latest, entries)
         except CommitConflictError:
-            _remove(table, attempt.written)
+            _remove(ctx, attempt.written)
             raise
         lists = _Attempt()
-        previous = live_files.data_manifests(table, latest) if latest is not None else []
-        base = manifest_merge.merge(table, previous, functools.partial(write_manifest, table, attempt=lists))
-        base_name, base_size = _write_manifest_list(table, base, lists)
-        delta_name, delta_size = _write_manifest_list(table, [delta_meta], lists)
+        previous = live_files.data_manifests(ctx, latest) if latest is not None else []
+        base = manifest_merge.merge(ctx, previous, functools.partial(write_manifest, ctx, attempt=lists))
+        base_name, base_size = _write_manifest_list(ctx, base, lists)
+        delta_name, delta_size = _write_manifest_list(ctx, [delta_meta], lists)
         new = Snapshot(
             id=(latest.id + 1) if latest is not None else 1,
-            schemaId=table.paimon_schema.id,
+            schemaId=ctx.schema.id,
             baseManifestList=base_name,
             baseManifestListSize=base_size,
             deltaManifestList=delta_name,
@@ -247,14 +251,14 @@ def _commit_one(
             deltaRecordCount=delta_count,
             changelogRecordCount=0,
         )
-        if snapshot.try_commit(table.file_io, table.paths, new):
+        if snapshot.try_commit(ctx.file_io, ctx.paths, new):
             return new
-        _remove(table, lists.written)
-    _remove(table, attempt.written)
-    raise CommitConflictError(f"table {table.name}: commit gave up after {retries} lost races")
+        _remove(ctx, lists.written)
+    _remove(ctx, attempt.written)
+    raise CommitConflictError(f"table {ctx.name}: commit gave up after {retries} lost races")
 
 
-def _remove(table: Table, paths: Iterable[str]) -> None:
+def _remove(ctx: TableContext, paths: Iterable[str]) -> None:
     for path in paths:
-        table.file_io.delete(path)
+        ctx.file_io.delete(path)
 

@@ -12,17 +12,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from changelake.table.format import manifest
-from changelake.table.format.manifest import ADD, ManifestEntry, ManifestFileMeta
+from changelake.table.format.manifest import FileKind, ManifestEntry, ManifestFileMeta
 from changelake.table.read import live_files
 
 if TYPE_CHECKING:
-    from changelake.api.table import Table
+    from changelake.table.context import TableContext
 
 WriteManifest = Callable[[Sequence[ManifestEntry]], ManifestFileMeta]
 
 
-def _entries(table: Table, metas: Sequence[ManifestFileMeta]) -> list[ManifestEntry]:
-    return [e for m in metas for e in live_files.manifest_entries(table, m.file_name)]
+def _entries(ctx: TableContext, metas: Sequence[ManifestFileMeta]) -> list[ManifestEntry]:
+    return [e for m in metas for e in live_files.manifest_entries(ctx, m.file_name)]
 
 
 def _cancel(entries: Sequence[ManifestEntry]) -> list[ManifestEntry]:
@@ -30,7 +30,7 @@ def _cancel(entries: Sequence[ManifestEntry]) -> list[ManifestEntry]:
     added: dict[tuple[bytes, int, int, str], ManifestEntry] = {}
     deleted: dict[tuple[bytes, int, int, str], ManifestEntry] = {}
     for e in entries:
-        if e.kind == ADD:
+        if e.kind == FileKind.ADD:
             added[e.identifier] = e
         elif e.identifier in added:
             del added[e.identifier]
@@ -43,16 +43,16 @@ def _write_rolling(entries: list[ManifestEntry], per_file: int, write: WriteMani
     return [write(entries[i : i + per_file]) for i in range(0, len(entries), max(1, per_file))]
 
 
-def merge(table: Table, metas: list[ManifestFileMeta], write: WriteManifest) -> list[ManifestFileMeta]:
+def merge(ctx: TableContext, metas: list[ManifestFileMeta], write: WriteManifest) -> list[ManifestFileMeta]:
     """The manifests a new snapshot's base list should name instead of ``metas``."""
-    config = table.config
-    target = config.manifest_target_file_size
+    options = ctx.options
+    target = options.manifest_target_file_size
     total_entries = sum(m.num_added_files + m.num_deleted_files for m in metas)
     bytes_per_entry = max(1, sum(m.file_size for m in metas) // max(1, total_entries))
     per_file = max(1, target // bytes_per_entry)
     unsettled = sum(m.file_size for m in metas if m.num_deleted_files or m.file_size < target)
-    if unsettled >= config.manifest_full_compaction_size and len(metas) > 1:
-        live = list(manifest.merge_entries(_entries(table, metas)).values())
+    if unsettled >= options.manifest_full_compaction_size and len(metas) > 1:
+        live = list(manifest.merge_entries(_entries(ctx, metas)).values())
         return _write_rolling(live, per_file, write)
     result: list[ManifestFileMeta] = []
     candidates: list[ManifestFileMeta] = []
@@ -62,7 +62,7 @@ def merge(table: Table, metas: list[ManifestFileMeta], write: WriteManifest) -> 
         if len(candidates) == 1:
             result.append(candidates[0])
         elif candidates:
-            result.extend(_write_rolling(_cancel(_entries(table, candidates)), per_file, write))
+            result.extend(_write_rolling(_cancel(_entries(ctx, candidates)), per_file, write))
         candidates.clear()
 
     for meta in metas:
@@ -71,7 +71,7 @@ def merge(table: Table, metas: list[ManifestFileMeta], write: WriteManifest) -> 
         if size >= target:
             flush()
             size = 0
-    if len(candidates) >= config.manifest_merge_min_count:
+    if len(candidates) >= options.manifest_merge_min_count:
         flush()
     else:
         result.extend(candidates)

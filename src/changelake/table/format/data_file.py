@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from changelake.errors import CorruptMetadataError
 from changelake.table.format import binary_row, kv
-from changelake.table.format.manifest import FILE_SOURCE_APPEND, DataFileMeta, SimpleStats
+from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
 from changelake.table.io.fileio import FileIO
 
 EMPTY_STATS = SimpleStats(
@@ -97,7 +97,7 @@ class _OpenFile:
                 self.key_max[i] = pc.max_element_wise(self.key_max[i], high_key)
 
     def close(self, file_io: FileIO, bucket_dir: str, settings: FileSettings, level: int,
-              file_source: int) -> DataFileMeta:
+              file_source: FileSource) -> DataFileMeta:
         self.writer.close()
         data = self.sink.getvalue()
         file_io.write_bytes(f"{bucket_dir}/{self.name}", data)
@@ -132,7 +132,7 @@ def write(
     chunks: Iterable[pa.Table],
     settings: FileSettings,
     level: int,
-    file_source: int = FILE_SOURCE_APPEND,
+    file_source: FileSource = FileSource.APPEND,
 ) -> list[DataFileMeta]:
     """Write key-ordered chunks of key-value rows as Parquet files, rolling to a new file once
     one reaches ``target-file-size``; returns each file's manifest metadata."""

@@ -7,18 +7,43 @@ sequence. Sorting and merging are whole-column numpy/Arrow operations.
 
 from __future__ import annotations
 
+import enum
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from changelake.table.format import binary_row
+
 KEY_PREFIX = "_KEY_"
 SEQUENCE = "_SEQUENCE_NUMBER"
 VALUE_KIND = "_VALUE_KIND"
 
-INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = 0, 1, 2, 3
-ROW_KINDS = ("+I", "-U", "+U", "-D")
+
+
+class RowKind(enum.IntEnum):
+    """The kind of a change row, stored as ``_VALUE_KIND`` (Paimon's RowKind byte values)."""
+
+    INSERT = 0
+    UPDATE_BEFORE = 1
+    UPDATE_AFTER = 2
+    DELETE = 3
+
+    @property
+    def symbol(self) -> str:
+        """``+I``, ``-U``, ``+U`` or ``-D``."""
+        return ROW_KIND_SYMBOLS[self]
+
+
+ROW_KIND_SYMBOLS = ("+I", "-U", "+U", "-D")
+# The kinds as plain ints, for whole-column numpy and Arrow comparisons.
+INSERT = int(RowKind.INSERT)
+UPDATE_BEFORE = int(RowKind.UPDATE_BEFORE)
+UPDATE_AFTER = int(RowKind.UPDATE_AFTER)
+DELETE = int(RowKind.DELETE)
 
 
 def key_column(name: str) -> str:
@@ -105,3 +130,22 @@ def drop_retractions(table: pa.Table) -> pa.Table:
     """Rows that are not -U/-D (what a reader of merged data sees)."""
     kinds = table.column(VALUE_KIND)
     return table.filter(pc.or_(pc.equal(kinds, INSERT), pc.equal(kinds, UPDATE_AFTER)))
+
+
+class KeyCodec:
+    """Decodes serialized key BinaryRows (file min/max keys) into comparable tuples; a bounded
+    cache keeps the keys decoded recently, since the same files are compared again and again."""
+
+    def __init__(self, types: Sequence[pa.DataType]) -> None:
+        self.types = list(types)
+        self._decode = functools.lru_cache(maxsize=65536)(self._decode_uncached)
+
+    def __call__(self, data: bytes) -> tuple[Any, ...]:
+        return self._decode(data)
+
+    def _decode_uncached(self, data: bytes) -> tuple[Any, ...]:
+        return binary_row.from_bytes(binary_row.deserialize(data)[1], self.types)
+
+    def clear(self) -> None:
+        """Drop the cached keys."""
+        self._decode.cache_clear()

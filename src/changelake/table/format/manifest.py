@@ -7,6 +7,7 @@ Field names, order and types are exactly Paimon's (see ``ManifestEntry`` / ``Dat
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -17,10 +18,20 @@ import fastavro
 from changelake.errors import CorruptMetadataError
 from changelake.table.io.fileio import FileIO
 
-ADD = 0
-DELETE = 1
-FILE_SOURCE_APPEND = 0
-FILE_SOURCE_COMPACT = 1
+
+class FileKind(enum.IntEnum):
+    """A manifest entry adds a data file to a bucket or deletes it."""
+
+    ADD = 0
+    DELETE = 1
+
+
+class FileSource(enum.IntEnum):
+    """Whether a data file was written by a write or by a compaction."""
+
+    APPEND = 0
+    COMPACT = 1
+
 
 _NULLABLE_LONG_ARRAY: Any = ["null", {"type": "array", "items": ["null", "long"]}]
 
@@ -148,7 +159,7 @@ class DataFileMeta:
     level: int
     creation_time_ms: int | None = None
     delete_row_count: int | None = None
-    file_source: int | None = FILE_SOURCE_APPEND
+    file_source: int | None = FileSource.APPEND
     value_stats_cols: tuple[str, ...] | None = ()
     extra_files: tuple[str, ...] = ()
     embedded_index: bytes | None = None
@@ -220,7 +231,7 @@ class DataFileMeta:
 class ManifestEntry:
     """ADD or DELETE of one data file in one (partition, bucket)."""
 
-    kind: int
+    kind: FileKind
     partition: bytes
     bucket: int
     total_buckets: int
@@ -244,7 +255,7 @@ class ManifestEntry:
     @staticmethod
     def from_avro(r: dict[str, Any]) -> ManifestEntry:
         return ManifestEntry(
-            kind=r["_KIND"],
+            kind=FileKind(r["_KIND"]),
             partition=r["_PARTITION"],
             bucket=r["_BUCKET"],
             total_buckets=r["_TOTAL_BUCKETS"],
@@ -334,7 +345,7 @@ def merge_entries(entries: Iterable[ManifestEntry]) -> dict[tuple[bytes, int, in
     """Live files after applying ADDs and DELETEs in order."""
     live: dict[tuple[bytes, int, int, str], ManifestEntry] = {}
     for entry in entries:
-        if entry.kind == ADD:
+        if entry.kind == FileKind.ADD:
             live[entry.identifier] = entry
         else:
             live.pop(entry.identifier, None)

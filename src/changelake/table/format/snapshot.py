@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from typing import Any
@@ -14,6 +15,15 @@ from changelake.table.io.paths import TablePaths
 
 BATCH_COMMIT_IDENTIFIER = 2**63 - 1
 _SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
+
+
+class CommitKind(enum.StrEnum):
+    """What a snapshot's commit did."""
+
+    APPEND = "APPEND"
+    COMPACT = "COMPACT"
+    OVERWRITE = "OVERWRITE"
+    ANALYZE = "ANALYZE"
 
 
 class Snapshot(BaseModel):
@@ -33,7 +43,7 @@ class Snapshot(BaseModel):
     index_manifest: str | None = Field(default=None, alias="indexManifest")
     commit_user: str = Field(alias="commitUser")
     commit_identifier: int = Field(alias="commitIdentifier")
-    commit_kind: str = Field(alias="commitKind")
+    commit_kind: CommitKind = Field(alias="commitKind")
     time_millis: int = Field(alias="timeMillis")
     log_offsets: dict[int, int] | None = Field(default=None, alias="logOffsets")
     total_record_count: int | None = Field(default=None, alias="totalRecordCount")

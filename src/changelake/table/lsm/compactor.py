@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,14 +11,15 @@ import pyarrow.compute as pc
 
 from changelake.errors import ScanError
 from changelake.table.commit.committer import CommitMessage
+from changelake.table.executor import map_all
 from changelake.table.format import data_file, kv
-from changelake.table.format.manifest import FILE_SOURCE_COMPACT, DataFileMeta
+from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.lsm.levels import Levels, SortedRun, interval_partition
 from changelake.table.lsm.universal import CompactUnit, UniversalCompaction, pick_full
 from changelake.table.read import live_files
 
 if TYPE_CHECKING:
-    from changelake.api.table import Table
+    from changelake.table.context import TableContext
 
 SMALL_FILE_RATIO = 0.7  # files under 70% of target-file-size are rewritten, not upgraded
 
@@ -51,12 +51,12 @@ class CompactResult:
         return obsolete
 
 
-def picker(table: Table) -> UniversalCompaction:
-    config = table.config
+def picker(ctx: TableContext) -> UniversalCompaction:
+    options = ctx.options
     return UniversalCompaction(
-        max_size_amplification_percent=config.max_size_amplification_percent,
-        size_ratio=config.size_ratio,
-        compaction_trigger=config.compaction_trigger,
+        max_size_amplification_percent=options.max_size_amplification_percent,
+        size_ratio=options.size_ratio,
+        compaction_trigger=options.compaction_trigger,
     )
 
 
@@ -64,7 +64,7 @@ def picker(table: Table) -> UniversalCompaction:
 class _Task:
     """One compaction of one bucket (MergeTreeCompactTask in Paimon)."""
 
-    table: Table
+    ctx: TableContext
     bucket_dir: str
     unit: CompactUnit
     max_level: int
@@ -76,9 +76,9 @@ class _Task:
     result: CompactResult = field(default_factory=CompactResult)
 
     def run(self) -> CompactResult:
-        min_size = int(self.table.config.target_file_size * SMALL_FILE_RATIO)
+        min_size = int(self.ctx.options.target_file_size * SMALL_FILE_RATIO)
         candidate: list[list[SortedRun]] = []
-        for section in interval_partition(self.unit.files, self.table.key_of):
+        for section in interval_partition(self.unit.files, self.ctx.key_of):
             if len(section) > 1:
                 candidate.append(section)
                 continue
@@ -116,34 +116,34 @@ class _Task:
     def _rewrite_files(self, sections: Sequence[Sequence[DataFileMeta]]) -> None:
         """Merge each section (sections do not overlap, so one at a time keeps memory to the
         largest section) into rolling files at the output level."""
-        table = self.table
-        schema = kv.file_schema(table.schema, table.key_names)
+        ctx = self.ctx
+        schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
 
         def merged_sections() -> Iterator[pa.Table]:
             for files in sections:
-                parts = [data_file.read(table.file_io, f"{self.bucket_dir}/{f.file_name}", schema) for f in files]
-                merged = table.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
+                parts = [data_file.read(ctx.file_io, f"{self.bucket_dir}/{f.file_name}", schema) for f in files]
+                merged = ctx.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
                 if self.lookup and merged.num_rows:
                     merged = self._without_older_keys(merged)
                 yield merged
 
-        written = data_file.write(table.file_io, self.bucket_dir, merged_sections(), table.file_settings,
-                                  self.unit.output_level, file_source=FILE_SOURCE_COMPACT)
+        written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
+                                  self.unit.output_level, file_source=FileSource.COMPACT)
         self.result.before += [f for files in sections for f in files]
         self.result.after += written
 
     def _without_older_keys(self, merged: pa.Table) -> pa.Table:
-        table = self.table
-        key_columns = [kv.key_column(k) for k in table.key_names]
+        ctx = self.ctx
+        key_columns = [kv.key_column(k) for k in ctx.key_names]
         low, high = merged.slice(0, 1), merged.slice(merged.num_rows - 1, 1)
-        first, last = (table.key_of(data_file.key_row(t, table.key_names, 0)) for t in (low, high))
+        first, last = (ctx.key_of(data_file.key_row(t, ctx.key_names, 0)) for t in (low, high))
         overlapping = [f for f in self.lookup
-                       if table.key_of(f.min_key) <= last and table.key_of(f.max_key) >= first]
+                       if ctx.key_of(f.min_key) <= last and ctx.key_of(f.max_key) >= first]
         if not overlapping:
             return merged
-        schema = kv.file_schema(table.schema, table.key_names)
+        schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
         older = pa.concat_tables(
-            data_file.read(table.file_io, f"{self.bucket_dir}/{f.file_name}", schema, key_columns)
+            data_file.read(ctx.file_io, f"{self.bucket_dir}/{f.file_name}", schema, key_columns)
             for f in overlapping
         )
         indexed = merged.select(key_columns).append_column("__row", pa.array(range(merged.num_rows), pa.int64()))
@@ -152,60 +152,59 @@ class _Task:
         return merged.filter(keep)
 
 
-def compact(table: Table, bucket_dir: str, levels: Levels, unit: CompactUnit) -> CompactResult:
+def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUnit) -> CompactResult:
     """Run one picked compaction of a bucket; deletes are dropped only into the top level."""
     output = unit.output_level
     drop_delete = output != 0 and output >= levels.highest_non_empty_level()
     lookup: tuple[DataFileMeta, ...] = ()
-    if table.merge_engine.engine == "first-row":
+    if ctx.merge_engine.needs_lookup:
         picked = {(f.file_name, f.level) for f in unit.files}
         lookup = tuple(f for f in levels.files if f.level > 0 and (f.file_name, f.level) not in picked)
-    return _Task(table, bucket_dir, unit, levels.max_level, drop_delete, lookup).run()
+    return _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, lookup).run()
 
 
-def compact_bucket(table: Table, bucket_dir: str, levels: Levels, full: bool) -> tuple[Levels, CompactResult]:
+def compact_bucket(ctx: TableContext, bucket_dir: str, levels: Levels, *, full: bool) -> tuple[Levels, CompactResult]:
     """Compact until the bucket is within bounds: one pick normally, more while the sorted runs
     exceed ``num-sorted-run.stop-trigger``; everything into the top level when ``full``."""
     total = CompactResult()
-    choose = picker(table)
-    stop = table.config.stop_trigger
+    choose = picker(ctx)
+    stop = ctx.options.stop_trigger
     while True:
-        runs = levels.sorted_runs(table.key_of)
+        runs = levels.sorted_runs(ctx.key_of)
         unit = pick_full(levels.num_levels, runs) if full else choose.pick(levels.num_levels, runs)
         if unit is None:
             return levels, total
-        result = compact(table, bucket_dir, levels, unit)
+        result = compact(ctx, bucket_dir, levels, unit)
         levels = levels.replace(result.before, result.after)
         for f in total.merge(result):
-            table.file_io.delete(f"{bucket_dir}/{f.file_name}")
-        if full or len(levels.sorted_runs(table.key_of)) <= stop:
+            ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+        if full or len(levels.sorted_runs(ctx.key_of)) <= stop:
             return levels, total
 
 
 def compact_table(
-    table: Table, full: bool, partitions: Sequence[Mapping[str, Any]] | None
+    ctx: TableContext, *, full: bool, partitions: Sequence[Mapping[str, Any]] | None
 ) -> list[CommitMessage]:
     """Compaction results of every bucket (of the given partitions) of the latest snapshot."""
-    latest = table.latest_snapshot()
+    latest = ctx.latest_snapshot()
     if latest is None:
         return []
     wanted = None
     if partitions is not None:
-        unknown = {k for p in partitions for k in p} - set(table.partition_keys)
+        unknown = {k for p in partitions for k in p} - set(ctx.partition_keys)
         if unknown:
-            raise ScanError(f"table {table.name}: {sorted(unknown)} are not partition keys {table.partition_keys}")
-        wanted = [tuple(p.get(k) for k in table.partition_keys) for p in partitions]
-    buckets = live_files.files_by_bucket(live_files.live_entries(table, latest))
+            raise ScanError(f"table {ctx.name}: {sorted(unknown)} are not partition keys {ctx.partition_keys}")
+        wanted = [tuple(p.get(k) for k in ctx.partition_keys) for p in partitions]
+    buckets = live_files.files_by_bucket(live_files.live_entries(ctx, latest))
     if wanted is not None:
-        buckets = {k: v for k, v in buckets.items() if table.partition_values(k[0]) in wanted}
+        buckets = {k: v for k, v in buckets.items() if ctx.partition_values(k[0]) in wanted}
 
     def run(item: tuple[tuple[bytes, int], list[DataFileMeta]]) -> CommitMessage:
         (partition, bucket), files = item
-        levels = Levels(tuple(files), table.config.num_levels)
-        _, result = compact_bucket(table, table.bucket_dir(partition, bucket), levels, full)
-        return CommitMessage(partition, bucket, table.config.bucket,
+        levels = Levels(tuple(files), ctx.options.num_levels)
+        _, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full)
+        return CommitMessage(partition, bucket, ctx.options.bucket,
                              compact_before=tuple(result.before), compact_after=tuple(result.after))
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        messages = list(pool.map(run, buckets.items()))
+    messages = map_all(run, buckets.items())
     return [m for m in messages if m.compact_before or m.compact_after]

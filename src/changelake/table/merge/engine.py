@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import DataError, OptionError, RowKindError
-from changelake.options import parse_bool
+from changelake.options import TableOptions, parse_bool
 from changelake.table.format import kv
 from changelake.table.format.schema import TableSchema
 
@@ -113,10 +113,25 @@ class MergeEngine:
     # -- construction -----------------------------------------------------------------------
 
     @staticmethod
-    def of(schema: TableSchema, options: Mapping[str, str], table_name: str) -> MergeEngine:
+    def of(schema: TableSchema, options: TableOptions) -> MergeEngine:
         """The merge engine a table's schema and options describe; OptionError naming the table
         and the option for anything Paimon would reject (or changelake does not implement)."""
-        return _Parser(schema, options, table_name).parse()
+        return _Parser(schema, options.raw, options.table).parse()
+
+    @property
+    def keeps_last_row(self) -> bool:
+        """Merging keeps each key's last row as it is (deduplicate by commit order)."""
+        return self.engine == DEDUPLICATE and not self.sequence_fields
+
+    @property
+    def needs_lookup(self) -> bool:
+        """Compaction drops keys already in older levels (first-row's lookup compaction)."""
+        return self.engine == FIRST_ROW
+
+    @property
+    def keys_unique_across_levels(self) -> bool:
+        """No key lives in two files above level 0, so such files read raw without merging."""
+        return self.needs_lookup
 
     # -- input ------------------------------------------------------------------------------
 
@@ -170,7 +185,7 @@ class MergeEngine:
 
     # -- merge ------------------------------------------------------------------------------
 
-    def merge(self, rows: pa.Table, key_columns: Sequence[str], drop_deletes: bool) -> pa.Table:
+    def merge(self, rows: pa.Table, key_columns: Sequence[str], *, drop_deletes: bool) -> pa.Table:
         """One row per key, sorted by key: the merge of the key's rows in sequence order.
 
         ``rows`` is in data-file layout (``_KEY_*`` columns, ``_SEQUENCE_NUMBER``,

@@ -12,7 +12,7 @@ from changelake.table.format.manifest import DataFileMeta, ManifestEntry, Manife
 from changelake.table.format.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from changelake.api.table import Table
+    from changelake.table.context import TableContext
 
 _T = TypeVar("_T")
 _CACHE_SIZE = 512
@@ -35,28 +35,28 @@ def _cached(key: tuple[str, str], load: Callable[[], _T]) -> _T:
     return value
 
 
-def manifest_list(table: Table, name: str) -> list[ManifestFileMeta]:
-    path = table.paths.manifest(name)
-    return _cached((table.file_io.protocol, path), lambda: manifest.read_manifest_list(table.file_io, path))
+def manifest_list(ctx: TableContext, name: str) -> list[ManifestFileMeta]:
+    path = ctx.paths.manifest(name)
+    return _cached((ctx.file_io.protocol, path), lambda: manifest.read_manifest_list(ctx.file_io, path))
 
 
-def manifest_entries(table: Table, name: str) -> list[ManifestEntry]:
-    path = table.paths.manifest(name)
-    return _cached((table.file_io.protocol, path), lambda: manifest.read_entries(table.file_io, path))
+def manifest_entries(ctx: TableContext, name: str) -> list[ManifestEntry]:
+    path = ctx.paths.manifest(name)
+    return _cached((ctx.file_io.protocol, path), lambda: manifest.read_entries(ctx.file_io, path))
 
 
-def data_manifests(table: Table, snapshot: Snapshot) -> list[ManifestFileMeta]:
+def data_manifests(ctx: TableContext, snapshot: Snapshot) -> list[ManifestFileMeta]:
     """Base then delta manifests of a snapshot."""
-    return manifest_list(table, snapshot.base_manifest_list) + manifest_list(table, snapshot.delta_manifest_list)
+    return manifest_list(ctx, snapshot.base_manifest_list) + manifest_list(ctx, snapshot.delta_manifest_list)
 
 
 def live_entries(
-    table: Table, snapshot: Snapshot, manifests: Sequence[ManifestFileMeta] | None = None
+    ctx: TableContext, snapshot: Snapshot, manifests: Sequence[ManifestFileMeta] | None = None
 ) -> list[ManifestEntry]:
     """ADD entries of every file live in the snapshot; ``manifests`` narrows the read to some
     of its manifests (those a partition filter leaves)."""
-    chosen = data_manifests(table, snapshot) if manifests is None else manifests
-    entries = [e for meta in chosen for e in manifest_entries(table, meta.file_name)]
+    chosen = data_manifests(ctx, snapshot) if manifests is None else manifests
+    entries = [e for meta in chosen for e in manifest_entries(ctx, meta.file_name)]
     return list(manifest.merge_entries(entries).values())
 
 

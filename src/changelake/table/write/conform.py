@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -12,10 +12,13 @@ from changelake.errors import DataError, NullKeyError, RowKindError, SchemaMisma
 from changelake.table.format import kv
 
 if TYPE_CHECKING:
-    from changelake.api.table import Table
+    import pandas as pd
 
+    from changelake.table.context import TableContext
+
+WriteInput: TypeAlias = "pa.Table | pa.RecordBatch | pa.RecordBatchReader | pd.DataFrame"
 ROWKIND_COLUMN = "rowkind"
-_KIND_VALUES = pa.array(kv.ROW_KINDS)
+_KIND_VALUES = pa.array(kv.ROW_KIND_SYMBOLS)
 
 
 def to_arrow(data: Any, table_name: str) -> pa.Table:
@@ -52,26 +55,26 @@ def row_kinds(column: pa.ChunkedArray, table_name: str, column_name: str) -> np.
     return np.asarray(index.to_numpy(zero_copy_only=False), dtype=np.int8)
 
 
-def conform(table: Table, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
+def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """Rows cast to the table's schema (column order too) and each row's value kind.
 
     Raises a DataError naming the table and column for anything that does not fit.
     """
-    schema = table.schema
+    schema = ctx.arrow_schema
     names = set(schema.names)
-    kind_field = table.config.rowkind_field
+    kind_field = ctx.options.rowkind_field
     kinds: np.ndarray | None = None
     if kind_field is None and ROWKIND_COLUMN in data.column_names and ROWKIND_COLUMN not in names:
-        kinds = row_kinds(data.column(ROWKIND_COLUMN), table.name, ROWKIND_COLUMN)
+        kinds = row_kinds(data.column(ROWKIND_COLUMN), ctx.name, ROWKIND_COLUMN)
         data = data.drop_columns([ROWKIND_COLUMN])
     missing = [n for n in schema.names if n not in data.column_names]
     if missing:
-        raise SchemaMismatchError(f"table {table.name}: input is missing columns {missing}")
+        raise SchemaMismatchError(f"table {ctx.name}: input is missing columns {missing}")
     extra = [n for n in data.column_names if n not in names]
     if extra:
-        raise SchemaMismatchError(f"table {table.name}: input has columns not in the table: {extra}")
+        raise SchemaMismatchError(f"table {ctx.name}: input has columns not in the table: {extra}")
     if len(set(data.column_names)) != len(data.column_names):
-        raise SchemaMismatchError(f"table {table.name}: input has duplicate column names {data.column_names}")
+        raise SchemaMismatchError(f"table {ctx.name}: input has duplicate column names {data.column_names}")
     columns = []
     for field in schema:
         column = data.column(field.name)
@@ -80,22 +83,22 @@ def conform(table: Table, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
                 column = column.cast(field.type, safe=True)
             except pa.ArrowException as exc:
                 raise SchemaMismatchError(
-                    f"table {table.name}: column {field.name!r} of type {data.column(field.name).type} "
+                    f"table {ctx.name}: column {field.name!r} of type {data.column(field.name).type} "
                     f"does not cast safely to {field.type}: {exc}"
                 ) from None
         if not field.nullable and column.null_count:
-            role = "primary-key" if field.name in table.primary_keys else "NOT NULL"
+            role = "primary-key" if field.name in ctx.primary_keys else "NOT NULL"
             raise NullKeyError(
-                f"table {table.name}: {role} column {field.name!r} has {column.null_count} null values"
+                f"table {ctx.name}: {role} column {field.name!r} has {column.null_count} null values"
             )
         columns.append(column)
     rows = pa.Table.from_arrays(columns, schema=schema)
     if kind_field is not None:
-        kinds = row_kinds(rows.column(kind_field), table.name, kind_field)
+        kinds = row_kinds(rows.column(kind_field), ctx.name, kind_field)
     if kinds is None:
         kinds = np.zeros(rows.num_rows, dtype=np.int8)
-    engine = table.merge_engine
-    engine.check_input(kinds, table.name)
+    engine = ctx.merge_engine
+    engine.check_input(kinds, ctx.name)
     keep = engine.input_mask(kinds)
     if keep is not None:
         rows, kinds = rows.filter(pa.array(keep)), kinds[keep]

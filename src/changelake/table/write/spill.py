@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from changelake.table.format import kv
 
 if TYPE_CHECKING:
-    from changelake.api.table import Table
+    from changelake.table.context import TableContext
 
 _SPILL_BATCH_ROWS = 64 * 1024
 
@@ -61,17 +61,17 @@ def _in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.Table:
     return rows if mask is None else rows.filter(mask)
 
 
-def merge_runs(table: Table, runs: Sequence[SpilledRun], part: pa.Table) -> Iterator[pa.Table]:
+def merge_runs(ctx: TableContext, runs: Sequence[SpilledRun], part: pa.Table) -> Iterator[pa.Table]:
     """Spilled runs plus the last buffer, merged range by range of the first key column, so
     only about one buffer's worth of rows is in memory at a time."""
-    first_key = kv.key_column(table.key_names[0])
+    first_key = kv.key_column(ctx.key_names[0])
     starts = sorted({lo for run in runs for lo, _ in run.bounds} | (
         {v.as_py() for v in kv.comparable(part.column(first_key)).take(
             pa.array(range(0, part.num_rows, _SPILL_BATCH_ROWS)))} if part.num_rows else set()))
     total_rows = sum(r.rows for r in runs) + part.num_rows
     total_bytes = sum(r.nbytes for r in runs) + part.nbytes
     # A range holds about half a buffer: merging it briefly needs a few copies of it.
-    range_rows = max(_SPILL_BATCH_ROWS, table.config.write_buffer_size * total_rows // max(1, 2 * total_bytes))
+    range_rows = max(_SPILL_BATCH_ROWS, ctx.options.write_buffer_size * total_rows // max(1, 2 * total_bytes))
     step = max(1, range_rows // _SPILL_BATCH_ROWS)
     edges: list[Any] = [None, *starts[step::step], None]
     for low, high in itertools.pairwise(edges):
@@ -80,6 +80,6 @@ def merge_runs(table: Table, runs: Sequence[SpilledRun], part: pa.Table) -> Iter
             pieces.append(_in_range(part, first_key, low, high))
         rows = pa.concat_tables(pieces) if pieces else None
         if rows is not None and rows.num_rows:
-            yield table.merge_rows(rows, drop_deletes=False)
+            yield ctx.merge_rows(rows, drop_deletes=False)
         # The allocator keeps freed pages unless told otherwise; hand them back between ranges.
         pa.default_memory_pool().release_unused()

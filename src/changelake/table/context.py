@@ -1,0 +1,124 @@
+"""The table context: the small frozen value the storage engine works on.
+
+It holds what the engine needs of one table (file IO, paths, schema, parsed options, key codec,
+merge engine) and nothing of the user-facing facade. It pickles as its name, file IO, location
+and schema JSON, so Spark tasks get it by value and rebuild the derived parts lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+
+from changelake.options import TableOptions
+from changelake.table.format import binary_row, kv, snapshot
+from changelake.table.format.data_file import FileSettings
+from changelake.table.format.kv import KeyCodec
+from changelake.table.format.schema import TableSchema
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.io.fileio import FileIO
+from changelake.table.io.paths import TablePaths, partition_path
+from changelake.table.merge.engine import MergeEngine
+
+
+@dataclass(frozen=True)
+class TableContext:
+    """One table at one schema, as the engine sees it."""
+
+    name: str
+    file_io: FileIO
+    paths: TablePaths
+    schema: TableSchema
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.name, self.file_io, self.paths.root, self.schema.to_json()))
+
+    @cached_property
+    def options(self) -> TableOptions:
+        """The options, parsed once with Paimon's defaults."""
+        return TableOptions.parse(self.schema.options, table=self.name)
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        """Arrow schema of the table's rows."""
+        return self.schema.arrow_schema()
+
+    @property
+    def primary_keys(self) -> tuple[str, ...]:
+        return self.schema.primary_keys
+
+    @property
+    def partition_keys(self) -> tuple[str, ...]:
+        return self.schema.partition_keys
+
+    @cached_property
+    def partition_types(self) -> list[pa.DataType]:
+        return [self.arrow_schema.field(k).type for k in self.partition_keys]
+
+    @cached_property
+    def key_names(self) -> tuple[str, ...]:
+        """Primary keys minus partition keys: the ``_KEY_`` columns of data files."""
+        return self.schema.trimmed_primary_keys
+
+    @cached_property
+    def key_columns(self) -> list[str]:
+        """Names of the ``_KEY_`` columns of data files."""
+        return [kv.key_column(k) for k in self.key_names]
+
+    @cached_property
+    def key_of(self) -> KeyCodec:
+        """Decoder of serialized key BinaryRows (min/max keys) into comparable tuples."""
+        return KeyCodec([self.arrow_schema.field(k).type for k in self.key_names])
+
+    @cached_property
+    def bucket_key(self) -> tuple[str, ...]:
+        return self.options.bucket_key or self.key_names
+
+    @cached_property
+    def merge_engine(self) -> MergeEngine:
+        """How rows of one key merge (``merge-engine`` and its options)."""
+        return MergeEngine.of(self.schema, self.options)
+
+    @cached_property
+    def file_settings(self) -> FileSettings:
+        options = self.options
+        return FileSettings(
+            schema_id=self.schema.id,
+            key_names=self.key_names,
+            compression=options.file_compression,
+            zstd_level=options.zstd_level,
+            target_file_size=options.target_file_size,
+            dictionary=options.parquet_dictionary,
+        )
+
+    def merge_rows(self, rows: pa.Table, *, drop_deletes: bool) -> pa.Table:
+        """One row per key (key order) by the table's merge engine; with ``drop_deletes`` the
+        keys whose result is a retraction are removed instead of kept as delete markers."""
+        return self.merge_engine.merge(rows, self.key_columns, drop_deletes=drop_deletes)
+
+    def partition_values(self, partition: bytes) -> tuple[Any, ...]:
+        """Python values of a serialized partition BinaryRow."""
+        return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
+
+    def bucket_dir(self, partition: bytes, bucket: int) -> str:
+        """Directory of a bucket given its serialized partition BinaryRow."""
+        options = self.options
+        part = partition_path(self.partition_keys, self.partition_values(partition), self.partition_types,
+                              options.partition_default_name, options.partition_legacy_name)
+        return self.paths.bucket_dir(part, bucket)
+
+    def latest_snapshot(self) -> Snapshot | None:
+        """The newest snapshot, or None for a table never written."""
+        latest = snapshot.latest_id(self.file_io, self.paths)
+        return None if latest is None else self.snapshot(latest)
+
+    def snapshot(self, snapshot_id: int) -> Snapshot:
+        """Snapshot ``snapshot_id`` (SnapshotNotFoundError if absent)."""
+        return snapshot.read(self.file_io, self.paths, snapshot_id, self.name)
+
+
+def _rebuild(name: str, file_io: FileIO, root: str, schema_json: str) -> TableContext:
+    return TableContext(name, file_io, TablePaths(root), TableSchema.model_validate_json(schema_json))

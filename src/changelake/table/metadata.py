@@ -1,0 +1,136 @@
+"""A table's metadata files beyond data and manifests: schemas, the snapshot history and tags."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+from pydantic import ValidationError
+
+from changelake.errors import (
+    CorruptMetadataError,
+    OptionError,
+    SnapshotNotFoundError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    TagAlreadyExistsError,
+    TagNotFoundError,
+)
+from changelake.options import TableOptions
+from changelake.table.context import TableContext
+from changelake.table.format import schema as table_schema
+from changelake.table.format import snapshot
+from changelake.table.format.schema import TableSchema
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.io.fileio import FileIO
+from changelake.table.io.paths import TablePaths
+from changelake.table.merge.engine import MergeEngine
+
+_DEFAULT_BUCKETS = "1"
+_SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
+_TAG_FILE = re.compile(r"^tag-(.+)$")
+
+
+def read_latest_schema(file_io: FileIO, paths: TablePaths, name: str) -> TableSchema:
+    """The newest schema of the table at ``paths``; TableNotFoundError when there is none."""
+    ids = [int(m.group(1)) for n in file_io.list_names(paths.schema_dir) if (m := _SCHEMA_FILE.match(n))]
+    if not ids:
+        raise TableNotFoundError(f"does not exist (no schema under {paths.schema_dir})", table=name)
+    path = paths.schema(max(ids))
+    try:
+        return TableSchema.model_validate_json(file_io.read_text(path))
+    except (ValidationError, ValueError) as exc:
+        raise CorruptMetadataError(f"schema file is corrupt: {exc}", table=name, file=path) from None
+
+
+def create_table(
+    file_io: FileIO,
+    root: str,
+    name: str,
+    schema: pa.Schema,
+    primary_keys: list[str],
+    partition_keys: list[str],
+    options: dict[str, str],
+    comment: str | None,
+) -> TableContext:
+    """Validate a new table's definition and write its schema 0 (atomically: of two creators,
+    one wins and the other gets TableAlreadyExistsError)."""
+    checked = dict(options)
+    checked.setdefault("bucket", _DEFAULT_BUCKETS)
+    parsed = TableOptions.parse(checked, table=name, new=True)
+    if parsed.bucket < 1:
+        raise OptionError("must be a positive fixed number of buckets; dynamic bucket mode is not supported",
+                          table=name, option="bucket")
+    if parsed.file_format != "parquet":
+        raise OptionError("only parquet is supported", table=name, option="file.format")
+    new_schema = table_schema.from_arrow(name, schema, primary_keys, partition_keys, checked, comment)
+    for key, columns in (("rowkind.field", (parsed.rowkind_field,)), ("bucket-key", parsed.bucket_key),
+                         ("sequence.field", parsed.sequence_field)):
+        for column in columns:
+            if column is not None and column not in schema.names:
+                raise OptionError(f"names unknown column {column!r}", table=name, option=key)
+    MergeEngine.of(new_schema, parsed)  # rejects invalid merge-engine settings now
+    paths = TablePaths(root)
+    if not file_io.create_if_absent(paths.schema(0), new_schema.to_json().encode("utf-8")):
+        raise TableAlreadyExistsError(f"already exists at {root}", table=name)
+    return TableContext(name, file_io, paths, new_schema)
+
+
+def open_context(file_io: FileIO, root: str, name: str) -> TableContext:
+    """The context of the table at ``root``, at its newest schema."""
+    paths = TablePaths(root)
+    return TableContext(name, file_io, paths, read_latest_schema(file_io, paths, name))
+
+
+def snapshots(ctx: TableContext) -> list[Snapshot]:
+    """Every snapshot still present, oldest first."""
+    return [ctx.snapshot(i) for i in snapshot.list_ids(ctx.file_io, ctx.paths)]
+
+
+def snapshot_at(ctx: TableContext, timestamp_ms: int) -> Snapshot:
+    """The newest snapshot committed at or before ``timestamp_ms``."""
+    found: Snapshot | None = None
+    for snapshot_id in snapshot.list_ids(ctx.file_io, ctx.paths):
+        candidate = ctx.snapshot(snapshot_id)
+        if candidate.time_millis > timestamp_ms:
+            break
+        found = candidate
+    if found is None:
+        raise SnapshotNotFoundError(f"no snapshot at or before {timestamp_ms}", table=ctx.name)
+    return found
+
+
+def create_tag(ctx: TableContext, name: str, snapshot_id: int | None) -> Snapshot:
+    """Tag a snapshot (default: the latest)."""
+    if snapshot_id is None:
+        target = ctx.latest_snapshot()
+        if target is None:
+            raise SnapshotNotFoundError("has no snapshot to tag", table=ctx.name)
+    else:
+        target = ctx.snapshot(snapshot_id)
+    if not ctx.file_io.create_if_absent(ctx.paths.tag(name), target.to_json().encode("utf-8")):
+        raise TagAlreadyExistsError(f"already has a tag {name!r}", table=ctx.name)
+    return target
+
+
+def tag(ctx: TableContext, name: str) -> Snapshot:
+    """The snapshot a tag points to."""
+    path = ctx.paths.tag(name)
+    try:
+        data = ctx.file_io.read_bytes(path)
+    except FileNotFoundError:
+        raise TagNotFoundError(f"has no tag {name!r}", table=ctx.name) from None
+    return snapshot.parse(data, path)
+
+
+def tags(ctx: TableContext) -> dict[str, Snapshot]:
+    """Every tag and its snapshot, by name."""
+    names = sorted(m.group(1) for n in ctx.file_io.list_names(ctx.paths.tag_dir) if (m := _TAG_FILE.match(n)))
+    return {name: tag(ctx, name) for name in names}
+
+
+def delete_tag(ctx: TableContext, name: str) -> None:
+    """Remove a tag (the snapshot it named is unaffected)."""
+    if not ctx.file_io.exists(ctx.paths.tag(name)):
+        raise TagNotFoundError(f"has no tag {name!r}", table=ctx.name)
+    ctx.file_io.delete(ctx.paths.tag(name))

@@ -1,0 +1,151 @@
+"""Planning a read of one snapshot: prune manifests and files by the filter, then cut each
+bucket into splits. Batch scans use it now; change scans will plan through it too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from changelake.errors import ScanError
+from changelake.table.context import TableContext
+from changelake.table.format import binary_row
+from changelake.table.format.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.lsm.levels import interval_partition
+from changelake.table.read import live_files
+
+
+@dataclass(frozen=True)
+class Split:
+    """Files of one bucket that are read (and merged) together.
+
+    ``raw_convertible`` splits hold no overlapping keys and no delete rows, so their rows
+    are read as they are, without a merge.
+    """
+
+    partition: bytes
+    bucket: int
+    bucket_dir: str
+    files: tuple[DataFileMeta, ...]
+    raw_convertible: bool
+
+    @property
+    def row_count(self) -> int:
+        """Rows stored in the split's files (before merging)."""
+        return sum(f.row_count for f in self.files)
+
+
+def _range_guarantee(names: Sequence[str], types: Sequence[pa.DataType], stats: SimpleStats) -> pc.Expression:
+    """What every row covered by ``stats`` satisfies: each column within its [min, max]."""
+    if binary_row.deserialize(stats.min_values)[0] != len(types):
+        return pc.scalar(True)  # stats of other columns (or none): no guarantee
+    lows = binary_row.from_bytes(binary_row.deserialize(stats.min_values)[1], types)
+    highs = binary_row.from_bytes(binary_row.deserialize(stats.max_values)[1], types)
+    guarantee = pc.scalar(True)
+    for name, t, low, high in zip(names, types, lows, highs, strict=True):
+        if low is None or high is None:
+            continue
+        field = pc.field(name)
+        if low == high:
+            guarantee = guarantee & (field == pc.scalar(pa.scalar(low, t)))
+        else:
+            guarantee = guarantee & (field >= pc.scalar(pa.scalar(low, t))) & (field <= pc.scalar(pa.scalar(high, t)))
+    return guarantee
+
+
+def _prune(ctx: TableContext, candidates: Sequence[Any], guarantees: Sequence[pc.Expression],
+           expression: pc.Expression) -> list[Any]:
+    """The candidates whose guarantee does not contradict the filter (Arrow simplifies)."""
+    if not candidates:
+        return []
+    dataset = ds.FileSystemDataset.from_paths(
+        [str(i) for i in range(len(candidates))], schema=ctx.arrow_schema, format=ds.ParquetFileFormat(),
+        filesystem=pafs.LocalFileSystem(), partitions=list(guarantees),
+    )
+    try:
+        kept = dataset.get_fragments(filter=expression)
+        return [candidates[int(f.path)] for f in kept]
+    except pa.ArrowException as exc:
+        raise ScanError(f"filter {expression} does not apply: {exc}", table=ctx.name) from None
+
+
+def _prune_manifests(ctx: TableContext, manifests: list[ManifestFileMeta],
+                     expression: pc.Expression | None) -> list[ManifestFileMeta]:
+    if expression is None or not ctx.partition_keys:
+        return manifests
+    guarantees = [_range_guarantee(ctx.partition_keys, ctx.partition_types, m.partition_stats) for m in manifests]
+    return _prune(ctx, manifests, guarantees, expression)
+
+
+def _prune_files(
+    ctx: TableContext, entries: list[ManifestEntry], expression: pc.Expression | None
+) -> list[ManifestEntry]:
+    if expression is None:
+        return entries
+    guarantees = []
+    for entry in entries:
+        guarantee = _range_guarantee(ctx.key_names, ctx.key_of.types, entry.file.key_stats)
+        values = ctx.partition_values(entry.partition)
+        for name, t, value in zip(ctx.partition_keys, ctx.partition_types, values, strict=True):
+            field = pc.field(name)
+            guarantee = guarantee & (field.is_null() if value is None else field == pc.scalar(pa.scalar(value, t)))
+        guarantees.append(guarantee)
+    return _prune(ctx, entries, guarantees, expression)
+
+
+def _pack(
+    items: Sequence[list[DataFileMeta]], weight: Callable[[Sequence[DataFileMeta]], int], target: int
+) -> list[list[DataFileMeta]]:
+    """Ordered bin packing: consecutive items fill a bin up to ``target`` weight."""
+    bins: list[list[DataFileMeta]] = []
+    current: list[DataFileMeta] = []
+    current_weight = 0
+    for item in items:
+        w = weight(item)
+        if current and current_weight + w > target:
+            bins.append(current)
+            current, current_weight = [], 0
+        current += item
+        current_weight += w
+    if current:
+        bins.append(current)
+    return bins
+
+
+def split_bucket(ctx: TableContext, files: list[DataFileMeta]) -> list[tuple[list[DataFileMeta], bool]]:
+    """One bucket's files as split groups, each with whether it reads raw (without merging).
+
+    Files whose key ranges overlap stay in one group (interval partition into sections);
+    sections are packed up to ``source.split.target-size``, each file weighing at least
+    ``source.split.open-file-cost``."""
+    options = ctx.options
+    target, open_cost = options.split_target_size, options.split_open_file_cost
+
+    def weight(group: Sequence[DataFileMeta]) -> int:
+        return max(sum(f.file_size for f in group), open_cost)
+
+    no_deletes = all(f.level != 0 and f.delete_row_count == 0 for f in files)
+    if no_deletes and (len({f.level for f in files}) == 1 or ctx.merge_engine.keys_unique_across_levels):
+        # One sorted run (or levels that never share a key) without deletes: read as it is.
+        ordered = sorted(files, key=lambda f: ctx.key_of(f.min_key))
+        return [(g, True) for g in _pack([[f] for f in ordered], weight, target)]
+    sections = [[f for run in section for f in run.files] for section in interval_partition(files, ctx.key_of)]
+    return [(g, len(g) == 1 and g[0].delete_row_count == 0) for g in _pack(sections, weight, target)]
+
+
+def plan(ctx: TableContext, snapshot: Snapshot, expression: pc.Expression | None) -> list[Split]:
+    """The splits of a snapshot's live files that the filter may need, by (partition, bucket)."""
+    manifests = _prune_manifests(ctx, live_files.data_manifests(ctx, snapshot), expression)
+    entries = _prune_files(ctx, live_files.live_entries(ctx, snapshot, manifests), expression)
+    splits = []
+    for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
+        bucket_dir = ctx.bucket_dir(partition, bucket)
+        for group, raw in split_bucket(ctx, files):
+            splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw))
+    return splits
