@@ -153,8 +153,8 @@ def _check_conflicts(ctx: TableContext, latest: Snapshot | None, entries: Sequen
     gone = [e.file.file_name for e in entries if e.kind == FileKind.DELETE and e.identifier not in live]
     if gone:
         raise CommitConflictError(
-            f"table {ctx.name}: files {gone[:5]} were removed by a concurrent commit; "
-            "this commit's compaction is void"
+            f"files {gone[:5]} were removed by a concurrent commit; this commit's compaction is void",
+            table=ctx.name,
         )
     touched = {(e.partition, e.bucket) for e in entries if e.file.level > 0}
     after = manifest.merge_entries([*(e for e in live.values() if (e.partition, e.bucket) in touched), *entries])
@@ -167,9 +167,10 @@ def _check_conflicts(ctx: TableContext, latest: Snapshot | None, entries: Sequen
         for left, right in itertools.pairwise(files):
             if ctx.key_of(left.max_key) >= ctx.key_of(right.min_key):
                 raise CommitConflictError(
-                    f"table {ctx.name}: bucket {bucket} level {level} would hold overlapping files "
+                    f"bucket {bucket} level {level} would hold overlapping files "
                     f"{left.file_name} and {right.file_name} after this commit (a concurrent compaction "
-                    "landed first); this commit's compaction is void"
+                    "landed first); this commit's compaction is void",
+                    table=ctx.name,
                 )
 
 
@@ -255,7 +256,7 @@ def _commit_one(
             return new
         _remove(ctx, lists.written)
     _remove(ctx, attempt.written)
-    raise CommitConflictError(f"table {ctx.name}: commit gave up after {retries} lost races")
+    raise CommitConflictError(f"commit gave up after {retries} lost races", table=ctx.name)
 
 
 def _remove(ctx: TableContext, paths: Iterable[str]) -> None:

@@ -162,9 +162,9 @@ def read(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[str] |
         with file_io.arrow_fs.open_input_file(path) as source:
             table = pq.ParquetFile(source).read(columns=list(columns) if columns is not None else None)
     except FileNotFoundError:
-        raise CorruptMetadataError(f"data file {path} is missing") from None
+        raise CorruptMetadataError("data file is missing", file=path) from None
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptMetadataError(f"data file {path} is unreadable: {exc}") from None
+        raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
     if table.schema.equals(wanted):
         return table

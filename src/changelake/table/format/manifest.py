@@ -326,11 +326,11 @@ def read_avro(file_io: FileIO, path: str) -> list[dict[str, Any]]:
     try:
         data = file_io.read_bytes(path)
     except FileNotFoundError:
-        raise CorruptMetadataError(f"metadata file {path} is missing") from None
+        raise CorruptMetadataError("metadata file is missing", file=path) from None
     try:
         return [cast(dict[str, Any], r) for r in fastavro.reader(io.BytesIO(data))]
     except Exception as exc:  # fastavro raises many types for garbage input
-        raise CorruptMetadataError(f"metadata file {path} is corrupt: {exc}") from None
+        raise CorruptMetadataError(f"metadata file is corrupt: {exc}", file=path) from None
 
 
 def read_entries(file_io: FileIO, path: str) -> list[ManifestEntry]:

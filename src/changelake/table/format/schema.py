@@ -52,7 +52,7 @@ class TableSchema(BaseModel):
         for f in self.fields:
             if f.name == name:
                 return f
-        raise SchemaError(f"column {name!r} is not in the schema")
+        raise SchemaError("is not in the schema", column=name)
 
     @property
     def trimmed_primary_keys(self) -> tuple[str, ...]:
@@ -77,23 +77,23 @@ def from_arrow(
     """Schema 0 of a new primary-key table; validates keys against the columns."""
     names = schema.names
     if len(set(names)) != len(names):
-        raise SchemaError(f"table {table_name}: duplicate column names in {names}")
+        raise SchemaError(f"duplicate column names in {names}", table=table_name)
     if not primary_keys:
-        raise SchemaError(f"table {table_name}: a primary-key table needs at least one primary key")
+        raise SchemaError("a primary-key table needs at least one primary key", table=table_name)
     for kind, keys in (("primary key", primary_keys), ("partition key", partition_keys)):
         for key in keys:
             if key not in names:
-                raise SchemaError(f"table {table_name}: {kind} {key!r} is not a column of the schema {names}")
+                raise SchemaError(f"{kind} {key!r} is not a column of the schema {names}", table=table_name)
         if len(set(keys)) != len(keys):
-            raise SchemaError(f"table {table_name}: duplicate {kind}s in {keys}")
+            raise SchemaError(f"duplicate {kind}s in {keys}", table=table_name)
     missing = [p for p in partition_keys if p not in primary_keys]
     if missing:
         raise SchemaError(
-            f"table {table_name}: primary keys {primary_keys} must contain the partition keys; missing {missing}"
+            f"primary keys {primary_keys} must contain the partition keys; missing {missing}", table=table_name
         )
     if set(primary_keys) == set(partition_keys):
         raise SchemaError(
-            f"table {table_name}: primary keys {primary_keys} must not be the same as the partition keys"
+            f"primary keys {primary_keys} must not be the same as the partition keys", table=table_name
         )
     ids = itertools.count()
     fields: list[DataField] = []
@@ -102,7 +102,7 @@ def from_arrow(
         not_null = arrow_field.name in primary_keys
         if not_null and not _keyable(arrow_field.type):
             raise SchemaError(
-                f"table {table_name}: column {arrow_field.name!r} of type {arrow_field.type} cannot be a key"
+                f"of type {arrow_field.type} cannot be a key", table=table_name, column=arrow_field.name
             )
         paimon = types.to_paimon(arrow_field.type, arrow_field.nullable and not not_null, ids)
         description = None

@@ -63,7 +63,7 @@ def parse(data: bytes, path: str) -> Snapshot:
     try:
         return Snapshot.model_validate_json(data)
     except ValidationError as exc:
-        raise CorruptMetadataError(f"snapshot file {path} is corrupt: {exc.errors()[0]['msg']}") from None
+        raise CorruptMetadataError(f"snapshot file is corrupt: {exc.errors()[0]['msg']}", file=path) from None
 
 
 def read(file_io: FileIO, paths: TablePaths, snapshot_id: int, table_name: str) -> Snapshot:
@@ -72,7 +72,7 @@ def read(file_io: FileIO, paths: TablePaths, snapshot_id: int, table_name: str) 
     try:
         data = file_io.read_bytes(path)
     except FileNotFoundError:
-        raise SnapshotNotFoundError(f"table {table_name}: snapshot {snapshot_id} does not exist ({path})") from None
+        raise SnapshotNotFoundError(f"snapshot {snapshot_id} does not exist ({path})", table=table_name) from None
     return parse(data, path)
 
 

@@ -193,7 +193,7 @@ def compact_table(
     if partitions is not None:
         unknown = {k for p in partitions for k in p} - set(ctx.partition_keys)
         if unknown:
-            raise ScanError(f"table {ctx.name}: {sorted(unknown)} are not partition keys {ctx.partition_keys}")
+            raise ScanError(f"{sorted(unknown)} are not partition keys {ctx.partition_keys}", table=ctx.name)
         wanted = [tuple(p.get(k) for k in ctx.partition_keys) for p in partitions]
     buckets = live_files.files_by_bucket(live_files.live_entries(ctx, latest))
     if wanted is not None:

@@ -15,34 +15,51 @@ if TYPE_CHECKING:
     from changelake.table.context import TableContext
 
 _T = TypeVar("_T")
-_CACHE_SIZE = 512
-_cache: OrderedDict[tuple[str, str], object] = OrderedDict()
-_lock = threading.Lock()
 
 
-def _cached(key: tuple[str, str], load: Callable[[], _T]) -> _T:
-    # Manifest files never change once written, so a file's parsed content can be reused
-    # for as long as it is held; the cache only bounds memory.
-    with _lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]  # type: ignore[return-value]
-    value = load()
-    with _lock:
-        _cache[key] = value
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return value
+class ManifestCache:
+    """Parsed manifests and manifest lists by (filesystem, path), least recently used first out.
+
+    Manifest files never change once written, so a parsed file is valid for as long as it is
+    held; the bound only limits memory. Safe to share between threads."""
+
+    def __init__(self, max_files: int = 512) -> None:
+        self.max_files = max_files
+        self._files: OrderedDict[tuple[str, str], object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str], load: Callable[[], _T]) -> _T:
+        """The cached value of ``key``, loading (outside the lock) on a miss."""
+        with self._lock:
+            if key in self._files:
+                self._files.move_to_end(key)
+                return self._files[key]  # type: ignore[return-value]
+        value = load()
+        with self._lock:
+            self._files[key] = value
+            while len(self._files) > self.max_files:
+                self._files.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        """Forget every cached file."""
+        with self._lock:
+            self._files.clear()
+
+
+MANIFEST_CACHE = ManifestCache()
 
 
 def manifest_list(ctx: TableContext, name: str) -> list[ManifestFileMeta]:
+    """The manifests a manifest list names."""
     path = ctx.paths.manifest(name)
-    return _cached((ctx.file_io.protocol, path), lambda: manifest.read_manifest_list(ctx.file_io, path))
+    return MANIFEST_CACHE.get((ctx.file_io.protocol, path), lambda: manifest.read_manifest_list(ctx.file_io, path))
 
 
 def manifest_entries(ctx: TableContext, name: str) -> list[ManifestEntry]:
+    """The entries of one manifest."""
     path = ctx.paths.manifest(name)
-    return _cached((ctx.file_io.protocol, path), lambda: manifest.read_entries(ctx.file_io, path))
+    return MANIFEST_CACHE.get((ctx.file_io.protocol, path), lambda: manifest.read_entries(ctx.file_io, path))
 
 
 def data_manifests(ctx: TableContext, snapshot: Snapshot) -> list[ManifestFileMeta]:

@@ -30,8 +30,9 @@ def group_by_bucket(ctx: TableContext, data: pa.Table) -> BucketGroups:
     num_buckets = ctx.options.bucket
     if num_buckets < 1:
         raise OptionError(
-            f"table {ctx.name}: bucket={num_buckets} (dynamic bucket mode) is not supported "
-            "for writing; create the table with a fixed 'bucket'"
+            f"bucket={num_buckets} (dynamic bucket mode) is not supported "
+            "for writing; create the table with a fixed 'bucket'",
+            table=ctx.name, option="bucket",
         )
     bucket_ids = bucket.buckets([data.column(k) for k in ctx.bucket_key], num_buckets).astype(np.int64)
     codes = bucket_ids

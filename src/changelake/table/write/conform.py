@@ -32,8 +32,9 @@ def to_arrow(data: Any, table_name: str) -> pa.Table:
     if type(data).__name__ == "DataFrame" and hasattr(data, "to_records"):
         return pa.Table.from_pandas(data, preserve_index=False)
     raise DataError(
-        f"table {table_name}: cannot write {type(data).__name__}; pass a pyarrow Table, "
-        "RecordBatch, RecordBatchReader or pandas DataFrame"
+        f"cannot write {type(data).__name__}; pass a pyarrow Table, "
+        "RecordBatch, RecordBatchReader or pandas DataFrame",
+        table=table_name,
     )
 
 
@@ -41,16 +42,17 @@ def row_kinds(column: pa.ChunkedArray, table_name: str, column_name: str) -> np.
     """Value kinds (0..3) of a column of +I/-U/+U/-D strings."""
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         raise RowKindError(
-            f"table {table_name}: row kind column {column_name!r} must be strings (+I, -U, +U, -D), "
-            f"got {column.type}"
+            f"row kind column {column_name!r} must be strings (+I, -U, +U, -D), got {column.type}",
+            table=table_name, column=column_name,
         )
     index = pc.index_in(column, value_set=_KIND_VALUES)
     if index.null_count:
         bad = column.filter(index.is_null())
         first = bad[0].as_py()
         raise RowKindError(
-            f"table {table_name}: invalid row kind {first!r} in column {column_name!r} "
-            f"({len(bad)} bad rows); expected one of +I, -U, +U, -D"
+            f"invalid row kind {first!r} in column {column_name!r} "
+            f"({len(bad)} bad rows); expected one of +I, -U, +U, -D",
+            table=table_name, column=column_name,
         )
     return np.asarray(index.to_numpy(zero_copy_only=False), dtype=np.int8)
 
@@ -69,12 +71,12 @@ def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
         data = data.drop_columns([ROWKIND_COLUMN])
     missing = [n for n in schema.names if n not in data.column_names]
     if missing:
-        raise SchemaMismatchError(f"table {ctx.name}: input is missing columns {missing}")
+        raise SchemaMismatchError(f"input is missing columns {missing}", table=ctx.name)
     extra = [n for n in data.column_names if n not in names]
     if extra:
-        raise SchemaMismatchError(f"table {ctx.name}: input has columns not in the table: {extra}")
+        raise SchemaMismatchError(f"input has columns not in the table: {extra}", table=ctx.name)
     if len(set(data.column_names)) != len(data.column_names):
-        raise SchemaMismatchError(f"table {ctx.name}: input has duplicate column names {data.column_names}")
+        raise SchemaMismatchError(f"input has duplicate column names {data.column_names}", table=ctx.name)
     columns = []
     for field in schema:
         column = data.column(field.name)
@@ -83,14 +85,14 @@ def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
                 column = column.cast(field.type, safe=True)
             except pa.ArrowException as exc:
                 raise SchemaMismatchError(
-                    f"table {ctx.name}: column {field.name!r} of type {data.column(field.name).type} "
-                    f"does not cast safely to {field.type}: {exc}"
+                    f"column {field.name!r} of type {data.column(field.name).type} "
+                    f"does not cast safely to {field.type}: {exc}",
+                    table=ctx.name, column=field.name,
                 ) from None
         if not field.nullable and column.null_count:
             role = "primary-key" if field.name in ctx.primary_keys else "NOT NULL"
-            raise NullKeyError(
-                f"table {ctx.name}: {role} column {field.name!r} has {column.null_count} null values"
-            )
+            raise NullKeyError(f"{role} column {field.name!r} has {column.null_count} null values",
+                               table=ctx.name, column=field.name)
         columns.append(column)
     rows = pa.Table.from_arrays(columns, schema=schema)
     if kind_field is not None:
