@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table.write.writer import TableWrite
 from changelake.table.commit import committer as table_commit
 from changelake.table.read import live_files
+from changelake.table.write.writer import TableWrite
 
 WRITERS = 4
 BATCHES = 5
@@ -154,9 +154,10 @@ def _check_levels(table: cl.Table) -> None:
         if e.file.level > 0:
             runs.setdefault((e.partition, e.bucket, e.file.level), []).append(e.file)
     for files in runs.values():
-        ordered = sorted(files, key=lambda f: table.context.key_of(f.min_key))
+        key_of = table.context.key_of
+        ordered = sorted(files, key=lambda f: key_of(f.min_key))
         for left, right in itertools.pairwise(ordered):
-            assert table.context.key_of(left.max_key) < table.context.key_of(right.min_key), "files of one level overlap"
+            assert key_of(left.max_key) < key_of(right.min_key), "files of one level overlap"
 
 
 def _check_no_orphans(table: cl.Table) -> None:

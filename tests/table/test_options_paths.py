@@ -100,7 +100,7 @@ def test_partition_paths_escape_like_paimon() -> None:
 
 def test_partition_value_text_by_type() -> None:
     def text(value: object, arrow_type: pa.DataType, legacy: bool = False) -> str:
-        return paths.partition_value_text(value, arrow_type, "d", legacy)
+        return paths.partition_value_text(value, arrow_type, "d", legacy=legacy)
 
     assert text(dt.date(2024, 1, 2), pa.date32()) == "2024-01-02"
     assert text(True, pa.bool_()) == "true"

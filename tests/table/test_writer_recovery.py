@@ -10,12 +10,12 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table.write.writer import TableWrite
 from changelake.table.commit import committer as commit_module
 from changelake.table.format.data_file import EMPTY_STATS
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.lsm.compactor import CompactResult
 from changelake.table.read import live_files
+from changelake.table.write.writer import TableWrite
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 

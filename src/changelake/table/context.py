@@ -107,7 +107,7 @@ class TableContext:
         """Directory of a bucket given its serialized partition BinaryRow."""
         options = self.options
         part = partition_path(self.partition_keys, self.partition_values(partition), self.partition_types,
-                              options.partition_default_name, options.partition_legacy_name)
+                              options.partition_default_name, legacy=options.partition_legacy_name)
         return self.paths.bucket_dir(part, bucket)
 
     def latest_snapshot(self) -> Snapshot | None:

@@ -39,7 +39,7 @@ class CommitMessage:
     def bucket_dir(self, ctx: TableContext) -> str:
         return ctx.bucket_dir(self.partition, self.bucket)
 
-    def written(self, ctx: TableContext, compaction_only: bool = False) -> list[str]:
+    def written(self, ctx: TableContext, *, compaction_only: bool = False) -> list[str]:
         """Paths of the data files this message's writer created: the new files, and the
         compaction outputs that are not upgrades (an upgrade only moved an existing file)."""
         moved = {f.file_name for f in self.compact_before}
@@ -79,7 +79,7 @@ def latest_of_user(ctx: TableContext, commit_user: str, latest: Snapshot | None)
     return None
 
 
-def _entries(messages: Iterable[CommitMessage], compact: bool) -> list[ManifestEntry]:
+def _entries(messages: Iterable[CommitMessage], *, compact: bool) -> list[ManifestEntry]:
     out: list[ManifestEntry] = []
     for m in messages:
         if compact:
@@ -179,6 +179,7 @@ def commit(
     messages: Sequence[CommitMessage],
     commit_user: str,
     identifier: int,
+    *,
     compact_conflicts_fatal: bool = True,
 ) -> list[Snapshot]:
     """Commit the messages as an APPEND snapshot (new files) and then a COMPACT snapshot
@@ -215,7 +216,7 @@ def commit(
 
 
 def _commit_one(
-    ctx: TableContext, kind: CommitKind, entries: list[ManifestEntry], commit_user: str, identifier: int, first: bool
+    ctx: TableContext, kind: CommitKind, entries: list[ManifestEntry], commit_user: str, identifier: int, *, first: bool
 ) -> Snapshot | None:
     attempt = _Attempt()
     delta_meta = write_manifest(ctx, entries, attempt)

@@ -104,7 +104,7 @@ def from_arrow(
             raise SchemaError(
                 f"of type {arrow_field.type} cannot be a key", table=table_name, column=arrow_field.name
             )
-        paimon = types.to_paimon(arrow_field.type, arrow_field.nullable and not not_null, ids)
+        paimon = types.to_paimon(arrow_field.type, ids, nullable=arrow_field.nullable and not not_null)
         description = None
         if arrow_field.metadata and b"description" in arrow_field.metadata:
             description = arrow_field.metadata[b"description"].decode()

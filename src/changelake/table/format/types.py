@@ -21,31 +21,31 @@ _TIMESTAMP_PRECISION = {"s": 0, "ms": 3, "us": 6, "ns": 9}
 _ATOMIC = re.compile(r"^\s*([A-Z_]+(?:\s+[A-Z_]+)*?)\s*(?:\((\s*\d+\s*(?:,\s*\d+\s*)?)\))?\s*(.*)$")
 
 
-def _suffix(nullable: bool) -> str:
+def _suffix(*, nullable: bool) -> str:
     return "" if nullable else _NOT_NULL
 
 
-def to_paimon(data_type: pa.DataType, nullable: bool, ids: Iterator[int]) -> PaimonType:
+def to_paimon(data_type: pa.DataType, ids: Iterator[int], *, nullable: bool) -> PaimonType:
     """The Paimon type of an Arrow type; nested ROW fields draw their ids from ``ids``."""
-    sfx = _suffix(nullable)
+    sfx = _suffix(nullable=nullable)
     atomic = _atomic_name(data_type)
     if atomic is not None:
         return atomic + sfx
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
         elem = data_type.value_field
-        return {"type": "ARRAY" + sfx, "element": to_paimon(elem.type, elem.nullable, ids)}
+        return {"type": "ARRAY" + sfx, "element": to_paimon(elem.type, ids, nullable=elem.nullable)}
     if pa.types.is_map(data_type):
         return {
             "type": "MAP" + sfx,
-            "key": to_paimon(data_type.key_type, False, ids),
-            "value": to_paimon(data_type.item_type, data_type.item_field.nullable, ids),
+            "key": to_paimon(data_type.key_type, ids, nullable=False),
+            "value": to_paimon(data_type.item_type, ids, nullable=data_type.item_field.nullable),
         }
     if pa.types.is_struct(data_type):
         fields = []
         for child in data_type:
             child_id = next(ids)
             fields.append(
-                {"id": child_id, "name": child.name, "type": to_paimon(child.type, child.nullable, ids)}
+                {"id": child_id, "name": child.name, "type": to_paimon(child.type, ids, nullable=child.nullable)}
             )
         return {"type": "ROW" + sfx, "fields": fields}
     raise SchemaError(f"Arrow type {data_type} has no Paimon equivalent")

@@ -54,7 +54,7 @@ def _legacy_timestamp_text(value: dt.datetime) -> str:
     return value.isoformat(timespec="seconds" if value.second else "minutes")
 
 
-def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str, legacy: bool = True) -> str:
+def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str, *, legacy: bool = True) -> str:
     """A partition value as Paimon writes it in directory names.
 
     With ``partition.legacy-name`` (Paimon's default) dates are day numbers, times are
@@ -94,11 +94,12 @@ def partition_path(
     values: Sequence[Any],
     arrow_types: Sequence[pa.DataType],
     default_name: str,
+    *,
     legacy: bool = True,
 ) -> str:
     """``k1=v1/k2=v2`` with Paimon's escaping ('' for an unpartitioned table)."""
     return "/".join(
-        f"{escape(k)}={escape(partition_value_text(v, t, default_name, legacy))}"
+        f"{escape(k)}={escape(partition_value_text(v, t, default_name, legacy=legacy))}"
         for k, v, t in zip(keys, values, arrow_types, strict=True)
     )
 
