@@ -10,6 +10,11 @@ import pyarrow as pa
 import changelake as cl
 
 
+def _show(rows: pa.Table) -> None:
+    for row in rows.to_pylist():
+        print("  " + "  ".join(f"{name}={value}" for name, value in row.items()))
+
+
 def main(warehouse: str) -> None:
     catalog = cl.Catalog(warehouse)
     schema = pa.schema(
@@ -48,11 +53,11 @@ def main(warehouse: str) -> None:
     )
     table.write(pa.table({"dt": ["2024-01-02"], "id": [3], "name": ["lime"], "amount": [9.9]}))
 
+    order = [("dt", "ascending"), ("id", "ascending")]
     print("latest rows:")
-    print(table.scan().to_arrow().sort_by([("dt", "ascending"), ("id", "ascending")]).to_pandas().to_string())
+    _show(table.scan().to_arrow().sort_by(order))
     print("\nrows as of snapshot 1:")
-    print(table.scan(snapshot_id=1).to_arrow().sort_by([("dt", "ascending"), ("id", "ascending")])
-          .to_pandas().to_string())
+    _show(table.scan().at_snapshot(1).to_arrow().sort_by(order))
     print("\nsnapshots:")
     for snap in table.snapshots():
         print(f"  {snap.id}  {snap.commit_kind:<7} total={snap.total_record_count} delta={snap.delta_record_count}")
