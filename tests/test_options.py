@@ -1,15 +1,11 @@
-"""Option parsing and partition directory names."""
+"""The options registry: parsing once, defaults, validation with did-you-mean, docs."""
 
 from __future__ import annotations
 
-import datetime as dt
-
-import pyarrow as pa
 import pytest
 
 from changelake import options
 from changelake.errors import OptionError
-from changelake.table.io import paths
 
 
 def test_memory_sizes_and_durations() -> None:
@@ -86,37 +82,3 @@ def test_every_option_is_documented_once() -> None:
     assert all(spec.doc for spec in specs)
     table = options.markdown_table()
     assert all(f"`{key}`" in table for key in keys)
-
-
-def test_partition_paths_escape_like_paimon() -> None:
-    text = paths.partition_path(
-        ["dt", "hr", "k"],
-        ["2024/01:01", 7, None],
-        [pa.string(), pa.int32(), pa.string()],
-        "__DEFAULT_PARTITION__",
-    )
-    assert text == "dt=2024%2F01%3A01/hr=7/k=__DEFAULT_PARTITION__"
-
-
-def test_partition_value_text_by_type() -> None:
-    def text(value: object, arrow_type: pa.DataType, legacy: bool = False) -> str:
-        return paths.partition_value_text(value, arrow_type, "d", legacy=legacy)
-
-    assert text(dt.date(2024, 1, 2), pa.date32()) == "2024-01-02"
-    assert text(True, pa.bool_()) == "true"
-    assert text(1e7, pa.float64()) == "1.0E7"
-    assert text(0.5, pa.float64()) == "0.5"
-    stamp = dt.datetime(2024, 1, 2, 3, 4, 5)
-    assert text(stamp, pa.timestamp("ms")) == "2024-01-02 03:04:05.000"
-    assert text(" ", pa.string()) == "d"
-
-
-def test_legacy_partition_names_are_paimons_default() -> None:
-    def text(value: object, arrow_type: pa.DataType) -> str:
-        return paths.partition_value_text(value, arrow_type, "d")
-
-    assert text(dt.date(2024, 1, 2), pa.date32()) == "19724"
-    assert text(dt.datetime(2024, 1, 2, 3, 4), pa.timestamp("ms")) == "2024-01-02T03:04"
-    assert text(dt.datetime(2024, 1, 2, 3, 4, 5, 120000), pa.timestamp("us")) == "2024-01-02T03:04:05.120"
-    assert text(dt.datetime(2024, 1, 2, 3, 4, 5, 123456), pa.timestamp("us")) == "2024-01-02T03:04:05.123456"
-    assert text(7, pa.int32()) == "7"
