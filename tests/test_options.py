@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from changelake import options
@@ -82,3 +84,8 @@ def test_every_option_is_documented_once() -> None:
     assert all(spec.doc for spec in specs)
     table = options.markdown_table()
     assert all(f"`{key}`" in table for key in keys)
+
+
+def test_the_options_page_is_generated_from_the_registry() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "options.md").read_text()
+    assert page.endswith(options.markdown_table()), "docs/options.md is stale: run ./dev docs"

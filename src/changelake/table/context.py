@@ -92,6 +92,7 @@ class TableContext:
             zstd_level=options.zstd_level,
             target_file_size=options.target_file_size,
             dictionary=options.parquet_dictionary,
+            prefix=options.data_file_prefix,
         )
 
     def merge_rows(self, rows: pa.Table, *, drop_deletes: bool) -> pa.Table:
