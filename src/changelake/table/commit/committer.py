@@ -13,17 +13,15 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from changelake.errors import CommitConflictError, SnapshotNotFoundError
 from changelake.table.commit import manifest_merge
+from changelake.table.context import TableContext
 from changelake.table.format import binary_row, manifest, snapshot
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.read import live_files
 
-if TYPE_CHECKING:
-    from changelake.table.context import TableContext
 
 @dataclass(frozen=True)
 class CommitMessage:

@@ -9,14 +9,11 @@ rewritten as the live files only.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
+from changelake.table.context import TableContext
 from changelake.table.format import manifest
 from changelake.table.format.manifest import FileKind, ManifestEntry, ManifestFileMeta
 from changelake.table.read import live_files
-
-if TYPE_CHECKING:
-    from changelake.table.context import TableContext
 
 WriteManifest = Callable[[Sequence[ManifestEntry]], ManifestFileMeta]
 

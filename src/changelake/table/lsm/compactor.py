@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import ScanError
 from changelake.table.commit.committer import CommitMessage
+from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.lsm.levels import Levels, SortedRun, interval_partition
 from changelake.table.lsm.universal import CompactUnit, UniversalCompaction, pick_full
 from changelake.table.read import live_files
-
-if TYPE_CHECKING:
-    from changelake.table.context import TableContext
 
 SMALL_FILE_RATIO = 0.7  # files under 70% of target-file-size are rewritten, not upgraded
 

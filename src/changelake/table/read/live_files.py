@@ -5,14 +5,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
+from changelake.table.context import TableContext
 from changelake.table.format import manifest
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta
 from changelake.table.format.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from changelake.table.context import TableContext
 
 _T = TypeVar("_T")
 

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import DataError, NullKeyError, RowKindError, SchemaMismatchError
+from changelake.table.context import TableContext
 from changelake.table.format import kv
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from changelake.table.context import TableContext
 
 WriteInput: TypeAlias = "pa.Table | pa.RecordBatch | pa.RecordBatchReader | pd.DataFrame"
 ROWKIND_COLUMN = "rowkind"

@@ -5,15 +5,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from changelake.table.context import TableContext
 from changelake.table.format import kv
-
-if TYPE_CHECKING:
-    from changelake.table.context import TableContext
 
 _SPILL_BATCH_ROWS = 64 * 1024
 

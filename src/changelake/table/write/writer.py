@@ -17,6 +17,7 @@ import pyarrow as pa
 from changelake.errors import CommitConflictError
 from changelake.table.commit import committer as commit
 from changelake.table.commit.committer import CommitMessage
+from changelake.table.context import TableContext
 from changelake.table.executor import executor, map_all
 from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta
@@ -28,7 +29,6 @@ from changelake.table.write import spill
 from changelake.table.write.bucketing import group_by_bucket, restored_files, sort_and_merge
 
 if TYPE_CHECKING:
-    from changelake.table.context import TableContext
     from changelake.table.write.conform import WriteInput
 
 
