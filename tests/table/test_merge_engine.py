@@ -17,9 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changelake.errors import DataError, OptionError, RowKindError
+from changelake.options import MergeEngineKind, SortOrder, TableOptions
 from changelake.table.format import kv
 from changelake.table.format import schema as schema_module
-from changelake.table.merge.engine import MergeEngine
+from changelake.table.merge.engines import Aggregation, Deduplicate, FirstRow, MergeEngine, PartialUpdate
+from changelake.table.merge.parse import merge_engine
 
 KIND_CODES = {"+I": kv.INSERT, "-U": kv.UPDATE_BEFORE, "+U": kv.UPDATE_AFTER, "-D": kv.DELETE}
 KEYS = ["_KEY_k"]
@@ -49,11 +51,11 @@ _OPTION_NAMES = {
 
 def engine_of(fields: Sequence[tuple[str, pa.DataType]], **options: str) -> MergeEngine:
     opts = {_OPTION_NAMES[k]: v for k, v in options.items()}
-    return MergeEngine.of(table_schema(fields, opts), opts, "db.t")
+    return merge_engine(table_schema(fields, opts), TableOptions.parse(opts, table="db.t"))
 
 
 def make_engine(fields: Sequence[tuple[str, pa.DataType]], options: dict[str, str]) -> MergeEngine:
-    return MergeEngine.of(table_schema(fields, options), options, "db.t")
+    return merge_engine(table_schema(fields, options), TableOptions.parse(options, table="db.t"))
 
 
 def kv_table(fields: Sequence[tuple[str, pa.DataType]], rows: Sequence[Row]) -> pa.Table:
@@ -85,7 +87,7 @@ def as_rows(table: pa.Table) -> list[Row]:
 def merged(
     engine: MergeEngine, fields: Sequence[tuple[str, pa.DataType]], rows: Sequence[Row], drop: bool = True
 ) -> list[Row]:
-    result = engine.merge(kv_table(fields, rows), KEYS, drop)
+    result = engine.merge(kv_table(fields, rows), KEYS, drop_deletes=drop)
     assert result.schema == kv_table(fields, []).schema
     return as_rows(result)
 
@@ -170,11 +172,12 @@ def test_equal_sequence_numbers_keep_input_order() -> None:
 def test_string_and_composite_keys() -> None:
     arrow = pa.schema([pa.field("p", pa.string(), nullable=False), pa.field("q", INT, nullable=False), ("v", INT)])
     options = {"merge-engine": "aggregation", "fields.v.aggregate-function": "sum"}
-    e = MergeEngine.of(schema_module.from_arrow("db.t", arrow, ["p", "q"], [], options, None), options, "db.t")
+    schema = schema_module.from_arrow("db.t", arrow, ["p", "q"], [], options, None)
+    e = merge_engine(schema, TableOptions.parse(options, table="db.t"))
     schema = kv.file_schema(arrow, ["p", "q"])
     data = {"_KEY_p": ["b", "a", "b", "a"], "_KEY_q": [1, 2, 1, 1], kv.SEQUENCE: [0, 1, 2, 3], kv.VALUE_KIND: [0] * 4}
     data |= {"p": data["_KEY_p"], "q": data["_KEY_q"], "v": [1, 2, 3, 4]}
-    out = e.merge(pa.Table.from_pydict(data, schema=schema), ["_KEY_p", "_KEY_q"], True)
+    out = e.merge(pa.Table.from_pydict(data, schema=schema), ["_KEY_p", "_KEY_q"], drop_deletes=True)
     assert [(r["p"], r["q"], r["v"]) for r in out.to_pylist()] == [("a", 1, 4), ("a", 2, 2), ("b", 1, 4)]
 
 
@@ -395,11 +398,13 @@ def test_partial_update_option_errors() -> None:
 # aggregation
 
 
-def agg_engine(fields: Sequence[tuple[str, pa.DataType]], **functions: str) -> MergeEngine:
+def agg_engine(fields: Sequence[tuple[str, pa.DataType]], **functions: str) -> Aggregation:
     options = {"merge-engine": "aggregation"}
     for key, value in functions.items():
         options[key if "." in key else f"fields.{key}.aggregate-function"] = value
-    return make_engine(fields, options)
+    e = make_engine(fields, options)
+    assert isinstance(e, Aggregation)
+    return e
 
 
 def test_aggregation_documented_example() -> None:
@@ -542,7 +547,7 @@ def test_count_integer_types_and_overflow(data_type: pa.DataType) -> None:
         "merge-engine": "aggregation", "fields.n.aggregate-function": "count",
         "aggregation.remove-record-on-delete": "true",
     })  # fmt: skip
-    out = e.merge(kv_table(fields, seq_rows(("+I", 3), ("+I", None), ("+I", -4), names=["n"])), KEYS, True)
+    out = e.merge(kv_table(fields, seq_rows(("+I", 3), ("+I", None), ("+I", -4), names=["n"])), KEYS, drop_deletes=True)
     assert out.schema.field("n").type == data_type
     assert out.column("n").to_pylist() == [2]
     info = np.iinfo(data_type.to_pandas_dtype())
@@ -763,9 +768,9 @@ def test_required_columns_for_projected_reads() -> None:
     projected = kv_table(SG, seq_rows(("+I", 1, 1, 1, 1, 1, 1), ("+I", 2, 2, 0, 2, 2, 2), names=SG_NAMES)).select(
         ["_KEY_k", kv.SEQUENCE, kv.VALUE_KIND, "k", "a", "g_1"]
     )
-    assert e.merge(projected, KEYS, True).column("a").to_pylist() == [1]
+    assert e.merge(projected, KEYS, drop_deletes=True).column("a").to_pylist() == [1]
     with pytest.raises(DataError, match="g_1"):
-        e.merge(projected.drop_columns(["g_1"]), KEYS, True)
+        e.merge(projected.drop_columns(["g_1"]), KEYS, drop_deletes=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -862,7 +867,7 @@ class RefAgg:
         raise RowKindError(f"{f} cannot retract")
 
 
-def ref_partial_update(e: MergeEngine, rows: list[Row], names: list[str]) -> tuple[Row, int]:
+def ref_partial_update(e: PartialUpdate, rows: list[Row], names: list[str]) -> tuple[Row, int]:
     group_of = {c: g for g in e.sequence_groups for c in g.columns}
     aggs = {a.column: RefAgg(a.function, a.ignore_retract) for a in e.aggregates}
     delete_fields = set(e.sequence_groups[e.delete_group].sequence_fields) if e.delete_group is not None else set()
@@ -952,7 +957,7 @@ def ref_partial_update(e: MergeEngine, rows: list[Row], names: list[str]) -> tup
     return row, kind
 
 
-def ref_aggregation(e: MergeEngine, rows: list[Row], names: list[str]) -> tuple[Row, int]:
+def ref_aggregation(e: Aggregation, rows: list[Row], names: list[str]) -> tuple[Row, int]:
     by_column = {a.column: a for a in e.aggregates}
     aggs = {
         n: RefAgg(by_column[n].function, by_column[n].ignore_retract, by_column[n].delimiter, by_column[n].distinct)
@@ -987,7 +992,7 @@ def reference(e: MergeEngine, rows: list[Row], names: list[str], drop: bool) -> 
             if value is None:
                 fields.append((0, 0))
             else:
-                fields.append((1, value if e.sequence_ascending else -value))
+                fields.append((1, value if e.sequence_order is SortOrder.ASCENDING else -value))
         return (r["k"], *fields, r["seq"], position)
 
     groups: dict[int, list[Row]] = {}
@@ -998,15 +1003,19 @@ def reference(e: MergeEngine, rows: list[Row], names: list[str], drop: bool) -> 
         max_seq = max(r["seq"] for r in group)
         if len(group) == 1:
             result = dict(group[0])
-        elif e.engine == "deduplicate":
+        elif isinstance(e, Deduplicate):
             result = dict(group[-1])
-        elif e.engine == "first-row":
+        elif isinstance(e, FirstRow):
             if any(r["kind"] in ("-U", "-D") for r in group):
                 raise RowKindError("first-row")
             result = dict(group[0])
         else:
-            merge = ref_partial_update if e.engine == "partial-update" else ref_aggregation
-            values_, kind = merge(e, group, names)
+            assert isinstance(e, PartialUpdate | Aggregation)
+            values_, kind = (
+                ref_partial_update(e, group, names)
+                if isinstance(e, PartialUpdate)
+                else ref_aggregation(e, group, names)
+            )
             result = {"k": k, "kind": {v: n for n, v in KIND_CODES.items()}[kind], **values_}
         result["seq"] = max_seq
         out.append(result)
@@ -1044,11 +1053,11 @@ def check_associative(
     older = [r for i, r in enumerate(rows) if i not in newest]
     recent = [r for i, r in enumerate(rows) if i in newest]
     try:
-        once = e.merge(kv_table(fields, rows), KEYS, False)
+        once = e.merge(kv_table(fields, rows), KEYS, drop_deletes=False)
     except (RowKindError, DataError):
         return  # rows the engine rejects (checked against the model elsewhere)
-    first = e.merge(kv_table(fields, recent), KEYS, False)
-    step = e.merge(pa.concat_tables([kv_table(fields, older), first]), KEYS, False)
+    first = e.merge(kv_table(fields, recent), KEYS, drop_deletes=False)
+    step = e.merge(pa.concat_tables([kv_table(fields, older), first]), KEYS, drop_deletes=False)
     assert normalize(as_rows(step)) == normalize(as_rows(once)), names
 
 
@@ -1056,7 +1065,7 @@ def _merge_order(e: MergeEngine, r: Row, position: int) -> tuple[Any, ...]:
     fields = []
     for f in e.sequence_fields:
         value = r[f]
-        fields.append((0, 0) if value is None else (1, value if e.sequence_ascending else -value))
+        fields.append((0, 0) if value is None else (1, value if e.sequence_order is SortOrder.ASCENDING else -value))
     return (*fields, r["seq"], position)
 
 
@@ -1232,6 +1241,7 @@ def test_sequence_groups_match_model_and_are_associative(
         "fields.g2,g3.sequence-group": "c,d",
     }
     e = make_engine(fields, options | extra)
+    assert isinstance(e, PartialUpdate)
     check_engine(e, fields, rows, drop)
     subset = newest(e, rows, min(split, len(rows)), bool(e.sequence_fields))
     # Not associative in Paimon: removing a record on a group's -D (the -D's values are kept),
@@ -1336,6 +1346,33 @@ def test_merge_of_nothing_and_of_one_row() -> None:
     fields = [("v", INT)]
     for engine in ("deduplicate", "first-row", "partial-update", "aggregation"):
         e = make_engine(fields, {"merge-engine": engine})
-        assert e.merge(kv_table(fields, []), KEYS, True).num_rows == 0
+        assert e.merge(kv_table(fields, []), KEYS, drop_deletes=True).num_rows == 0
         one = [{"k": 1, "seq": 5, "kind": "+U", "v": 3}]
         assert merged(e, fields, one) == [{"k": 1, "seq": 5, "kind": "+U", "v": 3}]
+
+
+@pytest.mark.parametrize(
+    ("options", "engine_class", "kind", "keeps_last_row", "needs_lookup"),
+    [
+        ({}, Deduplicate, MergeEngineKind.DEDUPLICATE, True, False),
+        ({"sequence.field": "v"}, Deduplicate, MergeEngineKind.DEDUPLICATE, False, False),
+        ({"merge-engine": "first-row"}, FirstRow, MergeEngineKind.FIRST_ROW, False, True),
+        ({"merge-engine": " First-Row "}, FirstRow, MergeEngineKind.FIRST_ROW, False, True),
+        ({"merge-engine": "partial-update"}, PartialUpdate, MergeEngineKind.PARTIAL_UPDATE, False, False),
+        ({"merge-engine": "aggregation"}, Aggregation, MergeEngineKind.AGGREGATION, False, False),
+    ],
+)
+def test_dispatch_picks_the_engine_class_with_its_kind_and_flags(
+    options: dict[str, str],
+    engine_class: type[MergeEngine],
+    kind: MergeEngineKind,
+    keeps_last_row: bool,
+    needs_lookup: bool,
+) -> None:
+    e = make_engine([("v", INT)], options)
+    assert type(e) is engine_class
+    assert e.kind is kind and engine_class.kind is kind
+    assert e.keeps_last_row is keeps_last_row
+    # Only first-row looks keys up in compaction, which keeps keys unique across levels above 0.
+    assert e.needs_lookup is needs_lookup
+    assert e.keys_unique_across_levels is needs_lookup

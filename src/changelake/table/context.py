@@ -21,7 +21,8 @@ from changelake.table.format.schema import TableSchema
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths, partition_path
-from changelake.table.merge.engine import MergeEngine
+from changelake.table.merge import parse
+from changelake.table.merge.engines import MergeEngine
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class TableContext:
     @cached_property
     def merge_engine(self) -> MergeEngine:
         """How rows of one key merge (``merge-engine`` and its options)."""
-        return MergeEngine.of(self.schema, self.options)
+        return parse.merge_engine(self.schema, self.options)
 
     @cached_property
     def file_settings(self) -> FileSettings:

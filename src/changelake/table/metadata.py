@@ -24,7 +24,7 @@ from changelake.table.format.schema import TableSchema
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
-from changelake.table.merge.engine import MergeEngine
+from changelake.table.merge.parse import merge_engine
 
 _DEFAULT_BUCKETS = "1"
 _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
@@ -69,7 +69,7 @@ def create_table(
         for column in columns:
             if column is not None and column not in schema.names:
                 raise OptionError(f"names unknown column {column!r}", table=name, option=key)
-    MergeEngine.of(new_schema, parsed)  # rejects invalid merge-engine settings now
+    merge_engine(new_schema, parsed)  # rejects invalid merge-engine settings now
     paths = TablePaths(root)
     if not file_io.create_if_absent(paths.schema(0), new_schema.to_json().encode("utf-8")):
         raise TableAlreadyExistsError(f"already exists at {root}", table=name)

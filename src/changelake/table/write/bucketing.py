@@ -13,6 +13,7 @@ from changelake.errors import OptionError
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket, kv
 from changelake.table.format.manifest import DataFileMeta
+from changelake.table.merge import sort
 from changelake.table.read import live_files
 
 
@@ -67,7 +68,7 @@ def sort_and_merge(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups:
     position = np.arange(n, dtype=np.int64)
     sequence = first_sequences[groups.codes] + position
     keys = [data.column(k) for k in ctx.key_names]
-    order = kv.sort_indices([pa.array(groups.codes), *keys], pa.array(position))
+    order = sort.sort_indices([pa.array(groups.codes), *keys], pa.array(position))
     sorted_codes = groups.codes[order]
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
     columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
@@ -75,7 +76,7 @@ def sort_and_merge(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups:
     engine = ctx.merge_engine
     if engine.keeps_last_row:
         # One global pass: the last row of every (group, key) wins.
-        ends = kv.group_ends([pa.array(sorted_codes), *(k.take(order) for k in keys)])
+        ends = sort.group_ends([pa.array(sorted_codes), *(k.take(order) for k in keys)])
         merged, codes = laid_out.take(order[ends]), sorted_codes[ends]
         bounds = np.searchsorted(codes, np.arange(len(groups.partitions) + 1))
         return [merged.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(len(groups.partitions))]

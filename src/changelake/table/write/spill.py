@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from changelake.table.context import TableContext
 from changelake.table.format import kv
+from changelake.table.merge import sort
 
 _SPILL_BATCH_ROWS = 64 * 1024
 
@@ -33,7 +34,7 @@ class SpilledRun:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, part.schema, options=options) as out:
             for batch in part.to_batches(max_chunksize=_SPILL_BATCH_ROWS):
                 out.write_batch(batch)
-                column = kv.comparable(batch.column(part.schema.get_field_index(first_key)))
+                column = sort.comparable(batch.column(part.schema.get_field_index(first_key)))
                 bounds.append((column[0].as_py(), column[len(column) - 1].as_py()))
         return SpilledRun(path, tuple(bounds), part.num_rows, part.nbytes)
 
@@ -49,7 +50,7 @@ class SpilledRun:
 
 
 def _in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.Table:
-    values = kv.comparable(rows.column(column))
+    values = sort.comparable(rows.column(column))
     mask = None
     if low is not None:
         mask = pc.greater_equal(values, pa.scalar(low, values.type))
@@ -64,7 +65,7 @@ def merge_runs(ctx: TableContext, runs: Sequence[SpilledRun], part: pa.Table) ->
     only about one buffer's worth of rows is in memory at a time."""
     first_key = kv.key_column(ctx.key_names[0])
     starts = sorted({lo for run in runs for lo, _ in run.bounds} | (
-        {v.as_py() for v in kv.comparable(part.column(first_key)).take(
+        {v.as_py() for v in sort.comparable(part.column(first_key)).take(
             pa.array(range(0, part.num_rows, _SPILL_BATCH_ROWS)))} if part.num_rows else set()))
     total_rows = sum(r.rows for r in runs) + part.num_rows
     total_bytes = sum(r.nbytes for r in runs) + part.nbytes

@@ -1,0 +1,84 @@
+"""Sorting key-value rows by (key, sequence) and finding each key's segment, whole-column.
+
+Keys that numpy can order (integers, temporals, booleans, floats) sort with ``lexsort``; other
+keys (strings, decimals, binaries) sort with Arrow. Floats order as Paimon orders them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from changelake.table.format import kv
+
+
+def _numpy_key(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
+    """A numpy view that sorts like the column, for fixed-width integer-like columns."""
+    t = arr.type
+    if pa.types.is_integer(t):
+        return np.asarray(arr.to_numpy())
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t):
+        width = pa.int64() if t.bit_width == 64 else pa.int32()
+        return np.asarray(arr.cast(width).to_numpy())
+    if pa.types.is_boolean(t):
+        return np.asarray(arr.to_numpy(zero_copy_only=False))
+    if pa.types.is_floating(t) and t.bit_width in (32, 64):
+        return _float_order(np.asarray(arr.to_numpy(zero_copy_only=False)))
+    return None
+
+
+def _float_order(values: np.ndarray) -> np.ndarray:
+    """Integers ordered like Java's ``Double.compare`` (one NaN, greatest; -0.0 < 0.0), which
+    is how Paimon orders and equates float keys."""
+    wide = values.astype(np.float64)
+    wide = np.where(np.isnan(wide), np.nan, wide)
+    bits = wide.view(np.int64)
+    return np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
+
+
+def comparable(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The column itself, or for floats int64s ordered like Paimon orders float keys."""
+    if pa.types.is_floating(column.type):
+        return pa.array(_float_order(np.asarray(column.to_numpy(zero_copy_only=False))))
+    return column
+
+
+def sort_indices(keys: Sequence[pa.Array | pa.ChunkedArray], seq: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Row order by (keys..., seq), stable for ties."""
+    numeric = [_numpy_key(k) for k in keys]
+    seq_np = np.asarray(seq.to_numpy())
+    if all(n is not None for n in numeric):
+        columns = [seq_np] + [n for n in reversed(numeric) if n is not None]
+        return np.asarray(np.lexsort(columns), dtype=np.int64)
+    table = pa.table({f"k{i}": comparable(k) for i, k in enumerate(keys)} | {"seq": seq_np})
+    order = [(f"k{i}", "ascending") for i in range(len(keys))] + [("seq", "ascending")]
+    return np.asarray(pc.sort_indices(table, sort_keys=order).to_numpy(), dtype=np.int64)
+
+
+def group_ends(sorted_keys: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
+    """Mask of rows that are the last of their key among rows sorted by key."""
+    n = len(sorted_keys[0])
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    changed = np.zeros(n - 1, dtype=bool)
+    for column in sorted_keys:
+        numeric = _numpy_key(column)
+        if numeric is not None:
+            changed |= numeric[1:] != numeric[:-1]
+        else:
+            diff = pc.not_equal(column[1:], column[:-1])
+            changed |= np.asarray(pc.fill_null(diff, True).to_numpy(zero_copy_only=False))
+    return np.append(changed, True)
+
+
+def deduplicate(table: pa.Table, key_names: Sequence[str]) -> pa.Table:
+    """Last row (highest sequence) of every key, sorted by key; delete markers kept."""
+    if table.num_rows <= 1:
+        return table
+    keys = [table.column(k) for k in key_names]
+    order = sort_indices(keys, table.column(kv.SEQUENCE))
+    sorted_keys = [k.take(order) for k in keys]
+    return table.take(order[group_ends(sorted_keys)])
