@@ -210,7 +210,8 @@ def _count(
 def _check_range(values: np.ndarray, data_type: pa.DataType, agg: FieldAggregate, what: str) -> None:
     if not len(values):
         return
-    info = np.iinfo(data_type.to_pandas_dtype())
+    # Paimon's integer types are all signed; the numpy dtype of the same width bounds them.
+    info = np.iinfo(np.dtype(f"int{data_type.bit_width}"))
     low, high = min(values), max(values)
     if low < info.min or high > info.max:
         bad = low if low < info.min else high
