@@ -49,7 +49,7 @@ def run(commits: int, size: int) -> dict[str, float]:
         table = cl.Catalog(work).create_table(
             "bench.orders", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"], options={"bucket": "4"}
         )
-        stop = table.config.stop_trigger
+        stop = table.context.options.stop_trigger
         durations: list[float] = []
         max_runs = 0
         # A long-running ingest job: one writer, one commit per batch, compaction in background.
@@ -61,7 +61,7 @@ def run(commits: int, size: int) -> dict[str, float]:
             durations.append(time.perf_counter() - start)
             runs: Counter[tuple[bytes, int]] = Counter()
             levels: dict[tuple[bytes, int], set[int]] = {}
-            for entry in live_files.live_entries(table, table.latest_snapshot()):
+            for entry in live_files.live_entries(table.context, table.latest_snapshot()):
                 key = (entry.partition, entry.bucket)
                 if entry.file.level == 0:
                     runs[key] += 1
@@ -69,7 +69,7 @@ def run(commits: int, size: int) -> dict[str, float]:
                     levels.setdefault(key, set()).add(entry.file.level)
             max_runs = max(max_runs, max(runs[k] + len(levels.get(k, ())) for k in set(runs) | set(levels)))
         writer.close()
-        manifests = len(live_files.data_manifests(table, table.latest_snapshot()))
+        manifests = len(live_files.data_manifests(table.context, table.latest_snapshot()))
         snapshots = len(table.snapshots())
         total = commits * size
         files, nbytes = disk_usage(table.location)
