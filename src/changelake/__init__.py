@@ -6,7 +6,7 @@ from changelake.api.scan import Scan
 from changelake.api.table import Table
 from changelake.api.writer import TableWriter
 from changelake.options import ChangelogProducer, MergeEngineKind, ScanMode, TableOptions
-from changelake.table.commit.committer import CommitMessage
+from changelake.table.commit.message import CommitMessage
 from changelake.table.format.kv import RowKind
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.read.planner import Split

@@ -106,6 +106,10 @@ class TagNotFoundError(ChangelakeError):
     """The named tag does not exist."""
 
 
+class InvalidTagNameError(ChangelakeError):
+    """A tag name is blank, a pure number, or holds a path separator."""
+
+
 class TagAlreadyExistsError(ChangelakeError):
     """A tag of that name already exists."""
 

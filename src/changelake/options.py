@@ -175,12 +175,21 @@ class OptionSpec:
     default: str | None
     doc: str
     derive: Callable[[Mapping[str, Any]], Any] | None = None
+    # Values changelake can act on; a new table with any other value is refused, since Paimon's
+    # readers would trust the option and read what changelake wrote wrongly.
+    supports: Callable[[Any], bool] | None = None
+    unsupported: str = ""
 
     def value(self, text: str, table: str) -> Any:
         try:
             return self.parse(text)
         except (ValueError, TypeError) as exc:
             raise OptionError(f"has invalid value {text!r}: {exc}", table=table, option=self.key) from None
+
+    def check_supported(self, value: Any, table: str) -> None:
+        """OptionError when changelake cannot act on ``value`` (yet)."""
+        if self.supports is not None and not self.supports(value):
+            raise OptionError(f"value {value!r} is not supported: {self.unsupported}", table=table, option=self.key)
 
 
 def _option(
@@ -190,16 +199,19 @@ def _option(
     doc: str,
     *,
     derive: Callable[[Mapping[str, Any]], Any] | None = None,
+    supports: Callable[[Any], bool] | None = None,
+    unsupported: str = "",
 ) -> Any:
-    spec = OptionSpec(key, parse, default, doc, derive)
+    spec = OptionSpec(key, parse, default, doc, derive, supports, unsupported)
     return dataclasses.field(default=None if default is None else parse(default), metadata={"option": spec})
 
 
 # ``fields.<names>.<setting>`` options (merge engines) and prefixed families accepted as they are.
 _FIELD_OPTION = re.compile(
-    r"^fields\.[^.]+(?:,[^.]+)*\.(aggregate-function|sequence-group|ignore-retract|"
-    r"default-value|distinct|list-agg-delimiter|nested-key|count-limit)$"
+    r"^fields\.[^.]+(?:,[^.]+)*\.(aggregate-function|sequence-group|ignore-retract|distinct|list-agg-delimiter)$"
 )
+# Paimon's per-field settings changelake does not implement: refused on new tables.
+_UNSUPPORTED_FIELD_OPTION = re.compile(r"^fields\.[^.]+(?:,[^.]+)*\.(default-value|nested-key|count-limit)$")
 _PREFIXED_OPTION = re.compile(r"^(file\.compression\.per\.level|file\.format\.per\.level|format-table\.|fs\.|s3\.)")
 
 
@@ -211,7 +223,14 @@ class TableOptions:
     table: str = ""
 
     # layout
-    bucket: int = _option("bucket", _bucket, "-1", "Number of buckets; changelake writes fixed buckets (>= 1).")
+    bucket: int = _option(
+        "bucket",
+        _bucket,
+        "-1",
+        "Number of buckets; changelake writes fixed buckets (>= 1).",
+        supports=lambda v: v >= 1,
+        unsupported="changelake writes a fixed number of buckets (>= 1); dynamic bucket mode is not supported",
+    )
     bucket_key: tuple[str, ...] = _option(
         "bucket-key", _names, "", "Columns hashed to pick the bucket (default: the primary key minus partition keys)."
     )
@@ -227,7 +246,14 @@ class TableOptions:
         "changelog-file.prefix", _text, "changelog-", "File name prefix of changelog files."
     )
     # files
-    file_format: str = _option("file.format", _choice("parquet", "orc", "avro"), "parquet", "Data file format.")
+    file_format: str = _option(
+        "file.format",
+        _choice("parquet", "orc", "avro"),
+        "parquet",
+        "Data file format.",
+        supports=lambda v: v == "parquet",
+        unsupported="changelake writes parquet data files only",
+    )
     file_compression: str = _option(
         "file.compression",
         _compression,
@@ -326,6 +352,12 @@ class TableOptions:
     commit_max_retries: int = _option(
         "commit.max-retries", _positive_int, "10", "Lost commit races retried before giving up."
     )
+    commit_min_retry_wait: int = _option(
+        "commit.min-retry-wait", parse_duration_ms, "10 ms", "Wait after a first lost commit race (then doubling)."
+    )
+    commit_max_retry_wait: int = _option(
+        "commit.max-retry-wait", parse_duration_ms, "10 s", "Longest wait between commit retries."
+    )
     commit_timeout: int | None = _option("commit.timeout", parse_duration_ms, None, "Bound on a commit's retries.")
     commit_user_prefix: str | None = _option("commit.user-prefix", _text, None, "Prefix of generated commit users.")
     commit_user: str | None = _option("commit-user", _text, None, "The commit user of streaming writers.")
@@ -359,11 +391,21 @@ class TableOptions:
         "rowkind.field", _text, None, "A stored string column giving each input row's kind (+I/-U/+U/-D)."
     )
     record_level_expire_time: int | None = _option(
-        "record-level.expire-time", parse_duration_ms, None, "Records older than this expire."
+        "record-level.expire-time",
+        parse_duration_ms,
+        None,
+        "Records older than this expire.",
+        supports=lambda v: v is None,
+        unsupported="record-level expiry is not implemented",
     )
     # changelog
     changelog_producer: ChangelogProducer = _option(
-        "changelog-producer", _member(ChangelogProducer), "none", "Where the table's changelog comes from."
+        "changelog-producer",
+        _member(ChangelogProducer),
+        "none",
+        "Where the table's changelog comes from.",
+        supports=lambda v: v is ChangelogProducer.NONE,
+        unsupported="changelog producers other than 'none' are not implemented yet",
     )
     changelog_row_deduplicate: bool = _option(
         "changelog-producer.row-deduplicate", parse_bool, "false", "Suppress -U/+U pairs with equal values."
@@ -373,7 +415,12 @@ class TableOptions:
     )
     lookup_wait: bool = _option("lookup-wait", parse_bool, "true", "Commits wait for lookup compaction.")
     deletion_vectors_enabled: bool = _option(
-        "deletion-vectors.enabled", parse_bool, "false", "Deletion vectors instead of merge-on-read."
+        "deletion-vectors.enabled",
+        parse_bool,
+        "false",
+        "Deletion vectors instead of merge-on-read.",
+        supports=lambda v: v is False,
+        unsupported="deletion vectors are not implemented yet",
     )
     dynamic_bucket_target_row_num: int = _option(
         "dynamic-bucket.target-row-num", _int, "2000000", "Rows per bucket in dynamic bucket mode."
@@ -419,7 +466,14 @@ class TableOptions:
     changelog_time_retained: int | None = _option(
         "changelog.time-retained", parse_duration_ms, None, "Changelogs younger than this are kept."
     )
-    tag_automatic_creation: str = _option("tag.automatic-creation", _text, "none", "Automatic tag creation.")
+    tag_automatic_creation: str = _option(
+        "tag.automatic-creation",
+        _text,
+        "none",
+        "Automatic tag creation.",
+        supports=lambda v: v.strip().lower() == "none",
+        unsupported="automatic tag creation is not implemented",
+    )
     # descriptive
     owner: str | None = _option("owner", _text, None, "The table's owner.")
     comment: str | None = _option("comment", _text, None, "A comment on the table.")
@@ -443,6 +497,8 @@ class TableOptions:
             text = raw.get(spec.key)
             if text is not None:
                 values[f.name] = spec.value(text, table)
+                if new:
+                    spec.check_supported(values[f.name], table)
             elif spec.derive is not None:
                 values[f.name] = spec.derive(values)
             else:
@@ -457,6 +513,8 @@ def _check_keys(raw: Mapping[str, str], table: str) -> None:
     for key, value in raw.items():
         if not isinstance(value, str):
             raise OptionError(f"must be a string, got {value!r}", table=table, option=key)
+        if _UNSUPPORTED_FIELD_OPTION.match(key):
+            raise OptionError("is not supported by changelake", table=table, option=key)
         if key not in _KEYS and not (_FIELD_OPTION.match(key) or _PREFIXED_OPTION.match(key)):
             hint = difflib.get_close_matches(key, _KEYS, n=1)
             raise OptionError("is unknown" + (f"; did you mean {hint[0]!r}?" if hint else ""), table=table, option=key)

@@ -89,7 +89,10 @@ BAD_WRITES: dict[str, tuple[Any, type[errors.ChangelakeError], list[str]]] = {
     "fractional float into int64": (replace_column(good_rows(), "id", pa.array([0.0, 1.5, 2.0, 3.0, 4.0])),
                                     errors.SchemaMismatchError, ["'id'", "int64"]),
     "non-numeric string into int64": (replace_column(good_rows(), "id", pa.array(["0", "1", "abc", "3", "4"])),
-                                      errors.SchemaMismatchError, ["'id'", "abc"]),
+                                      errors.SchemaMismatchError, ["'id'", "string", "int64"]),
+    # Strings are never parsed into numbers, even when every one would parse.
+    "numeric string into int64": (replace_column(good_rows(), "id", pa.array(["0", "1", "10", "3", "4"])),
+                                  errors.SchemaMismatchError, ["'id'", "string", "int64"]),
     "string into int32 value": (replace_column(good_rows(), "v", pa.array(["x"] * 5)),
                                 errors.SchemaMismatchError, ["'v'"]),
     "invalid rowkind": (good_rows().append_column("rowkind", pa.array(["+I", "+U", "+X", "-D", "+I"])),

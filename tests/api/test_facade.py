@@ -73,3 +73,12 @@ def test_enums_name_the_fixed_sets(tmp_path: Path) -> None:
     assert kinds[0] is cl.CommitKind.APPEND
     assert cl.RowKind.UPDATE_AFTER.symbol == "+U"
     assert cl.MergeEngineKind("first-row") is cl.MergeEngineKind.FIRST_ROW
+
+
+def test_a_scan_of_no_columns_counts_the_rows(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    empty = table.scan(columns=[])
+    assert empty.to_arrow().num_rows == 3 and empty.to_arrow().num_columns == 0
+    assert sum(b.num_rows for b in empty.to_batches()) == 3
+    assert table.scan().select().filter(pc.field("p") == "a").to_arrow().num_rows == 2
+    assert table.scan(columns=[]).to_arrow_batch_reader().read_all().num_rows == 3

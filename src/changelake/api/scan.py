@@ -123,8 +123,10 @@ class Scan:
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Merged rows as a stream of record batches, a few splits in memory at a time."""
-        for part in reader.read_splits(self.context, self.plan(), self.output_schema.names, self.row_filter):
-            yield from part.cast(self.output_schema).to_batches()
+        schema = self.output_schema
+        for part in reader.read_splits(self.context, self.plan(), schema.names, self.row_filter):
+            # A projection of no columns still counts its rows; a cast would drop them.
+            yield from (part.cast(schema) if schema.names else part).to_batches()
 
     def to_arrow_batch_reader(self) -> pa.RecordBatchReader:
         """Merged rows as a ``pyarrow.RecordBatchReader`` (what DuckDB, polars and Spark take)."""
@@ -132,10 +134,7 @@ class Scan:
 
     def to_arrow(self) -> pa.Table:
         """All merged rows of the snapshot as one Arrow table."""
-        parts = list(reader.read_splits(self.context, self.plan(), self.output_schema.names, self.row_filter))
-        if not parts:
-            return self.output_schema.empty_table()
-        return pa.concat_tables(parts).cast(self.output_schema)
+        return pa.Table.from_batches(self.to_batches(), schema=self.output_schema)
 
     def to_pandas(self) -> pd.DataFrame:
         """All merged rows as a pandas DataFrame."""

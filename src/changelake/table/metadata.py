@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from changelake.errors import (
     CorruptMetadataError,
+    InvalidTagNameError,
     OptionError,
     SnapshotNotFoundError,
     TableAlreadyExistsError,
@@ -58,17 +59,25 @@ def create_table(
     checked = dict(options)
     checked.setdefault("bucket", _DEFAULT_BUCKETS)
     parsed = TableOptions.parse(checked, table=name, new=True)
-    if parsed.bucket < 1:
-        raise OptionError("must be a positive fixed number of buckets; dynamic bucket mode is not supported",
-                          table=name, option="bucket")
-    if parsed.file_format != "parquet":
-        raise OptionError("only parquet is supported", table=name, option="file.format")
     new_schema = table_schema.from_arrow(name, schema, primary_keys, partition_keys, checked, comment)
     for key, columns in (("rowkind.field", (parsed.rowkind_field,)), ("bucket-key", parsed.bucket_key),
                          ("sequence.field", parsed.sequence_field)):
         for column in columns:
             if column is not None and column not in schema.names:
                 raise OptionError(f"names unknown column {column!r}", table=name, option=key)
+    if parsed.rowkind_field is not None and not pa.types.is_string(schema.field(parsed.rowkind_field).type):
+        raise OptionError(f"names column {parsed.rowkind_field!r} of type {schema.field(parsed.rowkind_field).type}; "
+                          "a row kind column holds strings (+I, -U, +U, -D)", table=name, option="rowkind.field")
+    # Paimon's rules: a key lives in one bucket only if the bucket key is part of the primary
+    # key, and partitions are split into buckets by the rest of the key.
+    outside = [c for c in parsed.bucket_key if c not in primary_keys]
+    if outside:
+        raise OptionError(f"names {outside}, not primary-key columns; the primary key {primary_keys} must "
+                          "include every bucket-key field", table=name, option="bucket-key")
+    in_partition = [c for c in parsed.bucket_key if c in partition_keys]
+    if in_partition:
+        raise OptionError(f"names partition keys {in_partition}; bucket keys must not be partition keys",
+                          table=name, option="bucket-key")
     merge_engine(new_schema, parsed)  # rejects invalid merge-engine settings now
     paths = TablePaths(root)
     if not file_io.create_if_absent(paths.schema(0), new_schema.to_json().encode("utf-8")):
@@ -100,8 +109,22 @@ def snapshot_at(ctx: TableContext, timestamp_ms: int) -> Snapshot:
     return found
 
 
+def _tag_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a tag (Paimon's rules, plus no path separators), or None."""
+    if not isinstance(name, str) or not name.strip():
+        return "is blank"
+    if name.isdigit():
+        return "is a pure number, which Paimon reserves for snapshot ids"
+    if "/" in name or "\\" in name or name in (".", ".."):
+        return "holds a path separator"
+    return None
+
+
 def create_tag(ctx: TableContext, name: str, snapshot_id: int | None) -> Snapshot:
     """Tag a snapshot (default: the latest)."""
+    problem = _tag_name_problem(name)
+    if problem is not None:
+        raise InvalidTagNameError(f"tag name {name!r} {problem}", table=ctx.name)
     if snapshot_id is None:
         target = ctx.latest_snapshot()
         if target is None:
@@ -115,6 +138,8 @@ def create_tag(ctx: TableContext, name: str, snapshot_id: int | None) -> Snapsho
 
 def tag(ctx: TableContext, name: str) -> Snapshot:
     """The snapshot a tag points to."""
+    if _tag_name_problem(name) is not None:
+        raise TagNotFoundError(f"has no tag {name!r}", table=ctx.name)
     path = ctx.paths.tag(name)
     try:
         data = ctx.file_io.read_bytes(path)
@@ -125,12 +150,13 @@ def tag(ctx: TableContext, name: str) -> Snapshot:
 
 def tags(ctx: TableContext) -> dict[str, Snapshot]:
     """Every tag and its snapshot, by name."""
-    names = sorted(m.group(1) for n in ctx.file_io.list_names(ctx.paths.tag_dir) if (m := _TAG_FILE.match(n)))
+    names = sorted(m.group(1) for n in ctx.file_io.list_names(ctx.paths.tag_dir)
+                   if (m := _TAG_FILE.match(n)) and _tag_name_problem(m.group(1)) is None)
     return {name: tag(ctx, name) for name in names}
 
 
 def delete_tag(ctx: TableContext, name: str) -> None:
     """Remove a tag (the snapshot it named is unaffected)."""
-    if not ctx.file_io.exists(ctx.paths.tag(name)):
+    if _tag_name_problem(name) is not None or not ctx.file_io.exists(ctx.paths.tag(name)):
         raise TagNotFoundError(f"has no tag {name!r}", table=ctx.name)
     ctx.file_io.delete(ctx.paths.tag(name))

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import functools
 import itertools
+import random
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from changelake.errors import CommitConflictError, SnapshotNotFoundError
-from changelake.table.commit import manifest_merge
+from changelake.table.commit import manifest_merge, renumber
+from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, manifest, snapshot
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
@@ -23,34 +25,13 @@ from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.read import live_files
 
 
-@dataclass(frozen=True)
-class CommitMessage:
-    """What one writer task produced for one (partition, bucket)."""
-
-    partition: bytes
-    bucket: int
-    total_buckets: int
-    new_files: tuple[DataFileMeta, ...] = ()
-    compact_before: tuple[DataFileMeta, ...] = ()
-    compact_after: tuple[DataFileMeta, ...] = ()
-
-    def bucket_dir(self, ctx: TableContext) -> str:
-        return ctx.bucket_dir(self.partition, self.bucket)
-
-    def written(self, ctx: TableContext, *, compaction_only: bool = False) -> list[str]:
-        """Paths of the data files this message's writer created: the new files, and the
-        compaction outputs that are not upgrades (an upgrade only moved an existing file)."""
-        moved = {f.file_name for f in self.compact_before}
-        outputs = [f for f in self.compact_after if f.file_name not in moved]
-        files = outputs if compaction_only else [*self.new_files, *outputs]
-        return [f"{self.bucket_dir(ctx)}/{f.file_name}" for f in files]
-
-
 @dataclass
 class _Attempt:
     """Files written for one commit that must be removed if it does not land."""
 
     written: list[str] = field(default_factory=list)
+    # renumbered copies of data files made by the latest retry
+    copies: list[str] = field(default_factory=list)
 
 
 def already_committed(ctx: TableContext, commit_user: str, identifier: int, latest: Snapshot | None) -> bool:
@@ -179,52 +160,112 @@ def commit(
     identifier: int,
     *,
     compact_conflicts_fatal: bool = True,
+    on_renumber: Callable[[], None] | None = None,
 ) -> list[Snapshot]:
     """Commit the messages as an APPEND snapshot (new files) and then a COMPACT snapshot
     (compaction changes), skipping everything if ``commit_user`` already committed
     ``identifier``. Returns the new snapshots ([] when skipped or empty).
 
+    When another commit landed rows in the same buckets meanwhile, the new rows are renumbered
+    above them first (``on_renumber`` is told), so this commit, landing later, wins.
+
     A compaction whose input files another commit removed meanwhile (or that would overlap
     files within a level) is void: its output files are deleted, and CommitConflictError is
     raised unless ``compact_conflicts_fatal`` is False and nothing but the compaction was
     lost (then the snapshots that did land are returned)."""
-    plans = [(CommitKind.APPEND, _entries(messages, compact=False)),
-             (CommitKind.COMPACT, _entries(messages, compact=True))]
-    plans = [(kind, entries) for kind, entries in plans if entries]
-    data_files = [path for m in messages for path in m.written(ctx)]
+    originals = {path for m in messages for path in m.written(ctx)}
+    current = list(messages)
     done: list[Snapshot] = []
     try:
-        for kind, entries in plans:
-            landed = _commit_one(ctx, kind, entries, commit_user, identifier, first=not done)
+        for kind in (CommitKind.APPEND, CommitKind.COMPACT):
+            if not _entries(current, compact=kind is CommitKind.COMPACT):
+                continue
+            landed, current = _commit_one(ctx, kind, current, commit_user, identifier, first=not done,
+                                          on_renumber=on_renumber)
             if landed is None:
-                _remove(ctx, data_files)
+                _remove(ctx, originals | _written(ctx, current))
                 return done
             done.append(landed)
+            _remove(ctx, originals - _written(ctx, current))  # replaced by renumbered copies
     except CommitConflictError:
         if done:  # the APPEND landed; only the compaction is void
-            _remove(ctx, (path for m in messages for path in m.written(ctx, compaction_only=True)))
+            _remove(ctx, (path for m in current for path in m.written(ctx, compaction_only=True)))
             if not compact_conflicts_fatal:
                 return done
         else:
-            _remove(ctx, data_files)
-            if not compact_conflicts_fatal and not any(m.new_files for m in messages):
+            _remove(ctx, originals | _written(ctx, current))
+            if not compact_conflicts_fatal and not any(m.new_files for m in current):
                 return done  # there were only compaction results, and they are void
+        raise
+    except BaseException:
+        if not done:  # the writer may retry with the originals: only the copies go
+            _remove(ctx, _written(ctx, current) - originals)
         raise
     return done
 
 
+def _written(ctx: TableContext, messages: Iterable[CommitMessage]) -> set[str]:
+    return {path for m in messages for path in m.written(ctx)}
+
+
 def _commit_one(
-    ctx: TableContext, kind: CommitKind, entries: list[ManifestEntry], commit_user: str, identifier: int, *, first: bool
-) -> Snapshot | None:
+    ctx: TableContext,
+    kind: CommitKind,
+    messages: list[CommitMessage],
+    commit_user: str,
+    identifier: int,
+    *,
+    first: bool,
+    on_renumber: Callable[[], None] | None,
+) -> tuple[Snapshot | None, list[CommitMessage]]:
+    """Land one snapshot of ``kind`` for the messages, retrying lost races; returns it (None:
+    already committed) and the messages as landed (renumbered copies, for an APPEND)."""
     attempt = _Attempt()
+    try:
+        return _land(ctx, kind, messages, commit_user, identifier, attempt, first=first, on_renumber=on_renumber)
+    except BaseException:
+        _remove(ctx, attempt.copies)
+        raise
+
+
+def _land(
+    ctx: TableContext,
+    kind: CommitKind,
+    messages: list[CommitMessage],
+    commit_user: str,
+    identifier: int,
+    attempt: _Attempt,
+    *,
+    first: bool,
+    on_renumber: Callable[[], None] | None,
+) -> tuple[Snapshot | None, list[CommitMessage]]:
+    entries = _entries(messages, compact=kind is CommitKind.COMPACT)
     delta_meta = write_manifest(ctx, entries, attempt)
-    delta_count = sum(e.file.row_count if e.kind == FileKind.ADD else -e.file.row_count for e in entries)
-    retries = ctx.options.commit_max_retries
-    for _ in range(retries + 1):
+    options = ctx.options
+    retries = options.commit_max_retries
+    for attempt_number in range(retries + 1):
+        if attempt_number:
+            # Back off after a lost race (doubling, with jitter) so that contending committers
+            # spread out instead of racing again at once.
+            wait_ms = min(options.commit_max_retry_wait, options.commit_min_retry_wait << (attempt_number - 1))
+            time.sleep(wait_ms * random.uniform(0.5, 1.0) / 1000)
         latest = ctx.latest_snapshot()
         if first and already_committed(ctx, commit_user, identifier, latest):
             _remove(ctx, attempt.written)
-            return None
+            return None, messages
+        shifted = renumber.renumber(ctx, messages, latest) if kind is CommitKind.APPEND else None
+        if shifted is not None:
+            # Copies made by an earlier retry that this one copied again are not needed.
+            still = set(attempt.copies) & _written(ctx, shifted)
+            _remove(ctx, set(attempt.copies) - still)
+            attempt.copies = sorted(still | (_written(ctx, shifted) - _written(ctx, messages)))
+            messages = shifted
+            if on_renumber is not None:
+                on_renumber()
+            _remove(ctx, attempt.written)
+            attempt.written.clear()
+            entries = _entries(messages, compact=False)
+            delta_meta = write_manifest(ctx, entries, attempt)
         try:
             _check_conflicts(ctx, latest, entries)
         except CommitConflictError:
@@ -235,6 +276,7 @@ def _commit_one(
         base = manifest_merge.merge(ctx, previous, functools.partial(write_manifest, ctx, attempt=lists))
         base_name, base_size = _write_manifest_list(ctx, base, lists)
         delta_name, delta_size = _write_manifest_list(ctx, [delta_meta], lists)
+        delta_count = sum(e.file.row_count if e.kind == FileKind.ADD else -e.file.row_count for e in entries)
         new = Snapshot(
             id=(latest.id + 1) if latest is not None else 1,
             schemaId=ctx.schema.id,
@@ -252,7 +294,8 @@ def _commit_one(
             changelogRecordCount=0,
         )
         if snapshot.try_commit(ctx.file_io, ctx.paths, new):
-            return new
+            attempt.copies = []  # they are part of the table now
+            return new, messages
         _remove(ctx, lists.written)
     _remove(ctx, attempt.written)
     raise CommitConflictError(f"commit gave up after {retries} lost races", table=ctx.name)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import ScanError
-from changelake.table.commit.committer import CommitMessage
+from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import data_file, kv
@@ -161,22 +161,31 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
     return _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, lookup).run()
 
 
-def compact_bucket(ctx: TableContext, bucket_dir: str, levels: Levels, *, full: bool) -> tuple[Levels, CompactResult]:
+def compact_bucket(
+    ctx: TableContext, bucket_dir: str, levels: Levels, *, full: bool, force_level0: bool = False
+) -> tuple[Levels, CompactResult]:
     """Compact until the bucket is within bounds: one pick normally, more while the sorted runs
-    exceed ``num-sorted-run.stop-trigger``; everything into the top level when ``full``."""
+    exceed ``num-sorted-run.stop-trigger``; everything into the top level when ``full``; with
+    ``force_level0`` also until no file is left at level 0."""
     total = CompactResult()
     choose = picker(ctx)
     stop = ctx.options.stop_trigger
     while True:
         runs = levels.sorted_runs(ctx.key_of)
-        unit = pick_full(levels.num_levels, runs) if full else choose.pick(levels.num_levels, runs)
+        if full:
+            unit = pick_full(levels.num_levels, runs)
+        elif force_level0:
+            unit = choose.pick_level0(levels.num_levels, runs)
+        else:
+            unit = choose.pick(levels.num_levels, runs)
         if unit is None:
             return levels, total
         result = compact(ctx, bucket_dir, levels, unit)
         levels = levels.replace(result.before, result.after)
         for f in total.merge(result):
             ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
-        if full or len(levels.sorted_runs(ctx.key_of)) <= stop:
+        within = len(levels.sorted_runs(ctx.key_of)) <= stop and not (force_level0 and levels.level0())
+        if full or within:
             return levels, total
 
 
@@ -200,7 +209,8 @@ def compact_table(
     def run(item: tuple[tuple[bytes, int], list[DataFileMeta]]) -> CommitMessage:
         (partition, bucket), files = item
         levels = Levels(tuple(files), ctx.options.num_levels)
-        _, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full)
+        _, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full,
+                                   force_level0=ctx.merge_engine.needs_lookup)
         return CommitMessage(partition, bucket, ctx.options.bucket,
                              compact_before=tuple(result.before), compact_after=tuple(result.after))
 

@@ -49,8 +49,17 @@ class UniversalCompaction:
             return CompactUnit.of(max_level, runs)
         return None
 
+    def pick_level0(self, num_levels: int, runs: Sequence[LevelSortedRun]) -> CompactUnit | None:
+        """The usual pick, or else every level-0 run (extended by size ratio) into a higher
+        level: Paimon's ForceUpLevel0Compaction, for lookup compactions (first-row)."""
+        unit = self.pick(num_levels, runs)
+        if unit is not None:
+            return unit
+        count = next((i for i, run in enumerate(runs) if run.level > 0), len(runs))
+        return self._pick_for_size_ratio(num_levels - 1, runs, count, force=True) if count else None
+
     def _pick_for_size_ratio(
-        self, max_level: int, runs: Sequence[LevelSortedRun], candidate_count: int
+        self, max_level: int, runs: Sequence[LevelSortedRun], candidate_count: int, *, force: bool = False
     ) -> CompactUnit | None:
         candidate_size = sum(r.run.total_size for r in runs[:candidate_count])
         for nxt in runs[candidate_count:]:
@@ -58,7 +67,7 @@ class UniversalCompaction:
                 break
             candidate_size += nxt.run.total_size
             candidate_count += 1
-        if candidate_count > 1:
+        if candidate_count > 1 or force:
             return create_unit(runs, max_level, candidate_count)
         return None
 

@@ -57,6 +57,29 @@ def row_kinds(column: pa.ChunkedArray, table_name: str, column_name: str) -> np.
     return np.asarray(index.to_numpy(zero_copy_only=False), dtype=np.int8)
 
 
+def _kind(data_type: pa.DataType) -> str:
+    """The kind of a type: casts are made only between types of one kind."""
+    t = pa.types
+    if t.is_dictionary(data_type):
+        return _kind(data_type.value_type)
+    checks = (
+        ("integer", t.is_integer), ("floating", t.is_floating), ("decimal", t.is_decimal),
+        ("string", lambda d: t.is_string(d) or t.is_large_string(d) or t.is_string_view(d)),
+        ("binary", lambda d: t.is_binary(d) or t.is_large_binary(d) or t.is_fixed_size_binary(d)
+         or t.is_binary_view(d)),
+        ("boolean", t.is_boolean), ("date", t.is_date), ("time", t.is_time), ("timestamp", t.is_timestamp),
+        ("list", lambda d: t.is_list(d) or t.is_large_list(d) or t.is_fixed_size_list(d)),
+        ("map", t.is_map), ("struct", t.is_struct),
+    )
+    return next((name for name, check in checks if check(data_type)), str(data_type))
+
+
+def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
+    # An all-null column (Arrow's null type) fits any column; the cast keeps its values exactly
+    # or fails (Arrow's safe cast checks overflow and truncation).
+    return pa.types.is_null(source) or _kind(source) == _kind(target)
+
+
 def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """Rows cast to the table's schema (column order too) and each row's value kind.
 
@@ -81,6 +104,12 @@ def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
     for field in schema:
         column = data.column(field.name)
         if not column.type.equals(field.type):
+            if not _same_kind(column.type, field.type):
+                raise SchemaMismatchError(
+                    f"of type {column.type} does not match the table's {field.type}; "
+                    "only casts within a kind of type are made (integers, floats, decimals, strings, ...)",
+                    table=ctx.name, column=field.name,
+                )
             try:
                 column = column.cast(field.type, safe=True)
             except pa.ArrowException as exc:

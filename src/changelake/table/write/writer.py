@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from changelake.errors import CommitConflictError
 from changelake.table.commit import committer as commit
-from changelake.table.commit.committer import CommitMessage
+from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import executor, map_all
 from changelake.table.format import data_file, kv
@@ -31,8 +31,6 @@ from changelake.table.write.bucketing import group_by_bucket, restored_files, so
 if TYPE_CHECKING:
     from changelake.table.write.conform import WriteInput
 
-
-
 @dataclass
 class _Bucket:
     """A writer's view of one (partition, bucket): its LSM levels (committed files plus this
@@ -46,6 +44,16 @@ class _Bucket:
     new_files: list[DataFileMeta] = field(default_factory=list)
     compacted: compaction.CompactResult = field(default_factory=compaction.CompactResult)
     running: Future[compaction.CompactResult] | None = None
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    """A writer's state before a write call, to return to if the call fails."""
+
+    pending: tuple[tuple[pa.Table, np.ndarray], ...]
+    pending_bytes: int
+    # per bucket: levels, next sequence number, spilled runs, new files
+    buckets: dict[tuple[bytes, int], tuple[Levels, int, int, int]]
 
 
 class TableWrite:
@@ -84,12 +92,43 @@ class TableWrite:
         self.close()
 
     def write(self, data: WriteInput) -> None:
-        """Validate and buffer rows (an optional ``rowkind`` column gives +I/-U/+U/-D)."""
-        if isinstance(data, pa.RecordBatchReader):
-            for batch in data:  # a stream is buffered batch by batch, never read whole
-                self.write(pa.Table.from_batches([batch]))
-            return
-        arrow = rows.to_arrow(data, self.ctx.name)
+        """Validate and buffer rows (an optional ``rowkind`` column gives +I/-U/+U/-D). A call
+        that raises leaves the writer exactly as it was before the call."""
+        checkpoint = _Checkpoint(
+            tuple(self._pending), self._pending_bytes,
+            {key: (s.levels, s.next_sequence, len(s.spilled), len(s.new_files)) for key, s in self._buckets.items()},
+        )
+        try:
+            if isinstance(data, pa.RecordBatchReader):
+                for batch in data:  # a stream is buffered batch by batch, never read whole
+                    self._buffer(pa.Table.from_batches([batch]))
+            else:
+                self._buffer(rows.to_arrow(data, self.ctx.name))
+        except BaseException:
+            self._restore(checkpoint)
+            raise
+
+    def _restore(self, checkpoint: _Checkpoint) -> None:
+        """Undo a failed write call: its rows leave the buffer, and the spill runs and level-0
+        files that flushes wrote meanwhile are deleted (rows buffered before the call, which
+        those flushes also took, are buffered again)."""
+        self._pending = list(checkpoint.pending)
+        self._pending_bytes = checkpoint.pending_bytes
+        for key, state in list(self._buckets.items()):
+            levels, next_sequence, spilled, new_files = checkpoint.buckets.get(key, (state.levels, 0, 0, 0))
+            for run in state.spilled[spilled:]:
+                os.unlink(run.path)
+            bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
+            for f in state.new_files[new_files:]:
+                self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+            if key not in checkpoint.buckets:
+                del self._buckets[key]
+                continue
+            del state.spilled[spilled:]
+            del state.new_files[new_files:]
+            state.levels, state.next_sequence = levels, next_sequence
+
+    def _buffer(self, arrow: pa.Table) -> None:
         limit = self.ctx.options.write_buffer_size
         per_row = max(1, arrow.nbytes // max(1, arrow.num_rows))
         step = max(1, limit // (2 * per_row))
@@ -142,13 +181,16 @@ class TableWrite:
         self._pending_bytes = 0
         groups = group_by_bucket(self.ctx, data)
         keys = list(zip(groups.partitions, groups.buckets, strict=True))
-        unknown = [key for key in keys if key not in self._buckets]
-        if unknown:
-            restored = restored_files(self.ctx, groups)
-            for key in unknown:
-                files = restored[key]
-                first = max((f.max_sequence_number + 1 for f in files), default=0)
+        # Every flush numbers its rows above all that is committed in their buckets now, so a
+        # commit that lands later wins over commits that landed before this flush.
+        committed = restored_files(self.ctx, groups)
+        for key in keys:
+            files = committed[key]
+            first = max((f.max_sequence_number + 1 for f in files), default=0)
+            if key not in self._buckets:
                 self._buckets[key] = _Bucket(key[0], key[1], Levels(tuple(files), self.ctx.options.num_levels), first)
+            else:
+                self._buckets[key].next_sequence = max(self._buckets[key].next_sequence, first)
         states = [self._buckets[key] for key in keys]
         firsts = np.array([s.next_sequence for s in states], dtype=np.int64)
         merged = sort_and_merge(self.ctx, data, kinds, groups, firsts)
@@ -205,9 +247,13 @@ class TableWrite:
             self._collect(state)
         bucket_dir = ctx.bucket_dir(state.partition, state.bucket)
         runs = len(state.levels.sorted_runs(ctx.key_of))
-        if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger:
+        # Paimon's readers skip level 0 of first-row tables: level 0 is compacted up before
+        # every commit (lookup compaction), so no snapshot holds a row only there.
+        lookup = ctx.merge_engine.needs_lookup and bool(state.levels.level0())
+        if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or lookup:
             self._collect(state)
-            state.levels, result = compaction.compact_bucket(ctx, bucket_dir, state.levels, full=full)
+            state.levels, result = compaction.compact_bucket(ctx, bucket_dir, state.levels, full=full,
+                                                             force_level0=ctx.merge_engine.needs_lookup)
             for f in state.compacted.merge(result):
                 ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
         elif state.running is None and self._background:
@@ -256,9 +302,15 @@ class TableWrite:
         self._unlanded = []
         if not messages:
             return []
+        renumbered = False
+
+        def on_renumber() -> None:
+            nonlocal renumbered
+            renumbered = True
+
         try:
             landed = commit.commit(self.ctx, messages, self.commit_user, identifier,
-                                   compact_conflicts_fatal=False)
+                                   compact_conflicts_fatal=False, on_renumber=on_renumber)
         except CommitConflictError:
             self._forget_buckets()
             raise
@@ -266,9 +318,10 @@ class TableWrite:
             self._unlanded = messages
             raise
         compacted = any(m.compact_before or m.compact_after for m in messages)
-        if not landed or (compacted and landed[-1].commit_kind != CommitKind.COMPACT):
-            # Skipped, or our compaction lost to another committer: this writer's view of the
-            # buckets is stale, so it is restored from the table at the next flush.
+        if renumbered or not landed or (compacted and landed[-1].commit_kind != CommitKind.COMPACT):
+            # Skipped, renumbered after another commit, or our compaction lost to another
+            # committer: this writer's view of the buckets is stale, so it is restored from the
+            # table at the next flush.
             self._forget_buckets()
         return landed
 

@@ -1,0 +1,32 @@
+"""Commit messages: what one writer task produced for one (partition, bucket), small enough
+to send from Spark executors to the driver that commits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from changelake.table.context import TableContext
+from changelake.table.format.manifest import DataFileMeta
+
+
+@dataclass(frozen=True)
+class CommitMessage:
+    """What one writer task produced for one (partition, bucket)."""
+
+    partition: bytes
+    bucket: int
+    total_buckets: int
+    new_files: tuple[DataFileMeta, ...] = ()
+    compact_before: tuple[DataFileMeta, ...] = ()
+    compact_after: tuple[DataFileMeta, ...] = ()
+
+    def bucket_dir(self, ctx: TableContext) -> str:
+        return ctx.bucket_dir(self.partition, self.bucket)
+
+    def written(self, ctx: TableContext, *, compaction_only: bool = False) -> list[str]:
+        """Paths of the data files this message's writer created: the new files, and the
+        compaction outputs that are not upgrades (an upgrade only moved an existing file)."""
+        moved = {f.file_name for f in self.compact_before}
+        outputs = [f for f in self.compact_after if f.file_name not in moved]
+        files = outputs if compaction_only else [*self.new_files, *outputs]
+        return [f"{self.bucket_dir(ctx)}/{f.file_name}" for f in files]
