@@ -14,6 +14,7 @@ import pytest
 
 import changelake as cl
 from changelake.table.commit import renumber
+from changelake.table.read.live_files import live_entries
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
 ENGINES = {
@@ -104,14 +105,16 @@ def _commit_many(table: cl.Table, who: str, rounds: int, keys: list[int], log: A
                 log.put((who, i, value))
 
 
-def _check_every_snapshot(table: cl.Table, log: list[tuple[str, int, str]], keys: list[int]) -> None:
+def _check_every_snapshot(table: cl.Table, log: list[tuple[str, int, str]], keys: list[int], *,
+                          first_row: bool = False) -> None:
     values = {(user, ident): value for user, ident, value in log}
     model: dict[int, str] = {}
     appended = 0
     for snap in table.snapshots():
         if snap.commit_kind is cl.CommitKind.APPEND:
             value = values[(snap.commit_user, snap.commit_identifier)]
-            model.update(dict.fromkeys(keys, value))
+            for key in keys:
+                model[key] = model.get(key, value) if first_row else value
             appended += 1
         rows = table.scan(snapshot_id=snap.id).to_arrow()
         assert dict(zip(rows.column("k").to_pylist(), rows.column("v").to_pylist(), strict=True)) == model, \
@@ -156,3 +159,25 @@ def test_writers_in_processes_later_commit_wins(tmp_path: Path) -> None:
         p.join(60)
         assert p.exitcode == 0
     _check_every_snapshot(table, entries, keys)
+
+
+def test_first_row_writers_in_threads_leave_no_level0(tmp_path: Path) -> None:
+    """Concurrent first-row writers void each other's compactions; each then compacts the
+    level-0 files it committed up again, so the table ends without level 0."""
+    table = _create(tmp_path, {"bucket": "2", "merge-engine": "first-row"})
+    keys = list(range(40))
+    log: Any = __import__("queue").Queue()
+    threads = [threading.Thread(target=_commit_many, args=(table, who, 6, keys, log))
+               for who in ("writer-a", "writer-b", "oneshot")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    entries = []
+    while not log.empty():
+        entries.append(log.get())
+    assert len(entries) == 18
+    final = table.latest_snapshot()
+    assert final is not None
+    assert 0 not in {e.file.level for e in live_entries(table.context, final)}
+    _check_every_snapshot(table, entries, keys, first_row=True)

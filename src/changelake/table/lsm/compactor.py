@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,9 +190,14 @@ def compact_bucket(
 
 
 def compact_table(
-    ctx: TableContext, *, full: bool, partitions: Sequence[Mapping[str, Any]] | None
+    ctx: TableContext,
+    *,
+    full: bool,
+    partitions: Sequence[Mapping[str, Any]] | None,
+    buckets: Collection[tuple[bytes, int]] | None = None,
 ) -> list[CommitMessage]:
-    """Compaction results of every bucket (of the given partitions) of the latest snapshot."""
+    """Compaction results of every bucket of the latest snapshot (of the given partitions, or
+    only ``buckets``: (serialized partition, bucket) pairs)."""
     latest = ctx.latest_snapshot()
     if latest is None:
         return []
@@ -202,9 +207,11 @@ def compact_table(
         if unknown:
             raise ScanError(f"{sorted(unknown)} are not partition keys {ctx.partition_keys}", table=ctx.name)
         wanted = [tuple(p.get(k) for k in ctx.partition_keys) for p in partitions]
-    buckets = live_files.files_by_bucket(live_files.live_entries(ctx, latest))
+    files = live_files.files_by_bucket(live_files.live_entries(ctx, latest))
     if wanted is not None:
-        buckets = {k: v for k, v in buckets.items() if ctx.partition_values(k[0]) in wanted}
+        files = {k: v for k, v in files.items() if ctx.partition_values(k[0]) in wanted}
+    if buckets is not None:
+        files = {k: v for k, v in files.items() if k in buckets}
 
     def run(item: tuple[tuple[bytes, int], list[DataFileMeta]]) -> CommitMessage:
         (partition, bucket), files = item
@@ -214,5 +221,5 @@ def compact_table(
         return CommitMessage(partition, bucket, ctx.options.bucket,
                              compact_before=tuple(result.before), compact_after=tuple(result.after))
 
-    messages = map_all(run, buckets.items())
+    messages = map_all(run, files.items())
     return [m for m in messages if m.compact_before or m.compact_after]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from changelake.table.context import TableContext
 from changelake.table.executor import executor, map_all
 from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta
-from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
 from changelake.table.lsm import compactor as compaction
 from changelake.table.lsm.levels import Levels
 from changelake.table.write import conform as rows
@@ -318,12 +319,28 @@ class TableWrite:
             self._unlanded = messages
             raise
         compacted = any(m.compact_before or m.compact_after for m in messages)
-        if renumbered or not landed or (compacted and landed[-1].commit_kind != CommitKind.COMPACT):
+        lost_compaction = compacted and bool(landed) and landed[-1].commit_kind != CommitKind.COMPACT
+        if renumbered or not landed or lost_compaction:
             # Skipped, renumbered after another commit, or our compaction lost to another
             # committer: this writer's view of the buckets is stale, so it is restored from the
             # table at the next flush.
             self._forget_buckets()
+        if landed and landed[-1].commit_kind is CommitKind.APPEND and self.ctx.merge_engine.needs_lookup:
+            self._compact_level0_up({(m.partition, m.bucket) for m in messages})
         return landed
+
+    def _compact_level0_up(self, buckets: set[tuple[bytes, int]]) -> None:
+        """Move the level-0 files just committed up again, from the table as it is now: the
+        writer's own compaction was void (another writer compacted the bucket first), and
+        Paimon's readers skip level 0 of first-row tables. Committed as its own user, since
+        the writer's identifier has landed already."""
+        for _ in range(self.ctx.options.commit_max_retries):
+            messages = compaction.compact_table(self.ctx, full=False, partitions=None, buckets=buckets)
+            if not messages:
+                return
+            with contextlib.suppress(CommitConflictError):  # compacted by someone else: look again
+                commit.commit(self.ctx, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
+                return
 
     def _forget_buckets(self) -> None:
         for state in self._buckets.values():
