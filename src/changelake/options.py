@@ -242,6 +242,9 @@ class TableOptions:
         "partition.legacy-name", parse_bool, "true", "Legacy partition directory names (dates as day numbers)."
     )
     data_file_prefix: str = _option("data-file.prefix", _text, "data-", "File name prefix of data files.")
+    data_file_thin_mode: bool = _option(
+        "data-file.thin-mode", parse_bool, "false", "Data files without the `_KEY_` columns (keys read from values)."
+    )
     changelog_file_prefix: str = _option(
         "changelog-file.prefix", _text, "changelog-", "File name prefix of changelog files."
     )

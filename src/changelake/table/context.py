@@ -94,6 +94,7 @@ class TableContext:
             target_file_size=options.target_file_size,
             dictionary=options.parquet_dictionary,
             prefix=options.data_file_prefix,
+            thin=options.data_file_thin_mode,
         )
 
     def merge_rows(self, rows: pa.Table, *, drop_deletes: bool) -> pa.Table:

@@ -35,6 +35,8 @@ class FileSettings:
     target_file_size: int
     dictionary: bool = True
     prefix: str = "data-"
+    # Paimon's data-file.thin-mode: files without the _KEY_ columns, which copy value columns.
+    thin: bool = False
 
 
 def key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
@@ -55,6 +57,10 @@ class _OpenFile:
 
     def __init__(self, schema: pa.Schema, settings: FileSettings) -> None:
         self.name = file_name(settings.prefix)
+        # Rows arrive in the full key-value layout (the metadata needs the keys); a thin file
+        # stores them without the _KEY_ columns.
+        self.dropped = [kv.key_column(k) for k in settings.key_names] if settings.thin else []
+        schema = pa.schema([f for f in schema if f.name not in self.dropped], metadata=schema.metadata)
         self.sink = io.BytesIO()
         level = settings.zstd_level if settings.compression == "zstd" else None
         # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space.
@@ -73,7 +79,7 @@ class _OpenFile:
         self.seq_max: int | None = None
 
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
-        self.writer.write_table(chunk, row_group_size=_ROW_GROUP_ROWS)
+        self.writer.write_table(chunk.drop_columns(self.dropped), row_group_size=_ROW_GROUP_ROWS)
         if not self.rows:
             self.min_key = key_row(chunk, key_names, 0)
         self.max_key = key_row(chunk, key_names, chunk.num_rows - 1)
@@ -157,16 +163,43 @@ def write(
 
 
 def read(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[str] | None = None) -> pa.Table:
-    """Rows of a data file in ``schema``'s types (a subset of columns when given)."""
+    """Rows of a data file in ``schema``'s types (a subset of columns when given), in the full
+    key-value layout whatever the file's: a thin file (Paimon's ``data-file.thin-mode``, which
+    pypaimon-rust always writes) has no ``_KEY_<k>`` columns, and ``_KEY_<k>`` is read as its
+    value column ``<k>`` (the same array under the key's name)."""
+    names = list(schema.names if columns is None else columns)
     try:
         with file_io.arrow_fs.open_input_file(path) as source:
-            table = pq.ParquetFile(source).read(columns=list(columns) if columns is not None else None)
+            parquet = pq.ParquetFile(source)
+            stored = _stored_columns(names, parquet.schema_arrow.names, path)
+            # A thin file's <k> is read once, for both <k> and _KEY_<k>.
+            read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
+            table = parquet.read(columns=read_columns)
     except FileNotFoundError:
         raise CorruptMetadataError("data file is missing", file=path) from None
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
+    if stored != names:
+        table = pa.Table.from_arrays([table.column(c) for c in stored], names=names)
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
     if table.schema.equals(wanted):
         return table
     return table.select(wanted.names).cast(wanted)
 
+
+def _stored_columns(names: Sequence[str], present: Sequence[str], path: str) -> list[str]:
+    """The file column each of ``names`` is read from: itself, or for a ``_KEY_<k>`` the file
+    lacks (a thin file), the value column ``<k>``. Files are told apart by their own columns,
+    not by the table option, since one bucket may hold files of both layouts (the option can
+    change, and other writers choose for themselves)."""
+    have = set(present)
+    stored = []
+    for name in names:
+        value = name.removeprefix(kv.KEY_PREFIX)
+        if name in have or value == name:
+            stored.append(name)
+        elif value in have:
+            stored.append(value)
+        else:
+            raise CorruptMetadataError(f"data file has neither {name} nor {value}", file=path, column=name)
+    return stored

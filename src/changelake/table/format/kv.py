@@ -2,7 +2,9 @@
 
 A data file holds ``_KEY_<k>`` for every primary key that is not a partition key, then
 ``_SEQUENCE_NUMBER`` and ``_VALUE_KIND``, then every table column; rows sorted by key then
-sequence (the sort lives in ``changelake.table.merge.sort``).
+sequence (the sort lives in ``changelake.table.merge.sort``). A thin file (Paimon's
+``data-file.thin-mode``) leaves out the ``_KEY_<k>`` columns, which repeat the columns ``<k>``;
+``data_file`` writes and reads both, and the engine always works on the full layout.
 """
 
 from __future__ import annotations
