@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from changelake import options
+from changelake import option_values, options
 from changelake.errors import OptionError
 
 
 def test_memory_sizes_and_durations() -> None:
-    assert options.parse_memory_size("256 mb") == 256 << 20
-    assert options.parse_memory_size("64MB") == 64 << 20
-    assert options.parse_memory_size("1024") == 1024
-    assert options.parse_duration_ms("10 s") == 10_000
-    assert options.parse_duration_ms("1 h") == 3_600_000
+    assert option_values.parse_memory_size("256 mb") == 256 << 20
+    assert option_values.parse_memory_size("64MB") == 64 << 20
+    assert option_values.parse_memory_size("1024") == 1024
+    assert option_values.parse_duration_ms("10 s") == 10_000
+    assert option_values.parse_duration_ms("1 h") == 3_600_000
     with pytest.raises(ValueError):
-        options.parse_memory_size("lots")
+        option_values.parse_memory_size("lots")
 
 
 def test_unknown_option_suggests_the_known_one() -> None:

@@ -5,7 +5,8 @@ from changelake.api.catalog import Catalog, open_table
 from changelake.api.scan import Scan
 from changelake.api.table import Table
 from changelake.api.writer import TableWriter
-from changelake.options import ChangelogProducer, MergeEngineKind, ScanMode, TableOptions
+from changelake.option_values import ChangelogProducer, MergeEngineKind, ScanMode
+from changelake.options import TableOptions
 from changelake.table.commit.message import CommitMessage
 from changelake.table.format.kv import RowKind
 from changelake.table.format.snapshot import CommitKind, Snapshot

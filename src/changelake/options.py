@@ -9,158 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
+from changelake import option_values as values
 from changelake.errors import OptionError
-
-
-class MergeEngineKind(enum.StrEnum):
-    """``merge-engine``: how the rows of one primary key merge."""
-
-    DEDUPLICATE = "deduplicate"
-    PARTIAL_UPDATE = "partial-update"
-    AGGREGATION = "aggregation"
-    FIRST_ROW = "first-row"
-
-
-class ChangelogProducer(enum.StrEnum):
-    """``changelog-producer``: where a table's changelog comes from."""
-
-    NONE = "none"
-    INPUT = "input"
-    LOOKUP = "lookup"
-    FULL_COMPACTION = "full-compaction"
-
-
-class ScanMode(enum.StrEnum):
-    """``scan.mode``: where a streaming read starts."""
-
-    DEFAULT = "default"
-    LATEST_FULL = "latest-full"
-    FULL = "full"
-    LATEST = "latest"
-    COMPACTED_FULL = "compacted-full"
-    FROM_TIMESTAMP = "from-timestamp"
-    FROM_SNAPSHOT = "from-snapshot"
-    FROM_SNAPSHOT_FULL = "from-snapshot-full"
-    INCREMENTAL = "incremental"
-
-
-class SortOrder(enum.StrEnum):
-    """``sequence.field.sort-order``."""
-
-    ASCENDING = "ascending"
-    DESCENDING = "descending"
-
-
-# -- value parsers --------------------------------------------------------------------------
-
-_MEMORY_UNITS = {
-    "b": 1, "bytes": 1,
-    "k": 1 << 10, "kb": 1 << 10, "kibibytes": 1 << 10,
-    "m": 1 << 20, "mb": 1 << 20, "mebibytes": 1 << 20,
-    "g": 1 << 30, "gb": 1 << 30, "gibibytes": 1 << 30,
-    "t": 1 << 40, "tb": 1 << 40, "tebibytes": 1 << 40,
-}  # fmt: skip
-_DURATION_UNITS = {
-    "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
-    "min": 60_000, "m": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-}  # fmt: skip
-_AMOUNT = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_memory_size(text: str) -> int:
-    """Bytes in a Paimon memory size such as ``256 mb`` or ``64MB`` or ``1024``."""
-    match = _AMOUNT.match(text)
-    if match is None or match.group(2).lower() not in _MEMORY_UNITS | {"": 1}:
-        raise ValueError(f"{text!r} is not a memory size (like '256 mb')")
-    return int(match.group(1)) * _MEMORY_UNITS.get(match.group(2).lower(), 1)
-
-
-def parse_duration_ms(text: str) -> int:
-    """Milliseconds in a Paimon duration such as ``10 s`` or ``1 h`` (bare numbers are ms)."""
-    match = _AMOUNT.match(text)
-    if match is None or match.group(2).lower() not in _DURATION_UNITS | {"": 1}:
-        raise ValueError(f"{text!r} is not a duration (like '10 s')")
-    return int(match.group(1)) * _DURATION_UNITS.get(match.group(2).lower(), 1)
-
-
-def parse_bool(text: str) -> bool:
-    """``true`` or ``false`` (any case)."""
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise ValueError(f"{text!r} is not 'true' or 'false'")
-    return lowered == "true"
-
-
-def _int(text: str) -> int:
-    return int(text.strip())
-
-
-def _positive_int(text: str) -> int:
-    value = int(text.strip())
-    if value <= 0:
-        raise ValueError(f"{text!r} must be positive")
-    return value
-
-
-def _percent(text: str) -> int:
-    value = int(text.strip())
-    if value < 0:
-        raise ValueError(f"{text!r} must not be negative")
-    return value
-
-
-def _bucket(text: str) -> int:
-    value = int(text.strip())
-    if value == 0 or value < -2:
-        raise ValueError(f"{text!r} must be a positive number of buckets")
-    return value
-
-
-def _compression(text: str) -> str:
-    value = _choice("zstd", "snappy", "gzip", "lz4", "none", "uncompressed", "brotli")(text)
-    return "none" if value == "uncompressed" else value
-
-
-def _text(text: str) -> str:
-    return text
-
-
-def _names(text: str) -> tuple[str, ...]:
-    """A comma-separated list of column names."""
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
-def _choice(*choices: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
-        return value
-
-    return parse
-
-
-_E = TypeVar("_E", bound=enum.StrEnum)
-
-
-def _member(kind: type[_E]) -> Callable[[str], _E]:
-    def parse(text: str) -> _E:
-        try:
-            return kind(text.strip().lower())
-        except ValueError:
-            raise ValueError(f"{text!r} is not one of {', '.join(m.value for m in kind)}") from None
-
-    return parse
-
+from changelake.option_values import ChangelogProducer, MergeEngineKind, ScanMode, SortOrder
 
 # -- the registry ---------------------------------------------------------------------------
 
@@ -225,33 +81,42 @@ class TableOptions:
     # layout
     bucket: int = _option(
         "bucket",
-        _bucket,
+        values.bucket,
         "-1",
         "Number of buckets; changelake writes fixed buckets (>= 1).",
         supports=lambda v: v >= 1,
         unsupported="changelake writes a fixed number of buckets (>= 1); dynamic bucket mode is not supported",
     )
     bucket_key: tuple[str, ...] = _option(
-        "bucket-key", _names, "", "Columns hashed to pick the bucket (default: the primary key minus partition keys)."
+        "bucket-key",
+        values.names,
+        "",
+        "Columns hashed to pick the bucket (default: the primary key minus partition keys).",
     )
-    path: str | None = _option("path", _text, None, "The table's location (set by catalogs).")
+    path: str | None = _option("path", values.text_value, None, "The table's location (set by catalogs).")
     partition_default_name: str = _option(
-        "partition.default-name", _text, "__DEFAULT_PARTITION__", "Directory name of null or blank partition values."
+        "partition.default-name",
+        values.text_value,
+        "__DEFAULT_PARTITION__",
+        "Directory name of null or blank partition values.",
     )
     partition_legacy_name: bool = _option(
-        "partition.legacy-name", parse_bool, "true", "Legacy partition directory names (dates as day numbers)."
+        "partition.legacy-name", values.parse_bool, "true", "Legacy partition directory names (dates as day numbers)."
     )
-    data_file_prefix: str = _option("data-file.prefix", _text, "data-", "File name prefix of data files.")
+    data_file_prefix: str = _option("data-file.prefix", values.text_value, "data-", "File name prefix of data files.")
     data_file_thin_mode: bool = _option(
-        "data-file.thin-mode", parse_bool, "false", "Data files without the `_KEY_` columns (keys read from values)."
+        "data-file.thin-mode",
+        values.parse_bool,
+        "false",
+        "Data files without the `_KEY_` columns (keys read from values).",
     )
     changelog_file_prefix: str = _option(
-        "changelog-file.prefix", _text, "changelog-", "File name prefix of changelog files."
+        "changelog-file.prefix", values.text_value, "changelog-", "File name prefix of changelog files."
     )
     # files
     file_format: str = _option(
         "file.format",
-        _choice("parquet", "orc", "avro"),
+        values.choice("parquet", "orc", "avro"),
         "parquet",
         "Data file format.",
         supports=lambda v: v == "parquet",
@@ -259,143 +124,165 @@ class TableOptions:
     )
     file_compression: str = _option(
         "file.compression",
-        _compression,
+        values.compression,
         "zstd",
         "Compression of data files.",
     )
-    zstd_level: int = _option("file.compression.zstd-level", _int, "1", "zstd level of data files.")
+    zstd_level: int = _option("file.compression.zstd-level", values.int_value, "1", "zstd level of data files.")
     target_file_size: int = _option(
-        "target-file-size", parse_memory_size, "128 mb", "Data files roll over at this size."
+        "target-file-size", values.parse_memory_size, "128 mb", "Data files roll over at this size."
     )
     parquet_dictionary: bool = _option(
-        "parquet.enable.dictionary", parse_bool, "true", "Dictionary-encode string and binary columns."
+        "parquet.enable.dictionary", values.parse_bool, "true", "Dictionary-encode string and binary columns."
     )
-    parquet_block_size: int = _option("parquet.block.size", parse_memory_size, "128 mb", "Parquet row group size.")
-    page_size: int = _option("page-size", parse_memory_size, "64 kb", "Memory page size.")
+    parquet_block_size: int = _option(
+        "parquet.block.size", values.parse_memory_size, "128 mb", "Parquet row group size."
+    )
+    page_size: int = _option("page-size", values.parse_memory_size, "64 kb", "Memory page size.")
     metadata_stats_mode: str = _option(
-        "metadata.stats-mode", _text, "truncate(16)", "Value statistics kept in manifests."
+        "metadata.stats-mode", values.text_value, "truncate(16)", "Value statistics kept in manifests."
     )
-    file_index_read_enabled: bool = _option("file-index.read.enabled", parse_bool, "true", "Use file indexes on read.")
+    file_index_read_enabled: bool = _option(
+        "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read."
+    )
     # manifests
-    manifest_format: str = _option("manifest.format", _choice("avro"), "avro", "Manifest file format.")
+    manifest_format: str = _option("manifest.format", values.choice("avro"), "avro", "Manifest file format.")
     manifest_compression: str = _option(
         "manifest.compression",
-        _choice("zstd", "snappy", "deflate", "null", "none"),
+        values.choice("zstd", "snappy", "deflate", "null", "none"),
         "zstd",
         "Compression of manifests and manifest lists.",
     )
     manifest_target_file_size: int = _option(
-        "manifest.target-file-size", parse_memory_size, "8 mb", "Manifests are merged up to this size."
+        "manifest.target-file-size", values.parse_memory_size, "8 mb", "Manifests are merged up to this size."
     )
     manifest_merge_min_count: int = _option(
-        "manifest.merge-min-count", _positive_int, "30", "Small manifests merged once this many pile up."
+        "manifest.merge-min-count", values.positive_int, "30", "Small manifests merged once this many pile up."
     )
     manifest_full_compaction_size: int = _option(
         "manifest.full-compaction-threshold-size",
-        parse_memory_size,
+        values.parse_memory_size,
         "16 mb",
         "Small or delete-carrying manifests of this total size trigger a full manifest rewrite.",
     )
-    write_manifest_cache: int = _option("write-manifest-cache", parse_memory_size, "0 b", "Manifest cache of writers.")
+    write_manifest_cache: int = _option(
+        "write-manifest-cache", values.parse_memory_size, "0 b", "Manifest cache of writers."
+    )
     # write buffer
     write_buffer_size: int = _option(
-        "write-buffer-size", parse_memory_size, "256 mb", "Rows buffered in memory before they are sorted and flushed."
+        "write-buffer-size",
+        values.parse_memory_size,
+        "256 mb",
+        "Rows buffered in memory before they are sorted and flushed.",
     )
     write_buffer_spillable: bool = _option(
-        "write-buffer-spillable", parse_bool, "true", "Spill full buffers to local disk (merged at commit)."
+        "write-buffer-spillable", values.parse_bool, "true", "Spill full buffers to local disk (merged at commit)."
     )
     write_buffer_spill_max_disk_size: int | None = _option(
-        "write-buffer-spill.max-disk-size", parse_memory_size, None, "Bound on spilled bytes."
+        "write-buffer-spill.max-disk-size", values.parse_memory_size, None, "Bound on spilled bytes."
     )
     local_sort_max_file_handles: int = _option(
-        "local-sort.max-num-file-handles", _positive_int, "128", "Spill files merged at once."
+        "local-sort.max-num-file-handles", values.positive_int, "128", "Spill files merged at once."
     )
     sort_spill_threshold: int | None = _option(
-        "sort-spill-threshold", _positive_int, None, "Sorted runs that force a spill merge."
+        "sort-spill-threshold", values.positive_int, None, "Sorted runs that force a spill merge."
     )
-    spill_compression: str = _option("spill-compression", _text, "zstd", "Compression of spill files.")
+    spill_compression: str = _option("spill-compression", values.text_value, "zstd", "Compression of spill files.")
     # compaction
-    write_only: bool = _option("write-only", parse_bool, "false", "Writers never compact.")
+    write_only: bool = _option("write-only", values.parse_bool, "false", "Writers never compact.")
     compaction_trigger: int = _option(
-        "num-sorted-run.compaction-trigger", _positive_int, "5", "Sorted runs that trigger a compaction."
+        "num-sorted-run.compaction-trigger", values.positive_int, "5", "Sorted runs that trigger a compaction."
     )
     stop_trigger: int = _option(
         "num-sorted-run.stop-trigger",
-        _positive_int,
+        values.positive_int,
         None,
         "Sorted runs past which writes wait for compaction (default: compaction-trigger + 3).",
         derive=lambda o: o["compaction_trigger"] + 3,
     )
     num_levels: int = _option(
         "num-levels",
-        _positive_int,
+        values.positive_int,
         None,
         "LSM levels per bucket (default: compaction-trigger + 1).",
         derive=lambda o: o["compaction_trigger"] + 1,
     )
     max_size_amplification_percent: int = _option(
         "compaction.max-size-amplification-percent",
-        _percent,
+        values.percent,
         "200",
         "Size amplification that triggers a full compaction of a bucket.",
     )
     size_ratio: int = _option(
-        "compaction.size-ratio", _percent, "1", "Size ratio (percent) under which sorted runs are compacted together."
+        "compaction.size-ratio",
+        values.percent,
+        "1",
+        "Size ratio (percent) under which sorted runs are compacted together.",
     )
     compaction_optimization_interval: int | None = _option(
-        "compaction.optimization-interval", parse_duration_ms, None, "Interval of optimizing full compactions."
+        "compaction.optimization-interval", values.parse_duration_ms, None, "Interval of optimizing full compactions."
     )
     full_compaction_delta_commits: int | None = _option(
-        "full-compaction.delta-commits", _positive_int, None, "A writer fully compacts every this many commits."
+        "full-compaction.delta-commits", values.positive_int, None, "A writer fully compacts every this many commits."
     )
     commit_force_compact: bool = _option(
-        "commit.force-compact", parse_bool, "false", "Every commit waits for its compaction."
+        "commit.force-compact", values.parse_bool, "false", "Every commit waits for its compaction."
     )
     # commits
     commit_max_retries: int = _option(
-        "commit.max-retries", _positive_int, "10", "Lost commit races retried before giving up."
+        "commit.max-retries", values.positive_int, "10", "Lost commit races retried before giving up."
     )
     commit_min_retry_wait: int = _option(
-        "commit.min-retry-wait", parse_duration_ms, "10 ms", "Wait after a first lost commit race (then doubling)."
+        "commit.min-retry-wait",
+        values.parse_duration_ms,
+        "10 ms",
+        "Wait after a first lost commit race (then doubling).",
     )
     commit_max_retry_wait: int = _option(
-        "commit.max-retry-wait", parse_duration_ms, "10 s", "Longest wait between commit retries."
+        "commit.max-retry-wait", values.parse_duration_ms, "10 s", "Longest wait between commit retries."
     )
-    commit_timeout: int | None = _option("commit.timeout", parse_duration_ms, None, "Bound on a commit's retries.")
-    commit_user_prefix: str | None = _option("commit.user-prefix", _text, None, "Prefix of generated commit users.")
-    commit_user: str | None = _option("commit-user", _text, None, "The commit user of streaming writers.")
+    commit_timeout: int | None = _option(
+        "commit.timeout", values.parse_duration_ms, None, "Bound on a commit's retries."
+    )
+    commit_user_prefix: str | None = _option(
+        "commit.user-prefix", values.text_value, None, "Prefix of generated commit users."
+    )
+    commit_user: str | None = _option("commit-user", values.text_value, None, "The commit user of streaming writers.")
     # merging
     merge_engine: MergeEngineKind = _option(
-        "merge-engine", _member(MergeEngineKind), "deduplicate", "How rows of one key merge."
+        "merge-engine", values.member(MergeEngineKind), "deduplicate", "How rows of one key merge."
     )
     sequence_field: tuple[str, ...] = _option(
-        "sequence.field", _names, "", "Columns that order the rows of a key (instead of commit order)."
+        "sequence.field", values.names, "", "Columns that order the rows of a key (instead of commit order)."
     )
     sequence_sort_order: SortOrder = _option(
-        "sequence.field.sort-order", _member(SortOrder), "ascending", "Order of sequence.field values."
+        "sequence.field.sort-order", values.member(SortOrder), "ascending", "Order of sequence.field values."
     )
-    ignore_delete: bool = _option("ignore-delete", parse_bool, "false", "Drop -U/-D input rows.")
+    ignore_delete: bool = _option("ignore-delete", values.parse_bool, "false", "Drop -U/-D input rows.")
     partial_update_remove_record_on_delete: bool = _option(
-        "partial-update.remove-record-on-delete", parse_bool, "false", "partial-update: a -D removes the record."
+        "partial-update.remove-record-on-delete", values.parse_bool, "false", "partial-update: a -D removes the record."
     )
     aggregation_remove_record_on_delete: bool = _option(
-        "aggregation.remove-record-on-delete", parse_bool, "false", "aggregation: a -D removes the record."
+        "aggregation.remove-record-on-delete", values.parse_bool, "false", "aggregation: a -D removes the record."
     )
     partial_update_remove_record_on_sequence_group: tuple[str, ...] = _option(
         "partial-update.remove-record-on-sequence-group",
-        _names,
+        values.names,
         "",
         "partial-update: a -D newer in this sequence group removes the record.",
     )
     default_aggregate_function: str | None = _option(
-        "fields.default-aggregate-function", _text, None, "aggregation: the function of columns without their own."
+        "fields.default-aggregate-function",
+        values.text_value,
+        None,
+        "aggregation: the function of columns without their own.",
     )
     rowkind_field: str | None = _option(
-        "rowkind.field", _text, None, "A stored string column giving each input row's kind (+I/-U/+U/-D)."
+        "rowkind.field", values.text_value, None, "A stored string column giving each input row's kind (+I/-U/+U/-D)."
     )
     record_level_expire_time: int | None = _option(
         "record-level.expire-time",
-        parse_duration_ms,
+        values.parse_duration_ms,
         None,
         "Records older than this expire.",
         supports=lambda v: v is None,
@@ -404,82 +291,86 @@ class TableOptions:
     # changelog
     changelog_producer: ChangelogProducer = _option(
         "changelog-producer",
-        _member(ChangelogProducer),
+        values.member(ChangelogProducer),
         "none",
         "Where the table's changelog comes from.",
         supports=lambda v: v is ChangelogProducer.NONE,
         unsupported="changelog producers other than 'none' are not implemented yet",
     )
     changelog_row_deduplicate: bool = _option(
-        "changelog-producer.row-deduplicate", parse_bool, "false", "Suppress -U/+U pairs with equal values."
+        "changelog-producer.row-deduplicate", values.parse_bool, "false", "Suppress -U/+U pairs with equal values."
     )
     changelog_row_deduplicate_ignore_fields: tuple[str, ...] = _option(
-        "changelog-producer.row-deduplicate-ignore-fields", _names, "", "Columns ignored by row-deduplicate."
+        "changelog-producer.row-deduplicate-ignore-fields", values.names, "", "Columns ignored by row-deduplicate."
     )
-    lookup_wait: bool = _option("lookup-wait", parse_bool, "true", "Commits wait for lookup compaction.")
+    lookup_wait: bool = _option("lookup-wait", values.parse_bool, "true", "Commits wait for lookup compaction.")
     deletion_vectors_enabled: bool = _option(
         "deletion-vectors.enabled",
-        parse_bool,
+        values.parse_bool,
         "false",
         "Deletion vectors instead of merge-on-read.",
         supports=lambda v: v is False,
         unsupported="deletion vectors are not implemented yet",
     )
     dynamic_bucket_target_row_num: int = _option(
-        "dynamic-bucket.target-row-num", _int, "2000000", "Rows per bucket in dynamic bucket mode."
+        "dynamic-bucket.target-row-num", values.int_value, "2000000", "Rows per bucket in dynamic bucket mode."
     )
     # reads
     split_target_size: int = _option(
-        "source.split.target-size", parse_memory_size, "128 mb", "Splits are packed up to this size."
+        "source.split.target-size", values.parse_memory_size, "128 mb", "Splits are packed up to this size."
     )
     split_open_file_cost: int = _option(
-        "source.split.open-file-cost", parse_memory_size, "4 mb", "Least weight of a file when packing splits."
+        "source.split.open-file-cost", values.parse_memory_size, "4 mb", "Least weight of a file when packing splits."
     )
-    scan_mode: ScanMode = _option("scan.mode", _member(ScanMode), "default", "Where a streaming read starts.")
-    scan_snapshot_id: int | None = _option("scan.snapshot-id", _int, None, "Snapshot a scan starts from.")
-    scan_tag_name: str | None = _option("scan.tag-name", _text, None, "Tag a scan reads.")
-    scan_timestamp_millis: int | None = _option("scan.timestamp-millis", _int, None, "Time a scan starts from.")
-    scan_timestamp: str | None = _option("scan.timestamp", _text, None, "Time a scan starts from, as text.")
+    scan_mode: ScanMode = _option("scan.mode", values.member(ScanMode), "default", "Where a streaming read starts.")
+    scan_snapshot_id: int | None = _option("scan.snapshot-id", values.int_value, None, "Snapshot a scan starts from.")
+    scan_tag_name: str | None = _option("scan.tag-name", values.text_value, None, "Tag a scan reads.")
+    scan_timestamp_millis: int | None = _option(
+        "scan.timestamp-millis", values.int_value, None, "Time a scan starts from."
+    )
+    scan_timestamp: str | None = _option("scan.timestamp", values.text_value, None, "Time a scan starts from, as text.")
     scan_plan_sort_partition: bool = _option(
-        "scan.plan-sort-partition", parse_bool, "false", "Order splits by partition."
+        "scan.plan-sort-partition", values.parse_bool, "false", "Order splits by partition."
     )
-    consumer_id: str | None = _option("consumer-id", _text, None, "Records a stream's progress under this id.")
+    consumer_id: str | None = _option(
+        "consumer-id", values.text_value, None, "Records a stream's progress under this id."
+    )
     consumer_expiration_time: int | None = _option(
-        "consumer.expiration-time", parse_duration_ms, None, "Consumers idle this long are dropped."
+        "consumer.expiration-time", values.parse_duration_ms, None, "Consumers idle this long are dropped."
     )
     # retention
     snapshot_num_retained_min: int = _option(
-        "snapshot.num-retained.min", _positive_int, "10", "Snapshots always kept."
+        "snapshot.num-retained.min", values.positive_int, "10", "Snapshots always kept."
     )
     snapshot_num_retained_max: int = _option(
-        "snapshot.num-retained.max", _positive_int, str(2**31 - 1), "Snapshots kept at most."
+        "snapshot.num-retained.max", values.positive_int, str(2**31 - 1), "Snapshots kept at most."
     )
     snapshot_time_retained: int = _option(
-        "snapshot.time-retained", parse_duration_ms, "1 h", "Snapshots younger than this are kept."
+        "snapshot.time-retained", values.parse_duration_ms, "1 h", "Snapshots younger than this are kept."
     )
     snapshot_expire_limit: int = _option(
-        "snapshot.expire.limit", _positive_int, "50", "Snapshots expired at most per run."
+        "snapshot.expire.limit", values.positive_int, "50", "Snapshots expired at most per run."
     )
     changelog_num_retained_min: int | None = _option(
-        "changelog.num-retained.min", _positive_int, None, "Changelogs always kept."
+        "changelog.num-retained.min", values.positive_int, None, "Changelogs always kept."
     )
     changelog_num_retained_max: int | None = _option(
-        "changelog.num-retained.max", _positive_int, None, "Changelogs kept at most."
+        "changelog.num-retained.max", values.positive_int, None, "Changelogs kept at most."
     )
     changelog_time_retained: int | None = _option(
-        "changelog.time-retained", parse_duration_ms, None, "Changelogs younger than this are kept."
+        "changelog.time-retained", values.parse_duration_ms, None, "Changelogs younger than this are kept."
     )
     tag_automatic_creation: str = _option(
         "tag.automatic-creation",
-        _text,
+        values.text_value,
         "none",
         "Automatic tag creation.",
         supports=lambda v: v.strip().lower() == "none",
         unsupported="automatic tag creation is not implemented",
     )
     # descriptive
-    owner: str | None = _option("owner", _text, None, "The table's owner.")
-    comment: str | None = _option("comment", _text, None, "A comment on the table.")
+    owner: str | None = _option("owner", values.text_value, None, "The table's owner.")
+    comment: str | None = _option("comment", values.text_value, None, "A comment on the table.")
 
     @staticmethod
     def specs() -> list[OptionSpec]:

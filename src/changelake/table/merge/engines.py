@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from changelake.errors import DataError, RowKindError
-from changelake.options import MergeEngineKind, SortOrder
+from changelake.option_values import MergeEngineKind, SortOrder
 from changelake.table.format import kv
 from changelake.table.merge import sort
 from changelake.table.merge.aggregates import (

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.options import SortOrder
+from changelake.option_values import SortOrder
 from changelake.table.format import kv
 from changelake.table.merge import sort
 

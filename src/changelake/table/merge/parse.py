@@ -14,7 +14,8 @@ from typing import TypedDict
 import pyarrow as pa
 
 from changelake.errors import OptionError
-from changelake.options import MergeEngineKind, SortOrder, TableOptions, parse_bool
+from changelake.option_values import MergeEngineKind, SortOrder, parse_bool
+from changelake.options import TableOptions
 from changelake.table.format.schema import TableSchema
 from changelake.table.merge.aggregates import PARTIAL_UPDATE_FUNCTIONS, AggregateFunction, FieldAggregate
 from changelake.table.merge.engines import (
