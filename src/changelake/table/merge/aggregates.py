@@ -190,7 +190,8 @@ def _count(
     """Paimon's count (TINYINT..BIGINT): each merged add holding a value counts +1, each retraction
     holding one -1; the values themselves are never added. The accumulator starts from ``init``'s
     value, or null, which any merged row (a null one too) turns into 0 first; so the result is
-    null only when no row was merged and ``init`` holds no value."""
+    null only when no row was merged and ``init`` holds no value. A merged row counts 1 when it
+    meets newer rows, so the count depends on which rows were merged before, as in Paimon."""
     data_type = column.type
     values, valid = f.numeric(column)
     init_values, init_ok = _init_values(values, valid, init)

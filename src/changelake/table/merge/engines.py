@@ -13,6 +13,16 @@ a key with a single row is returned as it is (Paimon's ``ReducerMergeFunctionWra
 that is the first row of a partial-update merge initialises the row with its values; a delete that
 removes the record (``*.remove-record-on-delete``) resets the row to the delete's values, and later
 adds build on those.
+
+Paimon merges all the rows of a key that one merge sees in a single pass (a write buffer at flush,
+spilled runs included; a compaction's section; a read's split), and some of its merges are not
+associative, so which rows meet in one merge can change the result, in Paimon as here: a
+partial-update merge that starts with a retraction takes the retraction's values for the columns it
+does not retract; ``remove-record-on-sequence-group``'s delete holds only while the later rows of
+that merge are retractions of other groups; ``count`` counts merged rows, not the rows behind them;
+``last_non_null_value`` in a sequence group lets an older row fill a newer null; and a compaction
+into the top level drops a key whose merge is a delete, so newer rows no longer meet it. changelake
+merges exactly the rows Paimon would merge together (tests/table/merge/test_split_invariance.py).
 """
 
 from __future__ import annotations
@@ -194,7 +204,8 @@ class FirstRow(MergeEngine):
 @dataclass(frozen=True, kw_only=True)
 class PartialUpdate(MergeEngine):
     """``partial-update``: each column takes its last non-null value; sequence groups order their
-    columns by their own sequence fields, and may aggregate them."""
+    columns by their own sequence fields, and may aggregate them. With retractions the result
+    depends on which rows meet in one merge (see the module docstring), as in Paimon."""
 
     kind: ClassVar[MergeEngineKind] = MergeEngineKind.PARTIAL_UPDATE
 

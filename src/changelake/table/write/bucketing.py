@@ -61,9 +61,9 @@ def restored_files(ctx: TableContext, groups: BucketGroups) -> dict[tuple[bytes,
 
 
 def sort_and_merge(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups: BucketGroups,
-                   first_sequences: np.ndarray) -> list[pa.Table]:
-    """Each group's rows in file layout, sorted by key and merged within the batch by the
-    merge engine. Sequence numbers follow input order within every bucket."""
+                   first_sequences: np.ndarray, *, merge: bool) -> list[pa.Table]:
+    """Each group's rows in file layout, sorted by key and (with ``merge``) merged within the
+    batch by the merge engine. Sequence numbers follow input order within every bucket."""
     n = data.num_rows
     position = np.arange(n, dtype=np.int64)
     sequence = first_sequences[groups.codes] + position
@@ -74,7 +74,7 @@ def sort_and_merge(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups:
     columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
     laid_out = pa.Table.from_arrays(columns, schema=schema)
     engine = ctx.merge_engine
-    if engine.keeps_last_row:
+    if merge and engine.keeps_last_row:
         # One global pass: the last row of every (group, key) wins.
         ends = sort.group_ends([pa.array(sorted_codes), *(k.take(order) for k in keys)])
         merged, codes = laid_out.take(order[ends]), sorted_codes[ends]
@@ -82,5 +82,5 @@ def sort_and_merge(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups:
         return [merged.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(len(groups.partitions))]
     ordered = laid_out.take(order)
     bounds = np.searchsorted(sorted_codes, np.arange(len(groups.partitions) + 1))
-    return [ctx.merge_rows(ordered.slice(bounds[g], bounds[g + 1] - bounds[g]), drop_deletes=False)
-            for g in range(len(groups.partitions))]
+    parts = [ordered.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(len(groups.partitions))]
+    return [ctx.merge_rows(p, drop_deletes=False) for p in parts] if merge else parts

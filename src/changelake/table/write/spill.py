@@ -19,8 +19,9 @@ _SPILL_BATCH_ROWS = 64 * 1024
 
 @dataclass(frozen=True)
 class SpilledRun:
-    """A sorted, merged run spilled to local disk as Arrow IPC record batches, with each
-    batch's range of the first key column so key ranges can be read back piecewise."""
+    """A run sorted by key, not merged (the flush merges all runs at once), spilled to local
+    disk as Arrow IPC record batches, with each batch's range of the first key column so key
+    ranges can be read back piecewise."""
 
     path: str
     bounds: tuple[tuple[Any, Any], ...]
@@ -61,8 +62,8 @@ def _in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.Table:
 
 
 def merge_runs(ctx: TableContext, runs: Sequence[SpilledRun], part: pa.Table) -> Iterator[pa.Table]:
-    """Spilled runs plus the last buffer, merged range by range of the first key column, so
-    only about one buffer's worth of rows is in memory at a time."""
+    """Spilled runs plus the last buffer (none of them merged), merged range by range of the
+    first key column, so only about one buffer's worth of rows is in memory at a time."""
     first_key = kv.key_column(ctx.key_names[0])
     starts = sorted({lo for run in runs for lo, _ in run.bounds} | (
         {v.as_py() for v in sort.comparable(part.column(first_key)).take(

@@ -194,20 +194,25 @@ class TableWrite:
                 self._buckets[key].next_sequence = max(self._buckets[key].next_sequence, first)
         states = [self._buckets[key] for key in keys]
         firsts = np.array([s.next_sequence for s in states], dtype=np.int64)
-        merged = sort_and_merge(self.ctx, data, kinds, groups, firsts)
         spill = not final and self.ctx.options.write_buffer_spillable
-        for state, part in zip(states, merged, strict=True):
+        # Spilled runs hold unmerged rows: the final flush merges every row of a key in one
+        # pass, as Paimon's spillable write buffer does. Merging runs first and then their
+        # results is not the same: a partial-update merge that starts with a retraction
+        # initialises the record from the retraction's values.
+        spilling = spill or any(s.spilled for s in states)
+        parts = sort_and_merge(self.ctx, data, kinds, groups, firsts, merge=not spilling)
+        for state, part in zip(states, parts, strict=True):
             # Sequences are the group's first number plus the row's position in this flush.
             state.next_sequence += data.num_rows
             if spill:
                 state.spilled.append(self._spill(part))
         if not spill:
-            jobs = list(zip(states, merged, strict=True))
-            if any(s.spilled for s in states):  # merged one at a time, to keep memory near one buffer
+            jobs = list(zip(states, parts, strict=True))
+            if spilling:  # merged one at a time, to keep memory near one buffer
                 for state, part in jobs:
-                    self._write_level0(state, part)
+                    self._write_level0(state, part, merged=False)
             else:
-                map_all(lambda job: self._write_level0(*job), jobs)
+                map_all(lambda job: self._write_level0(*job, merged=True), jobs)
 
     def _spill(self, part: pa.Table) -> spill.SpilledRun:
         if self._spill_dir is None:
@@ -215,11 +220,14 @@ class TableWrite:
         return spill.SpilledRun.write(os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow"), part,
                                 kv.key_column(self.ctx.key_names[0]))
 
-    def _write_level0(self, state: _Bucket, part: pa.Table) -> None:
+    def _write_level0(self, state: _Bucket, part: pa.Table, *, merged: bool) -> None:
+        """Write ``part`` (merged or not) and the bucket's spilled runs as level-0 files."""
         ctx = self.ctx
-        chunks: Iterable[pa.Table] = [part]
+        chunks: Iterable[pa.Table]
         if state.spilled:
             chunks = spill.merge_runs(ctx, state.spilled, part)
+        else:
+            chunks = [part if merged else ctx.merge_rows(part, drop_deletes=False)]
         bucket_dir = ctx.bucket_dir(state.partition, state.bucket)
         files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, level=0)
         state.new_files += files
@@ -270,7 +278,7 @@ class TableWrite:
         if leftover:
             empty = kv.file_schema(self.ctx.arrow_schema, self.ctx.key_names).empty_table()
             for state in leftover:
-                self._write_level0(state, empty)
+                self._write_level0(state, empty, merged=False)
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
