@@ -22,6 +22,7 @@ from changelake.table.context import TableContext
 from changelake.table.format import binary_row, manifest, snapshot
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import live_files
 
 
@@ -94,7 +95,7 @@ def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt:
     data = manifest.encode_avro(
         manifest.ENTRY_SCHEMA, [e.to_avro() for e in entries], ctx.options.manifest_compression
     )
-    ctx.file_io.write_bytes(ctx.paths.manifest(name), data)
+    ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST)
     attempt.written.append(ctx.paths.manifest(name))
     min_bucket, max_bucket = manifest.bounds([e.bucket for e in entries])
     min_level, max_level = manifest.bounds([e.file.level for e in entries])
@@ -118,7 +119,7 @@ def _write_manifest_list(ctx: TableContext, metas: Sequence[ManifestFileMeta], a
     data = manifest.encode_avro(
         manifest.MANIFEST_FILE_SCHEMA, [m.to_avro() for m in metas], ctx.options.manifest_compression
     )
-    ctx.file_io.write_bytes(ctx.paths.manifest(name), data)
+    ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST_LIST)
     attempt.written.append(ctx.paths.manifest(name))
     return name, len(data)
 

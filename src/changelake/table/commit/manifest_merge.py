@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from changelake.table.context import TableContext
 from changelake.table.format import manifest
 from changelake.table.format.manifest import FileKind, ManifestEntry, ManifestFileMeta
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import live_files
 
 WriteManifest = Callable[[Sequence[ManifestEntry]], ManifestFileMeta]
@@ -37,7 +39,11 @@ def _cancel(entries: Sequence[ManifestEntry]) -> list[ManifestEntry]:
 
 
 def _write_rolling(entries: list[ManifestEntry], per_file: int, write: WriteManifest) -> list[ManifestFileMeta]:
-    return [write(entries[i : i + per_file]) for i in range(0, len(entries), max(1, per_file))]
+    written = []
+    for i in range(0, len(entries), max(1, per_file)):
+        written.append(write(entries[i : i + per_file]))
+        killpoints.reached(KillPoint.MANIFEST_COMPACTION)
+    return written
 
 
 def merge(ctx: TableContext, metas: list[ManifestFileMeta], write: WriteManifest) -> list[ManifestFileMeta]:

@@ -16,6 +16,7 @@ from changelake.errors import CorruptMetadataError
 from changelake.table.format import binary_row, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
 from changelake.table.io.fileio import FileIO
+from changelake.table.io.killpoints import KillPoint
 
 EMPTY_STATS = SimpleStats(
     binary_row.serialize(binary_row.to_bytes([], []), 0),
@@ -106,7 +107,7 @@ class _OpenFile:
               file_source: FileSource) -> DataFileMeta:
         self.writer.close()
         data = self.sink.getvalue()
-        file_io.write_bytes(f"{bucket_dir}/{self.name}", data)
+        file_io.write_bytes(f"{bucket_dir}/{self.name}", data, kill_point=KillPoint.DATA_FILE)
         arity = len(settings.key_names)
         key_stats = SimpleStats(
             binary_row.serialize(binary_row.encode(self.key_min).row(0), arity),

@@ -10,7 +10,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
+from changelake.table.io import killpoints
 from changelake.table.io.fileio import FileIO
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.io.paths import TablePaths
 
 BATCH_COMMIT_IDENTIFIER = 2**63 - 1
@@ -122,6 +124,7 @@ def try_commit(file_io: FileIO, paths: TablePaths, snapshot: Snapshot) -> bool:
     """Atomically create the snapshot file; False if another commit took that id first."""
     if not file_io.create_if_absent(paths.snapshot(snapshot.id), snapshot.to_json().encode("utf-8")):
         return False
+    killpoints.reached(KillPoint.SNAPSHOT_BEFORE_LATEST)
     file_io.overwrite_hint(f"{paths.snapshot_dir}/LATEST", str(snapshot.id))
     if snapshot.id == 1 or _hint(file_io, paths, "EARLIEST") is None:
         file_io.overwrite_hint(f"{paths.snapshot_dir}/EARLIEST", str(earliest_id(file_io, paths) or snapshot.id))

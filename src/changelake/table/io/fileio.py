@@ -13,6 +13,9 @@ import fsspec
 import pyarrow.fs as pafs
 from fsspec.implementations.local import LocalFileSystem
 
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
+
 
 @dataclass(frozen=True)
 class FileIO:
@@ -63,13 +66,23 @@ class FileIO:
     def read_text(self, path: str) -> str:
         return self.read_bytes(path).decode("utf-8")
 
-    def write_bytes(self, path: str, data: bytes) -> None:
-        """Write a file whose name is unique (data, manifest): overwrite semantics suffice."""
+    def write_bytes(self, path: str, data: bytes, *, kill_point: KillPoint | None = None) -> None:
+        """Write a file whose name is unique (data, manifest): overwrite semantics suffice.
+        A crash test can kill the process at ``kill_point`` when half of the bytes are written."""
         if self.is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as out:
-                out.write(data)
+                rest = memoryview(data)
+                if kill_point is not None:
+                    half = len(rest) // 2
+                    out.write(rest[:half])
+                    out.flush()
+                    killpoints.reached(kill_point)
+                    rest = rest[half:]
+                out.write(rest)
         else:
+            if kill_point is not None:
+                killpoints.reached(kill_point)
             self.fs.pipe_file(path, data)
 
     def overwrite_hint(self, path: str, text: str) -> None:

@@ -15,6 +15,8 @@ from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.lsm.levels import Levels, SortedRun, interval_partition
 from changelake.table.lsm.universal import CompactUnit, UniversalCompaction, pick_full
 from changelake.table.read import live_files
@@ -127,6 +129,7 @@ class _Task:
 
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
                                   self.unit.output_level, file_source=FileSource.COMPACT)
+        killpoints.reached(KillPoint.COMPACTION)
         self.result.before += [f for files in sections for f in files]
         self.result.after += written
 

@@ -12,6 +12,8 @@ import pyarrow.compute as pc
 
 from changelake.table.context import TableContext
 from changelake.table.format import kv
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.merge import sort
 
 _SPILL_BATCH_ROWS = 64 * 1024
@@ -35,6 +37,7 @@ class SpilledRun:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, part.schema, options=options) as out:
             for batch in part.to_batches(max_chunksize=_SPILL_BATCH_ROWS):
                 out.write_batch(batch)
+                killpoints.reached(KillPoint.SPILL_RUN)
                 column = sort.comparable(batch.column(part.schema.get_field_index(first_key)))
                 bounds.append((column[0].as_py(), column[len(column) - 1].as_py()))
         return SpilledRun(path, tuple(bounds), part.num_rows, part.nbytes)

@@ -1,0 +1,54 @@
+"""Named points where a crash test kills the process (``tests/reliability``).
+
+``CHANGELAKE_KILL_POINT=name`` kills the process with SIGKILL the first time the code reaches
+point ``name``; ``name:N`` the N-th time. The variable is read once, on the first point reached,
+so in production a point costs a cached lookup and a comparison.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import signal
+import threading
+
+ENVIRONMENT_VARIABLE = "CHANGELAKE_KILL_POINT"
+
+
+class KillPoint(enum.StrEnum):
+    """Where the process can be killed."""
+
+    DATA_FILE = "data-file"  # half of a data file's bytes are on disk
+    SPILL_RUN = "spill-run"  # a spilled run has some of its batches on local disk
+    MANIFEST = "manifest"  # half of a manifest's bytes are on disk
+    MANIFEST_LIST = "manifest-list"  # half of a manifest list's bytes are on disk
+    SNAPSHOT_BEFORE_LATEST = "snapshot-before-latest"  # the snapshot file exists, LATEST not yet updated
+    COMPACTION = "compaction"  # a compaction wrote some of its output files
+    MANIFEST_COMPACTION = "manifest-compaction"  # manifest compaction wrote some of its manifests
+
+
+@functools.cache
+def _target() -> tuple[str, int] | None:
+    text = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    if not text:
+        return None
+    name, _, nth = text.partition(":")
+    return name, int(nth) if nth else 1
+
+
+_lock = threading.Lock()
+_reached = 0
+
+
+def reached(point: KillPoint) -> None:
+    """Kill this process if ``CHANGELAKE_KILL_POINT`` names ``point`` (and this is the N-th time)."""
+    target = _target()
+    if target is None or target[0] != point.value:
+        return
+    global _reached
+    with _lock:
+        _reached += 1
+        hit = _reached == target[1]
+    if hit:
+        os.kill(os.getpid(), signal.SIGKILL)

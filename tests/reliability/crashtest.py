@@ -1,0 +1,462 @@
+"""Crash test (in the spirit of RocksDB's db_crashtest): a writer runs in a child process and is
+killed with SIGKILL at named kill points (``changelake.table.io.killpoints``) and at random
+moments; after every kill a fresh process checks the table and carries on from where the
+killed one stopped.
+
+The writer logs an intent before each commit and its result after it (JSON lines, fsynced). A
+fresh child first verifies the table against that log:
+
+* the table opens, snapshot ids run 1..n without a gap and LATEST leads to the newest;
+* each APPEND snapshot is matched to one logged commit: by (commit user, identifier) for the
+  long-lived writer, by the commit user the log recorded for ``table.write()`` (a snapshot of an
+  unknown user is the one commit whose result was never logged); no commit lands twice, none is
+  missing before the newest landed one, and no logged result disagrees with the table;
+* every snapshot reads as the model of exactly the commits that landed up to it;
+* no file referenced by any snapshot is missing (files nobody references are counted: orphans);
+* pypaimon reads the latest snapshot as the model says.
+
+Then it re-runs the commit whose result was lost: the long-lived writer always re-runs it with
+the same commit user and identifier, and it must land iff it had not landed; ``table.write()``
+(no exactly-once identifier) re-runs it only when it did not land. Each episode is a fresh table
+of a few commits with a few kills; a last child completes it and a last fresh process verifies.
+
+Run as a script for the full figure: ``./dev crashtest --kills 200``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import workload
+from workload import MODES, Diff, Log, Mode
+
+import changelake as cl
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
+
+WRITER_USER = "crash-writer"
+RANDOM = "random"
+# How many times each named point is typically reached in one child's run: kill at 1..N.
+REACH = {
+    KillPoint.DATA_FILE: 12,
+    KillPoint.SPILL_RUN: 12,
+    KillPoint.MANIFEST: 6,
+    KillPoint.MANIFEST_LIST: 8,
+    KillPoint.SNAPSHOT_BEFORE_LATEST: 5,
+    KillPoint.COMPACTION: 3,
+    KillPoint.MANIFEST_COMPACTION: 2,
+}
+
+
+def points_of(mode: Mode) -> list[str]:
+    """The kill points a mode reaches, and random kills."""
+    points = [p.value for p in KillPoint if p is not KillPoint.SPILL_RUN or mode.name == "spill"]
+    return [*points, RANDOM, RANDOM]
+
+
+# -- the child --------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """What a fresh process found in the table."""
+
+    errors: list[str] = field(default_factory=list)
+    snapshots: int = 0
+    landed: list[int] = field(default_factory=list)  # commit indexes that landed
+    pending: int | None = None  # the commit whose result was not logged
+    pending_landed: bool = False
+    start: int = 1  # the commit to run next
+    diff: dict[str, int] = field(default_factory=dict)
+    paimon_diff: dict[str, int] = field(default_factory=dict)
+    missing_files: list[str] = field(default_factory=list)
+    orphans: int = 0
+    # first-row: the latest snapshot holds level-0 files (a kill fell between a commit's APPEND
+    # and COMPACT snapshots), which Paimon's readers skip, so pypaimon read an older snapshot
+    level0_window: bool = False
+
+
+def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequence[dict[str, Any]]) -> Report:
+    report = Report()
+    errors = report.errors
+    snapshots = table.snapshots()
+    report.snapshots = len(snapshots)
+    ids = [s.id for s in snapshots]
+    if ids != list(range(1, len(ids) + 1)):
+        errors.append(f"snapshot ids are not 1..{len(ids)}: {ids}")
+    latest = table.latest_snapshot()
+    if (latest.id if latest else None) != (ids[-1] if ids else None):
+        errors.append(f"latest snapshot is {latest.id if latest else None}, the newest file {ids[-1:]}")
+
+    intents = sorted({r["commit"] for r in records if r["event"] == "intent"})
+    results = [r for r in records if r["event"] == "result"]
+    resolved = {r["commit"] for r in results}
+    users = {r["user"]: r["commit"] for r in results}
+    unresolved = [i for i in intents if i not in resolved]
+
+    # Match APPEND snapshots to commits.
+    assigned: dict[int, int] = {}
+    last = 0
+    for snap in snapshots:
+        if snap.commit_kind != cl.CommitKind.APPEND:
+            continue
+        index: int | None
+        if mode.one_shot:
+            index = users.get(snap.commit_user)
+            if index is None:
+                index = next((i for i in unresolved if i > last and i not in assigned), None)
+        else:
+            index = snap.commit_identifier if snap.commit_user == WRITER_USER else None
+        if index is None or index not in intents:
+            errors.append(f"snapshot {snap.id} ({snap.commit_user}, {snap.commit_identifier}) matches no commit")
+            continue
+        if index in assigned:
+            errors.append(f"commit {index} landed twice: snapshots {assigned[index]} and {snap.id}")
+            continue
+        if index < last:
+            errors.append(f"commit {index} landed after commit {last} (snapshot {snap.id})")
+        assigned[index] = snap.id
+        last = max(last, index)
+    report.landed = sorted(assigned)
+    gaps = [i for i in range(1, last + 1) if i not in assigned]
+    if gaps:
+        errors.append(f"commits {gaps} were lost (commit {last} landed)")
+    for r in results:
+        index = r["commit"]
+        if r["snapshots"]:
+            if assigned.get(index) != r["snapshots"][0]:
+                errors.append(f"commit {index} logged snapshot {r['snapshots'][0]}, table has {assigned.get(index)}")
+        elif index not in assigned:
+            errors.append(f"commit {index} was skipped as already committed but never landed")
+        if r.get("expected") is not None and r["expected"] != bool(r["snapshots"]):
+            errors.append(f"re-run of commit {index} {'landed' if r['snapshots'] else 'was skipped'}, "
+                          f"expected {'landing' if r['expected'] else 'a skip'}")
+    if unresolved:
+        report.pending = unresolved[-1]
+        report.pending_landed = report.pending in assigned
+    waiting = [i for i in intents if i not in resolved and not (mode.one_shot and i in assigned)]
+    report.start = min(waiting) if waiting else max(intents, default=0) + 1
+
+    # pypaimon reads the latest snapshot; of a first-row table, the newest without level-0 files.
+    oracle = snapshots[-1] if snapshots else None
+    if mode.engine == "first-row":
+        oracle = next((s for s in reversed(snapshots) if not workload.has_level0(table, s)), None)
+        report.level0_window = oracle is not (snapshots[-1] if snapshots else None)
+    oracle_view: dict[workload.Key, workload.Row] = {}
+
+    # Every snapshot against the model of the commits that landed up to it.
+    by_snapshot = {snapshot_id: index for index, snapshot_id in assigned.items()}
+    model = workload.Model(mode.engine)
+    diff = Diff()
+    for snap in snapshots:
+        if snap.id in by_snapshot:
+            model.apply(r for call in workload.commit_rows(mode, seed, 0, by_snapshot[snap.id]) for r in call)
+        try:
+            got = workload.read_rows(table, snap.id)
+        except cl.errors.ChangelakeError as exc:
+            errors.append(f"snapshot {snap.id} is unreadable: {exc}")
+            continue
+        if oracle is not None and snap.id == oracle.id:
+            oracle_view = model.view()
+        one = Diff.of(model.view(), got)
+        if one.total:
+            errors.append(f"snapshot {snap.id} differs from the model: {one}")
+        diff.add(one)
+    report.diff = asdict(diff)
+
+    files = workload.check_files(table, snapshots)
+    report.missing_files = files.missing
+    report.orphans = len(files.orphans)
+    if files.missing:
+        errors.append(f"{len(files.missing)} referenced files are missing: {files.missing[:3]}")
+
+    if oracle is not None:
+        theirs = Diff.of(oracle_view, workload.paimon_rows(warehouse, oracle.id))
+        report.paimon_diff = asdict(theirs)
+        if theirs.total:
+            errors.append(f"pypaimon reads snapshot {oracle.id} differently from the model: {theirs}")
+    return report
+
+
+def child(conn: Connection, spec: dict[str, Any]) -> None:
+    """Verify the table against the log, report, then run commits start..end (until killed)."""
+    os.environ[killpoints.ENVIRONMENT_VARIABLE] = spec["kill_point"] or ""
+    os.makedirs(spec["tmpdir"], exist_ok=True)
+    tempfile.tempdir = spec["tmpdir"]  # spill runs go here, so the ones a kill leaves are counted
+    mode = MODES[spec["mode"]]
+    log = Log(spec["log"])
+    try:
+        table = cl.open_table(workload.table_location(spec["warehouse"]))
+        report = verify(table, spec["warehouse"], mode, spec["seed"], log.records())
+    except Exception as exc:
+        report = Report(errors=[f"verification failed: {exc!r}"])
+    conn.send(asdict(report))
+    conn.close()
+    if report.errors:
+        sys.exit(3)
+    if spec["verify_only"]:
+        return
+    run = spec["run"]
+    writer = None if mode.one_shot else table.writer(commit_user=WRITER_USER)
+    for index in range(report.start, spec["end"] + 1):
+        expected = None
+        if index == report.pending and not mode.one_shot:
+            expected = not report.pending_landed  # the re-run lands iff the lost commit had not
+        log.append({"event": "intent", "commit": index, "run": run})
+        calls = workload.commit_rows(mode, spec["seed"], 0, index)
+        if writer is None:
+            snap = table.write(workload.to_arrow([r for call in calls for r in call]))
+            assert snap is not None
+            landed, user = [snap], snap.commit_user
+        else:
+            for call in calls:
+                writer.write(workload.to_arrow(call))
+            landed, user = writer.commit(index), WRITER_USER
+        log.append({"event": "result", "commit": index, "run": run, "user": user, "expected": expected,
+                    "snapshots": [s.id for s in landed], "kinds": [s.commit_kind.value for s in landed]})
+        if expected is not None and expected != bool(landed):
+            sys.exit(4)
+    if writer is not None:
+        writer.close()
+
+
+# -- the driver -------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    report: dict[str, Any] | None
+    exitcode: int | None
+    killed: bool  # by SIGKILL (a kill point or the driver)
+    seconds: float = 0.0  # from the report to the exit
+
+
+def run_child(spec: dict[str, Any], *, delay: float | None, timeout: float) -> Outcome:
+    """Start a child; with ``delay``, SIGKILL it that long after it verified the table."""
+    context = workload.process_context()
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=child, args=(send, spec), daemon=True)
+    process.start()
+    send.close()
+    report = None
+    try:
+        if receive.poll(timeout):
+            report = receive.recv()
+    except EOFError:
+        pass
+    finally:
+        receive.close()
+    reported = time.monotonic()
+    if delay is not None and report is not None:
+        process.join(delay)
+        if process.is_alive():
+            process.kill()
+    process.join(timeout)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout)
+        return Outcome(report, None, killed=False)
+    return Outcome(report, process.exitcode, killed=process.exitcode == -9, seconds=time.monotonic() - reported)
+
+
+@dataclass
+class Totals:
+    kills: int = 0
+    kills_by_point: Counter[str] = field(default_factory=Counter)
+    unreached: Counter[str] = field(default_factory=Counter)
+    children: int = 0
+    episodes: int = 0
+    commits_landed: int = 0
+    lost_commits_landed: int = 0  # commits whose result a kill lost, found landed
+    lost_commits_not_landed: int = 0
+    level0_windows: int = 0  # first-row checks that found the latest snapshot holding level 0
+    rows: Diff = field(default_factory=Diff)
+    paimon_rows: Diff = field(default_factory=Diff)
+    orphans: int = 0
+    spill_leftovers: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def summary(self, seconds: float) -> str:
+        points = ", ".join(f"{p} {n}" for p, n in sorted(self.kills_by_point.items()))
+        return "\n".join([
+            f"kills survived: {self.kills} ({points})",
+            f"episodes: {self.episodes}, writer processes: {self.children}",
+            f"commits landed: {self.commits_landed} (of the commits whose result a kill lost: "
+            f"{self.lost_commits_landed} had landed, {self.lost_commits_not_landed} had not)",
+            f"rows lost or duplicated: {self.rows.total} (missing {self.rows.missing}, extra {self.rows.extra}, "
+            f"wrong {self.rows.wrong}); pypaimon differences: {self.paimon_rows.total}",
+            f"files left over after crashes: {self.orphans} in tables (orphans), "
+            f"{self.spill_leftovers} spill files in temp directories",
+            f"first-row checks whose latest snapshot held level-0 files (pypaimon read the newest "
+            f"without): {self.level0_windows}",
+            f"failures: {len(self.failures)}",
+            *(f"  {f}" for f in self.failures),
+            f"wall time: {seconds:.1f} s",
+        ])
+
+
+def _kill_plans(mode: Mode, rng: random.Random, plans: Sequence[str] | None) -> Iterator[str]:
+    if plans is not None:
+        yield from itertools.cycle(plans)
+    while True:
+        points = points_of(mode)
+        rng.shuffle(points)
+        yield from points
+
+
+def run_mode(
+    mode: Mode,
+    root: str,
+    kills: int,
+    totals: Totals,
+    *,
+    seed: int = 0,
+    commits: int = 8,
+    kills_per_episode: int = 4,
+    plans: Sequence[str] | None = None,
+    timeout: float = 120.0,
+    verbose: bool = False,
+) -> None:
+    """Episodes of ``commits`` commits on fresh tables until ``kills`` kills were survived."""
+    rng = random.Random(f"{seed}/{mode.name}")
+    typical = 0.5  # seconds a child that is not killed writes for: random kills fall within
+    upcoming = _kill_plans(mode, rng, plans)
+    plan = next(upcoming)
+    misses = 0
+    done = 0
+    episode = 0
+    while done < kills:
+        warehouse = os.path.join(root, mode.name, f"episode-{episode}")
+        workload.create_table(warehouse, mode.table_options)
+        base = {"mode": mode.name, "warehouse": warehouse, "log": os.path.join(warehouse, "commits.jsonl"),
+                "tmpdir": os.path.join(warehouse, "tmp"), "seed": seed, "end": commits}
+        kills_here = 0
+        after_kill = False
+        for run in itertools.count():
+            kill = plan if kills_here < kills_per_episode and done < kills else None
+            point = None
+            if kill is not None and kill != RANDOM:
+                point = f"{kill}:{rng.randint(1, 2 if plans is not None else REACH[KillPoint(kill)])}"
+            delay = rng.uniform(0.0, typical) if kill == RANDOM else None
+            spec = base | {"kill_point": point, "run": run, "verify_only": False}
+            outcome = run_child(spec, delay=delay, timeout=timeout)
+            if verbose:
+                print(f"{mode.name} episode {episode} run {run}: kill {point or kill}, exit code {outcome.exitcode}, "
+                      f"{outcome.seconds:.2f} s after the check", flush=True)
+            totals.children += 1
+            where = f"{mode.name} episode {episode} run {run} (kill {point or kill})"
+            if not _check(outcome, totals, where, final=False):
+                return
+            if after_kill and outcome.report is not None:
+                _count_lost(totals, outcome.report)
+            after_kill = outcome.killed
+            if outcome.killed:
+                done += 1
+                kills_here += 1
+                totals.kills += 1
+                totals.kills_by_point[kill or "?"] += 1
+                plan, misses = next(upcoming), 0
+                continue
+            if outcome.exitcode != 0:
+                totals.failures.append(f"{where}: exit code {outcome.exitcode}")
+                return
+            if kill is None or kill == RANDOM:
+                typical = max(0.05, outcome.seconds)
+            if kill is not None:  # the point was not reached in this run
+                totals.unreached[kill] += 1
+                misses += 1
+                if misses >= 2:
+                    plan, misses = next(upcoming), 0
+            break
+        final = run_child(base | {"kill_point": None, "run": -1, "verify_only": True}, delay=None, timeout=timeout)
+        if not _check(final, totals, f"{mode.name} episode {episode} final check", final=True):
+            return
+        totals.episodes += 1
+        tmp = base["tmpdir"]
+        totals.spill_leftovers += sum(len(names) for _, _, names in os.walk(tmp))
+        episode += 1
+
+
+def _check(outcome: Outcome, totals: Totals, where: str, *, final: bool) -> bool:
+    report = outcome.report
+    if report is None:
+        totals.failures.append(f"{where}: no report (exit code {outcome.exitcode})")
+        return False
+    if report["errors"]:
+        totals.failures.append(f"{where}: " + "; ".join(report["errors"][:5]))
+        return False
+    totals.level0_windows += report["level0_window"]
+    if final:
+        totals.commits_landed += len(report["landed"])
+        totals.rows.add(Diff(**report["diff"]))
+        totals.paimon_rows.add(Diff(**report["paimon_diff"]))
+        totals.orphans += report["orphans"]
+    return True
+
+
+def crashtest(
+    root: str,
+    kills: int,
+    *,
+    modes: Sequence[str] | None = None,
+    seed: int = 0,
+    commits: int = 8,
+    plans: dict[str, Sequence[str]] | None = None,
+    timeout: float = 120.0,
+    verbose: bool = False,
+) -> Totals:
+    """``kills`` kills spread over the modes."""
+    totals = Totals()
+    names = list(modes or MODES)
+    for position, name in enumerate(names):
+        share = kills // len(names) + (1 if position < kills % len(names) else 0)
+        if share:
+            run_mode(MODES[name], root, share, totals, seed=seed, commits=commits,
+                     plans=(plans or {}).get(name), timeout=timeout, verbose=verbose)
+    return totals
+
+
+def _count_lost(totals: Totals, report: dict[str, Any]) -> None:
+    if report["pending"] is None:
+        return
+    if report["pending_landed"]:
+        totals.lost_commits_landed += 1
+    else:
+        totals.lost_commits_not_landed += 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--kills", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--commits", type=int, default=10, help="commits per episode (a fresh table)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--root", default=None, help="where the tables go (default: a temp directory, removed)")
+    parser.add_argument("--verbose", action="store_true", help="a line per writer process")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="changelake-crashtest-") as scratch:
+        root = args.root or scratch
+        print(f"crashtest: {args.kills} kills, seed {args.seed}, modes {args.modes}, tables in {root}", flush=True)
+        totals = crashtest(root, args.kills, modes=args.modes.split(","), seed=args.seed, commits=args.commits,
+                           verbose=args.verbose)
+        print(totals.summary(time.monotonic() - started))
+    ok = not totals.failures and totals.rows.total == 0 and totals.paimon_rows.total == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    import crashtest as _module  # the child function must pickle as crashtest.child, not __main__.child
+
+    sys.exit(_module.main())

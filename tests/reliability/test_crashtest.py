@@ -1,0 +1,92 @@
+"""The crash test at a small size: every mode, every named kill point and random kills, each
+kill followed by a check from a fresh process (see crashtest.py; ``./dev crashtest`` runs the
+full figure)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pypaimon")
+
+import crashtest
+import workload
+
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
+from changelake.table.read import live_files
+
+# Three kills per mode, every named point at least once (killed the first or second time the
+# point is reached, so that a short episode surely reaches it), and random kills.
+PLANS = {
+    "writer": [KillPoint.MANIFEST, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
+    "write": [KillPoint.MANIFEST_LIST, KillPoint.COMPACTION, crashtest.RANDOM],
+    "spill": [KillPoint.SPILL_RUN, KillPoint.DATA_FILE, crashtest.RANDOM],
+    "compaction": [KillPoint.COMPACTION, KillPoint.MANIFEST_COMPACTION, crashtest.RANDOM],
+    "partial-update": [KillPoint.COMPACTION, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
+    "aggregation": [KillPoint.SNAPSHOT_BEFORE_LATEST, KillPoint.DATA_FILE, crashtest.RANDOM],
+    "first-row": [KillPoint.COMPACTION, KillPoint.MANIFEST, crashtest.RANDOM],
+}
+KILLS = sum(len(p) for p in PLANS.values())
+
+
+def test_every_kill_point_is_survived(tmp_path: Path) -> None:
+    plans = {mode: [str(p) for p in points] for mode, points in PLANS.items()}
+    totals = crashtest.crashtest(str(tmp_path), KILLS, commits=5, plans=plans, timeout=60)
+    assert not totals.failures, totals.summary(0)
+    assert totals.rows.total == 0 and totals.paimon_rows.total == 0
+    assert totals.kills == KILLS
+    assert {p.value for p in KillPoint} <= set(totals.kills_by_point), totals.kills_by_point
+    assert totals.commits_landed >= 5 * len(PLANS)
+
+
+def test_kill_point_hook(tmp_path: Path) -> None:
+    """The hook kills on the N-th time its point is reached and is inert otherwise."""
+    src = str(Path(killpoints.__file__).resolve().parents[3])
+    script = ("from changelake.table.io import killpoints as k\n"
+              "for i in range(3):\n"
+              "    k.reached(k.KillPoint.MANIFEST)\n"
+              "    print(i, flush=True)\n")
+
+    def run(value: str) -> subprocess.CompletedProcess[str]:
+        env = os.environ | {killpoints.ENVIRONMENT_VARIABLE: value, "PYTHONPATH": src}
+        return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+
+    killed = run("manifest:2")
+    assert killed.returncode == -9 and killed.stdout.split() == ["0"]
+    assert run("manifest").stdout.split() == []
+    inert = run("data-file")
+    assert inert.returncode == 0 and inert.stdout.split() == ["0", "1", "2"]
+
+
+def test_the_model_and_the_orphan_count_see_damage(tmp_path: Path) -> None:
+    """The checks are not vacuous: a deleted data file is reported missing, a stray file is an
+    orphan, and a lost commit shows as rows missing from the model."""
+    mode = workload.MODES["writer"]
+    warehouse = str(tmp_path)
+    table = workload.create_table(warehouse, mode.table_options)
+    with table.writer(commit_user=crashtest.WRITER_USER) as writer:
+        for index in (1, 2):
+            for call in workload.commit_rows(mode, 0, 0, index):
+                writer.write(workload.to_arrow(call))
+            writer.commit(index)
+    records = [{"event": "intent", "commit": i} for i in (1, 2, 3)]
+    records.insert(1, {"event": "result", "commit": 1, "user": crashtest.WRITER_USER, "snapshots": [1]})
+    report = crashtest.verify(table, warehouse, mode, 0, records)
+    assert not report.errors, report.errors
+    assert report.start == 2 and report.pending == 3 and not report.pending_landed
+    # commit 2's result names a snapshot the table does not have; commit 9 never landed
+    bad = [*records, {"event": "result", "commit": 9, "user": crashtest.WRITER_USER, "snapshots": []}]
+    assert any("commit 9 was skipped" in e for e in crashtest.verify(table, warehouse, mode, 0, bad).errors)
+    snap = table.latest_snapshot()
+    assert snap is not None
+    live = next(iter(live_files.live_entries(table.context, snap)))
+    open(os.path.join(table.context.bucket_dir(live.partition, live.bucket), "stray.parquet"), "wb").close()
+    os.remove(f"{table.context.bucket_dir(live.partition, live.bucket)}/{live.file.file_name}")
+    files = workload.check_files(table, table.snapshots())
+    assert len(files.missing) == 1
+    assert any(p.endswith("stray.parquet") for p in files.orphans)

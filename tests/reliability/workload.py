@@ -1,0 +1,305 @@
+"""What the crash test and the soak share: the table, the rows of each commit, the model of
+what a table must show after a sequence of commits, the commit log, and the verifier.
+
+Every commit's rows are a pure function of (seed, writer, commit index), so a verifier (a fresh
+process) rebuilds the model from the log of which commits were attempted and the table's
+snapshots alone. Values are unique to the commit that wrote them, so a lost or a duplicated
+commit always shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
+import os
+import random
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+import changelake as cl
+from changelake.table.read import live_files
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from paimon_oracle import paimon_table
+
+SCHEMA = pa.schema([
+    pa.field("p", pa.string(), nullable=False),
+    pa.field("k", pa.int64(), nullable=False),
+    pa.field("a", pa.int64()),
+    pa.field("b", pa.int64()),
+])
+KEY = ("p", "k")
+PARTITIONS = ("x", "y")
+TABLE_NAME = "db.t"
+# Small manifests and frequent manifest compaction, so short runs reach every code path.
+BASE_OPTIONS = {
+    "bucket": "2",
+    "manifest.target-file-size": "8 kb",
+    "manifest.merge-min-count": "3",
+    "manifest.full-compaction-threshold-size": "24 kb",
+}
+COMPACTION = {"target-file-size": "2 kb", "num-sorted-run.compaction-trigger": "2"}
+
+Row = dict[str, Any]
+Key = tuple[str, int]
+
+
+# -- modes ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A crash-test workload: how commits are made, the merge engine and the table options."""
+
+    name: str
+    one_shot: bool  # table.write() per commit; else one long-lived table.writer(commit_user=...)
+    engine: str
+    options: dict[str, str] = field(default_factory=dict)
+    calls: int = 2  # write() calls per commit (long-lived writer)
+    rows: int = 40  # rows per write() call
+    keys: int = 60  # keys per partition
+
+    @property
+    def table_options(self) -> dict[str, str]:
+        engine: dict[str, str] = {"merge-engine": self.engine}
+        if self.engine == "aggregation":
+            engine |= {"fields.a.aggregate-function": "sum", "fields.b.aggregate-function": "sum"}
+        return BASE_OPTIONS | engine | self.options
+
+    @property
+    def deletes(self) -> bool:
+        return self.engine == "deduplicate"
+
+
+MODES = {m.name: m for m in (
+    Mode("writer", one_shot=False, engine="deduplicate"),
+    Mode("write", one_shot=True, engine="deduplicate"),
+    Mode("spill", one_shot=False, engine="deduplicate", options={"write-buffer-size": "4 kb"}, calls=3, rows=200,
+         keys=400),
+    Mode("compaction", one_shot=False, engine="deduplicate", options=COMPACTION),
+    Mode("partial-update", one_shot=False, engine="partial-update", options=COMPACTION),
+    Mode("aggregation", one_shot=True, engine="aggregation", options=COMPACTION),
+    Mode("first-row", one_shot=False, engine="first-row", options=COMPACTION),
+)}
+
+
+def create_table(warehouse: str, options: dict[str, str]) -> cl.Table:
+    return cl.Catalog(warehouse).create_table(TABLE_NAME, schema=SCHEMA, primary_keys=list(KEY),
+                                              partition_keys=["p"], options=options)
+
+
+def table_location(warehouse: str) -> str:
+    return f"{warehouse}/db.db/t"
+
+
+# -- rows of a commit -------------------------------------------------------------------------
+
+
+def commit_rows(mode: Mode, seed: int, writer: int, index: int) -> list[list[Row]]:
+    """The rows of commit ``index`` of ``writer``, one list per write() call. Row kinds are in
+    "rowkind" (only for engines with deletes). Values are unique to the commit."""
+    rng = random.Random(f"{seed}/{mode.name}/{writer}/{index}")
+    base = (writer * 1_000_000 + index) * 10_000
+    calls: list[list[Row]] = []
+    serial = 0
+    for _ in range(mode.calls):
+        rows = []
+        for _ in range(mode.rows):
+            serial += 1
+            row: Row = {"p": rng.choice(PARTITIONS), "k": rng.randrange(mode.keys),
+                        "a": base + serial, "b": -(base + serial)}
+            if mode.engine == "partial-update":
+                row["a"] = row["a"] if rng.random() < 0.6 else None
+                row["b"] = row["b"] if rng.random() < 0.6 else None
+            if mode.deletes:
+                row["rowkind"] = "-D" if rng.random() < 0.1 else "+I"
+            rows.append(row)
+        calls.append(rows)
+    return calls
+
+
+def to_arrow(rows: Sequence[Row]) -> pa.Table:
+    data = pa.Table.from_pylist([{n: r[n] for n in SCHEMA.names} for r in rows], schema=SCHEMA)
+    if rows and "rowkind" in rows[0]:
+        data = data.append_column("rowkind", pa.array([r["rowkind"] for r in rows], pa.string()))
+    return data
+
+
+class Model:
+    """What a table shows after a sequence of commits, folded row by row in commit order."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.rows: dict[Key, Row] = {}
+
+    def apply(self, rows: Iterable[Row]) -> None:
+        for row in rows:
+            key = (row["p"], row["k"])
+            values = {"a": row["a"], "b": row["b"]}
+            old = self.rows.get(key)
+            if row.get("rowkind", "+I") == "-D":
+                self.rows.pop(key, None)
+            elif old is None or self.engine == "deduplicate":
+                self.rows[key] = values
+            elif self.engine == "partial-update":
+                old.update({n: v for n, v in values.items() if v is not None})
+            elif self.engine == "aggregation":
+                for n, v in values.items():
+                    old[n] = v if old[n] is None else old[n] if v is None else old[n] + v
+            # first-row: the first row of a key stays
+
+    def view(self) -> dict[Key, Row]:
+        return {k: dict(v) for k, v in self.rows.items()}
+
+
+def keyed(rows: Iterable[Row]) -> dict[Key, Row]:
+    return {(r["p"], r["k"]): {"a": r["a"], "b": r["b"]} for r in rows}
+
+
+@dataclass
+class Diff:
+    """Rows a read differs from the model by: keys missing, keys that should not be there,
+    and keys with other values."""
+
+    missing: int = 0
+    extra: int = 0
+    wrong: int = 0
+
+    @staticmethod
+    def of(want: dict[Key, Row], got: dict[Key, Row]) -> Diff:
+        return Diff(len(want.keys() - got.keys()), len(got.keys() - want.keys()),
+                    sum(1 for k in want.keys() & got.keys() if want[k] != got[k]))
+
+    def add(self, other: Diff) -> None:
+        self.missing += other.missing
+        self.extra += other.extra
+        self.wrong += other.wrong
+
+    @property
+    def total(self) -> int:
+        return self.missing + self.extra + self.wrong
+
+
+# -- the commit log ---------------------------------------------------------------------------
+
+
+class Log:
+    """A JSON-lines file of intents and results, each line fsynced before the code goes on."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def append(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every complete line (a process killed mid-line leaves a torn last line: skipped)."""
+        try:
+            with open(self.path, encoding="utf-8") as source:
+                lines = source.read().split("\n")
+        except FileNotFoundError:
+            return []
+        records = []
+        for line in lines:
+            with contextlib.suppress(json.JSONDecodeError):
+                if line:
+                    records.append(json.loads(line))
+        return records
+
+
+# -- checks of a table ------------------------------------------------------------------------
+
+
+def read_rows(table: cl.Table, snapshot_id: int | None = None) -> dict[Key, Row]:
+    return keyed(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
+
+
+def paimon_rows(warehouse: str, snapshot_id: int | None = None) -> dict[Key, Row]:
+    """A snapshot (default the latest) as pypaimon reads it."""
+    options = {"scan.snapshot-id": str(snapshot_id)} if snapshot_id is not None else None
+    read_builder = paimon_table(warehouse, TABLE_NAME, options).new_read_builder()
+    splits = read_builder.new_scan().plan().splits()
+    return keyed(read_builder.new_read().to_arrow(splits).to_pylist())
+
+
+_HINTS = ("LATEST", "EARLIEST")
+
+
+@dataclass
+class FileCheck:
+    """Files some snapshot references that are missing, and files no snapshot references."""
+
+    missing: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+
+
+def has_level0(table: cl.Table, snap: cl.Snapshot) -> bool:
+    return any(e.file.level == 0 for e in live_files.live_entries(table.context, snap))
+
+
+def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
+    ctx = table.context
+    referenced: set[str] = set()
+    missing: list[str] = []
+    for snap in snapshots:
+        for list_name in (snap.base_manifest_list, snap.delta_manifest_list):
+            referenced.add(ctx.paths.manifest(list_name))
+            try:
+                metas = live_files.manifest_list(ctx, list_name)
+            except (OSError, cl.errors.ChangelakeError):
+                missing.append(ctx.paths.manifest(list_name))
+                continue
+            for meta in metas:
+                referenced.add(ctx.paths.manifest(meta.file_name))
+                try:
+                    entries = live_files.manifest_entries(ctx, meta.file_name)
+                except (OSError, cl.errors.ChangelakeError):
+                    missing.append(ctx.paths.manifest(meta.file_name))
+                    continue
+                referenced.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}" for e in entries)
+    present: set[str] = set()
+    for directory, _, names in os.walk(table.location):
+        for name in names:
+            path = os.path.join(directory, name)
+            if directory == ctx.paths.schema_dir or (directory == ctx.paths.snapshot_dir and (
+                    name in _HINTS or name.startswith("snapshot-"))):
+                continue
+            present.add(path)
+    missing += sorted(p for p in referenced if not os.path.exists(p))
+    return FileCheck(missing=sorted(set(missing)), orphans=sorted(present - referenced))
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+HERE = str(Path(__file__).resolve().parent)
+
+
+def process_context() -> multiprocessing.context.BaseContext:
+    """Children fork from a server that imported changelake, pyarrow and pypaimon but never
+    touched a table: each starts fresh, in milliseconds."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["workload", "crashtest", "soak"])
+    # The server imports the preloaded modules before it applies the parent's sys.path (and
+    # silently skips those it cannot import), so it gets this directory through PYTHONPATH.
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, before) if p)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+    return context
