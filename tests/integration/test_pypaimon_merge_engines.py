@@ -27,6 +27,7 @@ on a blank string, so no blank strings here; and pypaimon's writer records
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -42,7 +43,9 @@ from paimon_oracle import paimon_write as _paimon_write  # noqa: E402
 from pypaimon import CatalogFactory, Schema  # noqa: E402
 
 import changelake as cl  # noqa: E402
+from changelake.table.commit import committer  # noqa: E402
 from changelake.table.read.live_files import live_entries  # noqa: E402
+from changelake.table.write.writer import TableWrite  # noqa: E402
 
 D = decimal.Decimal
 PARTITIONS = ("2024-01-01", "2024-01-02")
@@ -489,3 +492,25 @@ def test_first_row_snapshots_hold_no_level0_and_pypaimon_reads_them(tmp_path: An
             expected = _sorted(model.values())
             assert _ours(table) == expected
             assert _paimon_read(warehouse, "db.t") == expected
+
+
+def test_first_row_replay_after_a_crash_between_append_and_compact(tmp_path: Any) -> None:
+    """A crash after a first-row commit's APPEND snapshot (level 0) and before its COMPACT
+    snapshot: the replay of the identifier is skipped, and moves level 0 up instead."""
+    warehouse = str(tmp_path)
+    schema = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
+                        pa.field("v", pa.string())])
+    table = cl.Catalog(warehouse).create_table("db.t", schema, primary_keys=list(KEY), partition_keys=["dt"],
+                                               options={"bucket": "2", "merge-engine": "first-row"})
+    rows = [{"dt": PARTITIONS[k % 2], "k": k, "v": "first"} for k in range(20)]
+    lost = TableWrite(table.context, "job")
+    lost.write(pa.Table.from_pylist(rows, schema=schema))
+    messages = lost.prepare()
+    append_only = [dataclasses.replace(m, compact_before=(), compact_after=()) for m in messages]
+    committer.commit(table.context, append_only, "job", 1)  # the process died before the COMPACT
+    assert 0 in _levels(table) and _paimon_read(warehouse, "db.t") == []
+    with table.writer(commit_user="job") as replay:
+        replay.write(pa.Table.from_pylist(rows, schema=schema))
+        assert replay.commit(identifier=1) == []
+    assert 0 not in _levels(table)
+    assert _paimon_read(warehouse, "db.t") == _ours(table) == _sorted(rows)

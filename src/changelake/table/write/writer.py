@@ -25,6 +25,7 @@ from changelake.table.format.manifest import DataFileMeta
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
 from changelake.table.lsm import compactor as compaction
 from changelake.table.lsm.levels import Levels
+from changelake.table.read import live_files
 from changelake.table.write import conform as rows
 from changelake.table.write import spill
 from changelake.table.write.bucketing import group_by_bucket, restored_files, sort_and_merge
@@ -303,6 +304,10 @@ class TableWrite:
         if commit.already_committed(self.ctx, self.commit_user, identifier, self.ctx.latest_snapshot()):
             self._unlanded = []
             self.abort()
+            if self.ctx.merge_engine.needs_lookup:
+                # A crash between this identifier's APPEND and COMPACT snapshots left level 0
+                # behind (or did not): the replay moves it up, as the lost commit would have.
+                self._compact_level0_up(None)
             return []
         delta_commits = self.ctx.options.full_compaction_delta_commits
         self._commits += 1
@@ -337,11 +342,17 @@ class TableWrite:
             self._compact_level0_up({(m.partition, m.bucket) for m in messages})
         return landed
 
-    def _compact_level0_up(self, buckets: set[tuple[bytes, int]]) -> None:
-        """Move the level-0 files just committed up again, from the table as it is now: the
-        writer's own compaction was void (another writer compacted the bucket first), and
-        Paimon's readers skip level 0 of first-row tables. Committed as its own user, since
-        the writer's identifier has landed already."""
+    def _compact_level0_up(self, buckets: set[tuple[bytes, int]] | None) -> None:
+        """Move level-0 files of ``buckets`` (None: every bucket that has some) up, from the
+        table as it is now: Paimon's readers skip level 0 of first-row tables, and the
+        writer's own compaction was void (another writer compacted the bucket first) or lost
+        to a crash. Committed as its own user, since the writer's identifier has landed."""
+        if buckets is None:
+            latest = self.ctx.latest_snapshot()
+            entries = live_files.live_entries(self.ctx, latest) if latest is not None else []
+            buckets = {(e.partition, e.bucket) for e in entries if e.file.level == 0}
+            if not buckets:
+                return
         for _ in range(self.ctx.options.commit_max_retries):
             messages = compaction.compact_table(self.ctx, full=False, partitions=None, buckets=buckets)
             if not messages:
