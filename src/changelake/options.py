@@ -293,9 +293,10 @@ class TableOptions:
         "changelog-producer",
         values.member(ChangelogProducer),
         "none",
-        "Where the table's changelog comes from.",
-        supports=lambda v: v is ChangelogProducer.NONE,
-        unsupported="changelog producers other than 'none' are not implemented yet",
+        "Where the table's changelog comes from: `none`, or `input` (writes also store their raw input "
+        "as changelog files).",
+        supports=lambda v: v in (ChangelogProducer.NONE, ChangelogProducer.INPUT),
+        unsupported="the changelog producers 'lookup' and 'full-compaction' are not implemented yet",
     )
     changelog_row_deduplicate: bool = _option(
         "changelog-producer.row-deduplicate", values.parse_bool, "false", "Suppress -U/+U pairs with equal values."

@@ -43,6 +43,7 @@ from paimon_oracle import paimon_write as _paimon_write  # noqa: E402
 from pypaimon import CatalogFactory, Schema  # noqa: E402
 
 import changelake as cl  # noqa: E402
+from changelake.changelog import producers  # noqa: E402
 from changelake.table.commit import committer  # noqa: E402
 from changelake.table.read.live_files import live_entries  # noqa: E402
 from changelake.table.write.writer import TableWrite  # noqa: E402
@@ -503,7 +504,7 @@ def test_first_row_replay_after_a_crash_between_append_and_compact(tmp_path: Any
     table = cl.Catalog(warehouse).create_table("db.t", schema, primary_keys=list(KEY), partition_keys=["dt"],
                                                options={"bucket": "2", "merge-engine": "first-row"})
     rows = [{"dt": PARTITIONS[k % 2], "k": k, "v": "first"} for k in range(20)]
-    lost = TableWrite(table.context, "job")
+    lost = TableWrite(table.context, "job", changelog=producers.for_table(table.context))
     lost.write(pa.Table.from_pylist(rows, schema=schema))
     messages = lost.prepare()
     append_only = [dataclasses.replace(m, compact_before=(), compact_after=()) for m in messages]

@@ -13,6 +13,9 @@ fresh child first verifies the table against that log:
   missing before the newest landed one, and no logged result disagrees with the table;
 * every snapshot reads as the model of exactly the commits that landed up to it;
 * no file referenced by any snapshot is missing (files nobody references are counted: orphans);
+* with ``changelog-producer=input``: each APPEND snapshot's changelog is exactly the rows of its
+  commit (row kinds included), other snapshots carry none, and the changelog folded from the
+  first snapshot equals the table at every snapshot (nothing emitted twice, nothing lost);
 * pypaimon reads the latest snapshot as the model says.
 
 Then it re-runs the commit whose result was lost: the long-lived writer always re-runs it with
@@ -50,6 +53,7 @@ RANDOM = "random"
 # How many times each named point is typically reached in one child's run: kill at 1..N.
 REACH = {
     KillPoint.DATA_FILE: 12,
+    KillPoint.CHANGELOG_FILE: 12,
     KillPoint.SPILL_RUN: 12,
     KillPoint.MANIFEST: 6,
     KillPoint.MANIFEST_LIST: 8,
@@ -61,7 +65,8 @@ REACH = {
 
 def points_of(mode: Mode) -> list[str]:
     """The kill points a mode reaches, and random kills."""
-    points = [p.value for p in KillPoint if p is not KillPoint.SPILL_RUN or mode.name == "spill"]
+    reaches = {KillPoint.SPILL_RUN: "write-buffer-size" in mode.options, KillPoint.CHANGELOG_FILE: mode.input_changelog}
+    points = [p.value for p in KillPoint if reaches.get(p, True)]
     return [*points, RANDOM, RANDOM]
 
 
@@ -79,6 +84,8 @@ class Report:
     pending_landed: bool = False
     start: int = 1  # the commit to run next
     diff: dict[str, int] = field(default_factory=dict)
+    changelog_diff: dict[str, int] = field(default_factory=dict)  # the folded changelog against the table
+    changelog_rows: int = 0
     paimon_diff: dict[str, int] = field(default_factory=dict)
     missing_files: list[str] = field(default_factory=list)
     orphans: int = 0
@@ -158,12 +165,16 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     # Every snapshot against the model of the commits that landed up to it.
     by_snapshot = {snapshot_id: index for index, snapshot_id in assigned.items()}
     model = workload.Model(mode.engine)
+    folded = workload.Model(mode.engine)  # the changelog folded from the first snapshot
     diff = Diff()
+    changelog_diff = Diff()
     for snap in snapshots:
-        if snap.id in by_snapshot:
-            model.apply(r for call in workload.commit_rows(mode, seed, 0, by_snapshot[snap.id]) for r in call)
+        committed = [] if snap.id not in by_snapshot else [
+            r for call in workload.commit_rows(mode, seed, 0, by_snapshot[snap.id]) for r in call]
+        model.apply(committed)
         try:
             got = workload.read_rows(table, snap.id)
+            changes = workload.changelog_rows(table, snap)
         except cl.errors.ChangelakeError as exc:
             errors.append(f"snapshot {snap.id} is unreadable: {exc}")
             continue
@@ -173,7 +184,18 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
         if one.total:
             errors.append(f"snapshot {snap.id} differs from the model: {one}")
         diff.add(one)
+        if mode.input_changelog:
+            report.changelog_rows += len(changes)
+            if _counted(changes) != _counted(committed):
+                errors.append(f"snapshot {snap.id} has {len(changes)} changelog rows, not the {len(committed)} "
+                              "rows of its commit")
+            folded.apply(changes)
+            one = Diff.of(folded.view(), got)
+            if one.total:
+                errors.append(f"the changelog folded up to snapshot {snap.id} differs from the table: {one}")
+            changelog_diff.add(one)
     report.diff = asdict(diff)
+    report.changelog_diff = asdict(changelog_diff)
 
     files = workload.check_files(table, snapshots)
     report.missing_files = files.missing
@@ -187,6 +209,10 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
         if theirs.total:
             errors.append(f"pypaimon reads snapshot {oracle.id} differently from the model: {theirs}")
     return report
+
+
+def _counted(rows: Sequence[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(sorted(r.items())) for r in rows)
 
 
 def child(conn: Connection, spec: dict[str, Any]) -> None:
@@ -283,6 +309,8 @@ class Totals:
     level0_windows: int = 0  # first-row checks that found the latest snapshot holding level 0
     rows: Diff = field(default_factory=Diff)
     paimon_rows: Diff = field(default_factory=Diff)
+    changelog: Diff = field(default_factory=Diff)
+    changelog_rows: int = 0
     orphans: int = 0
     spill_leftovers: int = 0
     failures: list[str] = field(default_factory=list)
@@ -296,6 +324,8 @@ class Totals:
             f"{self.lost_commits_landed} had landed, {self.lost_commits_not_landed} had not)",
             f"rows lost or duplicated: {self.rows.total} (missing {self.rows.missing}, extra {self.rows.extra}, "
             f"wrong {self.rows.wrong}); pypaimon differences: {self.paimon_rows.total}",
+            f"input changelog: {self.changelog_rows} rows checked; the folded changelog differs from the table "
+            f"by {self.changelog.total} rows",
             f"files left over after crashes: {self.orphans} in tables (orphans), "
             f"{self.spill_leftovers} spill files in temp directories",
             f"first-row checks whose latest snapshot held level-0 files (pypaimon read the newest "
@@ -401,6 +431,8 @@ def _check(outcome: Outcome, totals: Totals, where: str, *, final: bool) -> bool
         totals.commits_landed += len(report["landed"])
         totals.rows.add(Diff(**report["diff"]))
         totals.paimon_rows.add(Diff(**report["paimon_diff"]))
+        totals.changelog.add(Diff(**report["changelog_diff"]))
+        totals.changelog_rows += report["changelog_rows"]
         totals.orphans += report["orphans"]
     return True
 
@@ -452,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         totals = crashtest(root, args.kills, modes=args.modes.split(","), seed=args.seed, commits=args.commits,
                            verbose=args.verbose)
         print(totals.summary(time.monotonic() - started))
-    ok = not totals.failures and totals.rows.total == 0 and totals.paimon_rows.total == 0
+    ok = not totals.failures and totals.rows.total + totals.paimon_rows.total + totals.changelog.total == 0
     return 0 if ok else 1
 
 

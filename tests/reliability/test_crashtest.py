@@ -30,6 +30,7 @@ PLANS = {
     "partial-update": [KillPoint.COMPACTION, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "aggregation": [KillPoint.SNAPSHOT_BEFORE_LATEST, KillPoint.DATA_FILE, crashtest.RANDOM],
     "first-row": [KillPoint.COMPACTION, KillPoint.MANIFEST, crashtest.RANDOM],
+    "changelog": [KillPoint.CHANGELOG_FILE, KillPoint.SPILL_RUN, crashtest.RANDOM],
 }
 KILLS = sum(len(p) for p in PLANS.values())
 
@@ -38,7 +39,8 @@ def test_every_kill_point_is_survived(tmp_path: Path) -> None:
     plans = {mode: [str(p) for p in points] for mode, points in PLANS.items()}
     totals = crashtest.crashtest(str(tmp_path), KILLS, commits=5, plans=plans, timeout=60)
     assert not totals.failures, totals.summary(0)
-    assert totals.rows.total == 0 and totals.paimon_rows.total == 0
+    assert totals.rows.total == 0 and totals.paimon_rows.total == 0 and totals.changelog.total == 0
+    assert totals.changelog_rows > 0
     assert totals.kills == KILLS
     assert {p.value for p in KillPoint} <= set(totals.kills_by_point), totals.kills_by_point
     assert totals.commits_landed >= 5 * len(PLANS)
@@ -90,3 +92,26 @@ def test_the_model_and_the_orphan_count_see_damage(tmp_path: Path) -> None:
     files = workload.check_files(table, table.snapshots())
     assert len(files.missing) == 1
     assert any(p.endswith("stray.parquet") for p in files.orphans)
+
+
+def test_the_changelog_check_sees_a_lost_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an input changelog, a changelog that misses one row of its commit is reported."""
+    mode = workload.MODES["changelog"]
+    warehouse = str(tmp_path)
+    table = workload.create_table(warehouse, mode.table_options)
+    records: list[dict[str, object]] = []
+    with table.writer(commit_user=crashtest.WRITER_USER) as writer:
+        for index in (1, 2):
+            for call in workload.commit_rows(mode, 0, 0, index):
+                writer.write(workload.to_arrow(call))
+            landed = writer.commit(index)
+            records += [{"event": "intent", "commit": index},
+                        {"event": "result", "commit": index, "user": crashtest.WRITER_USER,
+                         "snapshots": [s.id for s in landed]}]
+    report = crashtest.verify(table, warehouse, mode, 0, records)
+    assert not report.errors, report.errors
+    assert report.changelog_rows == sum(len(c) for i in (1, 2) for c in workload.commit_rows(mode, 0, 0, i))
+    real = workload.changelog_rows
+    monkeypatch.setattr(workload, "changelog_rows", lambda t, s: real(t, s)[1:])
+    errors = crashtest.verify(table, warehouse, mode, 0, records).errors
+    assert any("changelog rows" in e for e in errors) and any("folded" in e for e in errors), errors

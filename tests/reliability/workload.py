@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 import changelake as cl
+from changelake.table.format import data_file, kv
 from changelake.table.read import live_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
@@ -47,6 +48,7 @@ BASE_OPTIONS = {
     "manifest.full-compaction-threshold-size": "24 kb",
 }
 COMPACTION = {"target-file-size": "2 kb", "num-sorted-run.compaction-trigger": "2"}
+INPUT_CHANGELOG = {"changelog-producer": "input"}
 
 Row = dict[str, Any]
 Key = tuple[str, int]
@@ -78,16 +80,23 @@ class Mode:
     def deletes(self) -> bool:
         return self.engine == "deduplicate"
 
+    @property
+    def input_changelog(self) -> bool:
+        """Whether commits also write their input as changelog files."""
+        return self.options.get("changelog-producer") == "input"
+
 
 MODES = {m.name: m for m in (
     Mode("writer", one_shot=False, engine="deduplicate"),
-    Mode("write", one_shot=True, engine="deduplicate"),
+    Mode("write", one_shot=True, engine="deduplicate", options=INPUT_CHANGELOG),
     Mode("spill", one_shot=False, engine="deduplicate", options={"write-buffer-size": "4 kb"}, calls=3, rows=200,
          keys=400),
     Mode("compaction", one_shot=False, engine="deduplicate", options=COMPACTION),
     Mode("partial-update", one_shot=False, engine="partial-update", options=COMPACTION),
     Mode("aggregation", one_shot=True, engine="aggregation", options=COMPACTION),
     Mode("first-row", one_shot=False, engine="first-row", options=COMPACTION),
+    Mode("changelog", one_shot=False, engine="deduplicate",
+         options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
 )}
 
 
@@ -225,6 +234,23 @@ def read_rows(table: cl.Table, snapshot_id: int | None = None) -> dict[Key, Row]
     return keyed(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
 
 
+def changelog_rows(table: cl.Table, snap: cl.Snapshot) -> list[Row]:
+    """The rows of a snapshot's changelog files (read through its changelog manifest list), each
+    with its "rowkind"."""
+    ctx = table.context
+    if snap.changelog_manifest_list is None:
+        return []
+    rows: list[Row] = []
+    for meta in live_files.manifest_list(ctx, snap.changelog_manifest_list):
+        for entry in live_files.manifest_entries(ctx, meta.file_name):
+            path = f"{ctx.bucket_dir(entry.partition, entry.bucket)}/{entry.file.file_name}"
+            data = data_file.read(ctx.file_io, path, kv.file_schema(ctx.arrow_schema, ctx.key_names))
+            kinds = [kv.ROW_KIND_SYMBOLS[k] for k in data.column(kv.VALUE_KIND).to_pylist()]
+            rows += [{n: r[n] for n in SCHEMA.names} | {"rowkind": kind}
+                     for r, kind in zip(data.select(SCHEMA.names).to_pylist(), kinds, strict=True)]
+    return rows
+
+
 def paimon_rows(warehouse: str, snapshot_id: int | None = None) -> dict[Key, Row]:
     """A snapshot (default the latest) as pypaimon reads it."""
     options = {"scan.snapshot-id": str(snapshot_id)} if snapshot_id is not None else None
@@ -253,7 +279,8 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
     referenced: set[str] = set()
     missing: list[str] = []
     for snap in snapshots:
-        for list_name in (snap.base_manifest_list, snap.delta_manifest_list):
+        lists = (snap.base_manifest_list, snap.delta_manifest_list, snap.changelog_manifest_list)
+        for list_name in filter(None, lists):
             referenced.add(ctx.paths.manifest(list_name))
             try:
                 metas = live_files.manifest_list(ctx, list_name)

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from changelake.api.scan import Scan
 from changelake.api.writer import TableWriter
+from changelake.changelog import producers
 from changelake.table import metadata
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
@@ -130,11 +131,13 @@ class Table:
 
     def writer(self, commit_user: str | None = None) -> TableWriter:
         """A writer whose ``commit(identifier)`` lands each identifier at most once per user."""
-        return TableWriter(TableWrite(self._context, commit_user or str(uuid.uuid4())))
+        return TableWriter(TableWrite(self._context, commit_user or str(uuid.uuid4()),
+                                      changelog=producers.for_table(self._context)))
 
     def write(self, data: WriteInput) -> Snapshot | None:
         """Write rows as one commit and return the new snapshot (None when ``data`` is empty)."""
-        with TableWrite(self._context, str(uuid.uuid4()), wait_compaction=True) as writer:
+        changelog = producers.for_table(self._context)
+        with TableWrite(self._context, str(uuid.uuid4()), changelog=changelog, wait_compaction=True) as writer:
             writer.write(data)
             landed = writer.commit(BATCH_COMMIT_IDENTIFIER)
         return landed[0] if landed else None

@@ -7,6 +7,7 @@ and schema JSON, so Spark tasks get it by value and rebuild the derived parts la
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -20,6 +21,7 @@ from changelake.table.format.kv import KeyCodec
 from changelake.table.format.schema import TableSchema
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io.fileio import FileIO
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.io.paths import TablePaths, partition_path
 from changelake.table.merge import parse
 from changelake.table.merge.engines import MergeEngine
@@ -96,6 +98,13 @@ class TableContext:
             prefix=options.data_file_prefix,
             thin=options.data_file_thin_mode,
         )
+
+    @cached_property
+    def changelog_file_settings(self) -> FileSettings:
+        """How changelog files are written: as data files (Paimon gives them the same layout,
+        thin mode included, and rolling size), named ``changelog-file.prefix``."""
+        return dataclasses.replace(self.file_settings, prefix=self.options.changelog_file_prefix,
+                                   kill_point=KillPoint.CHANGELOG_FILE)
 
     def merge_rows(self, rows: pa.Table, *, drop_deletes: bool) -> pa.Table:
         """One row per key (key order) by the table's merge engine; with ``drop_deletes`` the

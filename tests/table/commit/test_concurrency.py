@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
+from changelake.changelog import producers
 from changelake.table.commit import committer as table_commit
 from changelake.table.read import live_files
 from changelake.table.write.writer import TableWrite
@@ -221,7 +222,7 @@ def test_conflicting_compaction_is_dropped(tmp_path: Path, winner: str) -> None:
     output is deleted, no row is lost."""
     table = _create(tmp_path)
     table.write(_batch(3, 0))
-    loser = TableWrite(table.context, "loser")
+    loser = TableWrite(table.context, "loser", changelog=producers.for_table(table.context))
     loser.write(_batch(1, 0))
     messages = loser.prepare(full_compaction=True)  # restores (and compacts) snapshot 1's files
     void = {f"{m.bucket_dir(table.context)}/{f.file_name}" for m in messages for f in m.compact_after
@@ -229,7 +230,7 @@ def test_conflicting_compaction_is_dropped(tmp_path: Path, winner: str) -> None:
     assert void and void <= _parquet_files(table)
 
     if winner == "writer":
-        other = TableWrite(table.context, "winner")
+        other = TableWrite(table.context, "winner", changelog=producers.for_table(table.context))
         other.write(_batch(0, 0))
         won = table_commit.commit(table.context, other.prepare(full_compaction=True), "winner", 1,
                                   compact_conflicts_fatal=False)
@@ -334,7 +335,7 @@ def test_replay_skipped_after_files_were_written_leaves_no_orphans(tmp_path: Pat
     table = _create(tmp_path)
     table.write(_batch(3, 0))
     rows = _batch(0, 0)
-    slow = TableWrite(table.context, "job-1")
+    slow = TableWrite(table.context, "job-1", changelog=producers.for_table(table.context))
     slow.write(rows)
     messages = slow.prepare()
     assert messages and all(m.new_files for m in messages)

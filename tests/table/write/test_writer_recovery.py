@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
+from changelake.changelog import producers
 from changelake.table.commit import committer as commit_module
 from changelake.table.format.data_file import EMPTY_STATS
 from changelake.table.format.manifest import DataFileMeta
@@ -74,7 +75,7 @@ def test_commit_retried_after_an_io_error_lands_once(tmp_path: Path, monkeypatch
 def test_writer_recovers_after_its_compaction_is_voided(tmp_path: Path) -> None:
     table = _table(tmp_path)
     model: dict[int, int] = {}
-    with TableWrite(table.context, "job") as writer:
+    with TableWrite(table.context, "job", changelog=producers.for_table(table.context)) as writer:
         for i in range(1, 6):
             writer.write(_rows(i * 100, i * 100 + 1000, i))
             model.update({k: i for k in range(i * 100, i * 100 + 1000)})

@@ -70,6 +70,30 @@ def _entries(messages: Iterable[CommitMessage], *, compact: bool) -> list[Manife
     return out
 
 
+def _changelog_entries(messages: Iterable[CommitMessage]) -> list[ManifestEntry]:
+    """ADD entries of the messages' changelog files (Paimon lists changelog files this way in
+    a snapshot's changelog manifest list)."""
+    return [ManifestEntry(FileKind.ADD, m.partition, m.bucket, m.total_buckets, f)
+            for m in messages for f in m.changelog_files]
+
+
+@dataclass
+class _Delta:
+    """One snapshot's delta: its entries and changelog entries, written as manifests."""
+
+    entries: list[ManifestEntry]
+    manifest: ManifestFileMeta
+    changelog: list[ManifestEntry]
+    changelog_manifest: ManifestFileMeta | None
+
+    @staticmethod
+    def write(ctx: TableContext, kind: CommitKind, messages: Sequence[CommitMessage], attempt: _Attempt) -> _Delta:
+        entries = _entries(messages, compact=kind is CommitKind.COMPACT)
+        changelog = _changelog_entries(messages) if kind is CommitKind.APPEND else []
+        return _Delta(entries, write_manifest(ctx, entries, attempt), changelog,
+                      write_manifest(ctx, changelog, attempt) if changelog else None)
+
+
 def _partition_stats(ctx: TableContext, partitions: Sequence[bytes]) -> SimpleStats:
     types = ctx.partition_types
     arity = len(types)
@@ -179,7 +203,8 @@ def commit(
     done: list[Snapshot] = []
     try:
         for kind in (CommitKind.APPEND, CommitKind.COMPACT):
-            if not _entries(current, compact=kind is CommitKind.COMPACT):
+            compact = kind is CommitKind.COMPACT
+            if not _entries(current, compact=compact) and (compact or not _changelog_entries(current)):
                 continue
             landed, current = _commit_one(ctx, kind, current, commit_user, identifier, first=not done,
                                           on_renumber=on_renumber)
@@ -195,7 +220,7 @@ def commit(
                 return done
         else:
             _remove(ctx, originals | _written(ctx, current))
-            if not compact_conflicts_fatal and not any(m.new_files for m in current):
+            if not compact_conflicts_fatal and not any(m.new_files or m.changelog_files for m in current):
                 return done  # there were only compaction results, and they are void
         raise
     except BaseException:
@@ -240,8 +265,7 @@ def _land(
     first: bool,
     on_renumber: Callable[[], None] | None,
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
-    entries = _entries(messages, compact=kind is CommitKind.COMPACT)
-    delta_meta = write_manifest(ctx, entries, attempt)
+    delta = _Delta.write(ctx, kind, messages, attempt)
     options = ctx.options
     retries = options.commit_max_retries
     for attempt_number in range(retries + 1):
@@ -265,8 +289,8 @@ def _land(
                 on_renumber()
             _remove(ctx, attempt.written)
             attempt.written.clear()
-            entries = _entries(messages, compact=False)
-            delta_meta = write_manifest(ctx, entries, attempt)
+            delta = _Delta.write(ctx, kind, messages, attempt)
+        entries = delta.entries
         try:
             _check_conflicts(ctx, latest, entries)
         except CommitConflictError:
@@ -276,7 +300,9 @@ def _land(
         previous = live_files.data_manifests(ctx, latest) if latest is not None else []
         base = manifest_merge.merge(ctx, previous, functools.partial(write_manifest, ctx, attempt=lists))
         base_name, base_size = _write_manifest_list(ctx, base, lists)
-        delta_name, delta_size = _write_manifest_list(ctx, [delta_meta], lists)
+        delta_name, delta_size = _write_manifest_list(ctx, [delta.manifest], lists)
+        changelog_name, changelog_size = (None, None) if delta.changelog_manifest is None else (
+            _write_manifest_list(ctx, [delta.changelog_manifest], lists))
         delta_count = sum(e.file.row_count if e.kind == FileKind.ADD else -e.file.row_count for e in entries)
         new = Snapshot(
             id=(latest.id + 1) if latest is not None else 1,
@@ -285,6 +311,8 @@ def _land(
             baseManifestListSize=base_size,
             deltaManifestList=delta_name,
             deltaManifestListSize=delta_size,
+            changelogManifestList=changelog_name,
+            changelogManifestListSize=changelog_size,
             commitUser=commit_user,
             commitIdentifier=identifier,
             commitKind=kind,
@@ -292,7 +320,8 @@ def _land(
             logOffsets={},
             totalRecordCount=((latest.total_record_count or 0) if latest is not None else 0) + delta_count,
             deltaRecordCount=delta_count,
-            changelogRecordCount=0,
+            # as Paimon: null without changelog files
+            changelogRecordCount=sum(e.file.row_count for e in delta.changelog) if delta.changelog else None,
         )
         if snapshot.try_commit(ctx.file_io, ctx.paths, new):
             attempt.copies = []  # they are part of the table now

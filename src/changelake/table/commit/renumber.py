@@ -4,7 +4,8 @@ A writer numbers the rows of a flush above every sequence number committed in th
 that moment. If another commit lands in the same bucket before this one, with numbers as high as
 ours, this commit's files are copied with their rows' numbers shifted above that commit's (the
 same shift for every row of the bucket's commit, so their order among themselves is kept), and
-the commit retries with the copies. Committed files are never rewritten.
+the commit retries with the copies. Committed files are never rewritten. Changelog files hold
+the same rows' numbers and are copied the same way, so they keep matching the data files.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import data_file, kv
+from changelake.table.format.data_file import FileSettings
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.read import live_files
@@ -28,16 +30,19 @@ _ONE_FILE = 2**62
 def renumber(ctx: TableContext, messages: list[CommitMessage], latest: Snapshot | None) -> list[CommitMessage] | None:
     """The messages with their new rows numbered above ``latest``'s in each bucket, or None
     when every message already is."""
-    if latest is None or not any(m.new_files for m in messages):
+    if latest is None or not any(m.new_files or m.changelog_files for m in messages):
         return None
     live = live_files.files_by_bucket(live_files.live_entries(ctx, latest))
     result: list[CommitMessage] = []
     changed = False
     for message in messages:
-        if not message.new_files:
+        new = [*message.new_files, *message.changelog_files]
+        if not new:
             result.append(message)
             continue
-        base = min(f.min_sequence_number for f in message.new_files)
+        # Changelog files hold every input row, also those that merging dropped: the lowest
+        # number of the commit may be in them only.
+        base = min(f.min_sequence_number for f in new)
         committed = max((f.max_sequence_number for f in live.get((message.partition, message.bucket), ())), default=-1)
         if committed < base:
             result.append(message)
@@ -54,11 +59,11 @@ def _shift(ctx: TableContext, message: CommitMessage, base: int, offset: int) ->
     ours = {path.rsplit("/", 1)[-1] for path in message.written(ctx)}
     copies: dict[str, DataFileMeta] = {}
 
-    def copy_of(f: DataFileMeta) -> DataFileMeta:
+    def copy_of(f: DataFileMeta, settings: FileSettings = ctx.file_settings) -> DataFileMeta:
         if f.file_name not in ours or f.max_sequence_number < base:
             return f
         if f.file_name not in copies:
-            copies[f.file_name] = _rewrite(ctx, bucket_dir, f, base, offset)
+            copies[f.file_name] = _rewrite(ctx, bucket_dir, f, base, offset, settings)
         return dataclasses.replace(copies[f.file_name], level=f.level)
 
     return dataclasses.replace(
@@ -66,17 +71,19 @@ def _shift(ctx: TableContext, message: CommitMessage, base: int, offset: int) ->
         new_files=tuple(copy_of(f) for f in message.new_files),
         compact_before=tuple(copy_of(f) for f in message.compact_before),
         compact_after=tuple(copy_of(f) for f in message.compact_after),
+        changelog_files=tuple(copy_of(f, ctx.changelog_file_settings) for f in message.changelog_files),
     )
 
 
-def _rewrite(ctx: TableContext, bucket_dir: str, f: DataFileMeta, base: int, offset: int) -> DataFileMeta:
+def _rewrite(ctx: TableContext, bucket_dir: str, f: DataFileMeta, base: int, offset: int,
+             settings: FileSettings) -> DataFileMeta:
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
     rows = data_file.read(ctx.file_io, f"{bucket_dir}/{f.file_name}", schema)
     index = rows.schema.get_field_index(kv.SEQUENCE)
     sequence = rows.column(index)
     shifted = pc.if_else(pc.greater_equal(sequence, base), pc.add(sequence, pa.scalar(offset, pa.int64())), sequence)
     rows = rows.set_column(index, rows.schema.field(index), shifted)
-    settings = dataclasses.replace(ctx.file_settings, target_file_size=_ONE_FILE)
+    settings = dataclasses.replace(settings, target_file_size=_ONE_FILE)
     source = FileSource(f.file_source if f.file_source is not None else FileSource.APPEND)
     [copy] = data_file.write(ctx.file_io, bucket_dir, [rows], settings, f.level, file_source=source)
     return copy

@@ -27,7 +27,7 @@ EMPTY_STATS = SimpleStats(
 
 @dataclass(frozen=True)
 class FileSettings:
-    """How data files of one table are written."""
+    """How data files (or changelog files, which have the same layout) of one table are written."""
 
     schema_id: int
     key_names: tuple[str, ...]
@@ -38,6 +38,8 @@ class FileSettings:
     prefix: str = "data-"
     # Paimon's data-file.thin-mode: files without the _KEY_ columns, which copy value columns.
     thin: bool = False
+    # where the crash test can kill a writer of these files (changelog files have their own)
+    kill_point: KillPoint = KillPoint.DATA_FILE
 
 
 def key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
@@ -107,7 +109,7 @@ class _OpenFile:
               file_source: FileSource) -> DataFileMeta:
         self.writer.close()
         data = self.sink.getvalue()
-        file_io.write_bytes(f"{bucket_dir}/{self.name}", data, kill_point=KillPoint.DATA_FILE)
+        file_io.write_bytes(f"{bucket_dir}/{self.name}", data, kill_point=settings.kill_point)
         arity = len(settings.key_names)
         key_stats = SimpleStats(
             binary_row.serialize(binary_row.encode(self.key_min).row(0), arity),

@@ -60,10 +60,25 @@ def restored_files(ctx: TableContext, groups: BucketGroups) -> dict[tuple[bytes,
     return {(p, b): live.get((p, b), []) for p, b in zip(groups.partitions, groups.buckets, strict=True)}
 
 
-def sort_and_merge(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups: BucketGroups,
-                   first_sequences: np.ndarray, *, merge: bool) -> list[pa.Table]:
-    """Each group's rows in file layout, sorted by key and (with ``merge``) merged within the
-    batch by the merge engine. Sequence numbers follow input order within every bucket."""
+@dataclass(frozen=True)
+class SortedFlush:
+    """A flush's rows in data-file layout (input order) and the order that sorts them by
+    (bucket group, key, sequence): group ``g`` is ``order[bounds[g]:bounds[g + 1]]``."""
+
+    rows: pa.Table
+    order: np.ndarray
+    sorted_codes: np.ndarray
+    bounds: np.ndarray
+
+    def raw(self, group: int) -> pa.Table:
+        """The group's rows sorted by key then sequence number, not merged."""
+        return self.rows.take(self.order[self.bounds[group]:self.bounds[group + 1]])
+
+
+def sort_flush(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups: BucketGroups,
+               first_sequences: np.ndarray) -> SortedFlush:
+    """The rows laid out as data files, numbered in input order within every bucket (each
+    group from its first sequence number), and sorted by group, key and sequence."""
     n = data.num_rows
     position = np.arange(n, dtype=np.int64)
     sequence = first_sequences[groups.codes] + position
@@ -73,14 +88,18 @@ def sort_and_merge(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups:
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
     columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
     laid_out = pa.Table.from_arrays(columns, schema=schema)
-    engine = ctx.merge_engine
-    if merge and engine.keeps_last_row:
-        # One global pass: the last row of every (group, key) wins.
-        ends = sort.group_ends([pa.array(sorted_codes), *(k.take(order) for k in keys)])
-        merged, codes = laid_out.take(order[ends]), sorted_codes[ends]
-        bounds = np.searchsorted(codes, np.arange(len(groups.partitions) + 1))
-        return [merged.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(len(groups.partitions))]
-    ordered = laid_out.take(order)
     bounds = np.searchsorted(sorted_codes, np.arange(len(groups.partitions) + 1))
-    parts = [ordered.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(len(groups.partitions))]
-    return [ctx.merge_rows(p, drop_deletes=False) for p in parts] if merge else parts
+    return SortedFlush(laid_out, order, sorted_codes, bounds)
+
+
+def merge_flush(ctx: TableContext, flush: SortedFlush) -> list[pa.Table]:
+    """Each group's rows merged within the flush by the merge engine, in key order."""
+    groups = len(flush.bounds) - 1
+    if ctx.merge_engine.keeps_last_row:
+        # One global pass: the last row of every (group, key) wins.
+        keys = [flush.rows.column(kv.key_column(k)).take(flush.order) for k in ctx.key_names]
+        ends = sort.group_ends([pa.array(flush.sorted_codes), *keys])
+        merged, codes = flush.rows.take(flush.order[ends]), flush.sorted_codes[ends]
+        bounds = np.searchsorted(codes, np.arange(groups + 1))
+        return [merged.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(groups)]
+    return [ctx.merge_rows(flush.raw(g), drop_deletes=False) for g in range(groups)]

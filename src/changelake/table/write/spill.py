@@ -67,6 +67,21 @@ def _in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.Table:
 def merge_runs(ctx: TableContext, runs: Sequence[SpilledRun], part: pa.Table) -> Iterator[pa.Table]:
     """Spilled runs plus the last buffer (none of them merged), merged range by range of the
     first key column, so only about one buffer's worth of rows is in memory at a time."""
+    for rows in _ranges(ctx, runs, part):
+        yield ctx.merge_rows(rows, drop_deletes=False)
+
+
+def sorted_runs(ctx: TableContext, runs: Sequence[SpilledRun], part: pa.Table) -> Iterator[pa.Table]:
+    """The same rows not merged, sorted by key and sequence number across the runs, range by
+    range (the raw input of a flush, as an input changelog records it)."""
+    keys = [kv.key_column(k) for k in ctx.key_names]
+    for rows in _ranges(ctx, runs, part):
+        yield rows.take(sort.sort_indices([rows.column(k) for k in keys], rows.column(kv.SEQUENCE)))
+
+
+def _ranges(ctx: TableContext, runs: Sequence[SpilledRun], part: pa.Table) -> Iterator[pa.Table]:
+    """The rows of the runs and the buffer, range by range of the first key column (ranges in
+    key order; a range holds about half a buffer)."""
     first_key = kv.key_column(ctx.key_names[0])
     starts = sorted({lo for run in runs for lo, _ in run.bounds} | (
         {v.as_py() for v in sort.comparable(part.column(first_key)).take(
@@ -83,6 +98,6 @@ def merge_runs(ctx: TableContext, runs: Sequence[SpilledRun], part: pa.Table) ->
             pieces.append(_in_range(part, first_key, low, high))
         rows = pa.concat_tables(pieces) if pieces else None
         if rows is not None and rows.num_rows:
-            yield ctx.merge_rows(rows, drop_deletes=False)
+            yield rows
         # The allocator keeps freed pages unless told otherwise; hand them back between ranges.
         pa.default_memory_pool().release_unused()

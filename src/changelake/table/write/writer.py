@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from changelake.errors import CommitConflictError
+from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit import committer as commit
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -28,7 +29,7 @@ from changelake.table.lsm.levels import Levels
 from changelake.table.read import live_files
 from changelake.table.write import conform as rows
 from changelake.table.write import spill
-from changelake.table.write.bucketing import group_by_bucket, restored_files, sort_and_merge
+from changelake.table.write.bucketing import SortedFlush, group_by_bucket, merge_flush, restored_files, sort_flush
 
 if TYPE_CHECKING:
     from changelake.table.write.conform import WriteInput
@@ -44,6 +45,7 @@ class _Bucket:
     next_sequence: int
     spilled: list[spill.SpilledRun] = field(default_factory=list)
     new_files: list[DataFileMeta] = field(default_factory=list)
+    changelog: list[DataFileMeta] = field(default_factory=list)
     compacted: compaction.CompactResult = field(default_factory=compaction.CompactResult)
     running: Future[compaction.CompactResult] | None = None
 
@@ -54,8 +56,8 @@ class _Checkpoint:
 
     pending: tuple[tuple[pa.Table, np.ndarray], ...]
     pending_bytes: int
-    # per bucket: levels, next sequence number, spilled runs, new files
-    buckets: dict[tuple[bytes, int], tuple[Levels, int, int, int]]
+    # per bucket: levels, next sequence number, spilled runs, new files, changelog files
+    buckets: dict[tuple[bytes, int], tuple[Levels, int, int, int, int]]
 
 
 class TableWrite:
@@ -69,12 +71,17 @@ class TableWrite:
     that a commit waits for compaction when the bucket has more sorted runs than
     ``num-sorted-run.stop-trigger``, with ``commit.force-compact``, for a full compaction
     (``full-compaction.delta-commits``), and for one-shot writers (``Table.write``).
-    ``write-only`` disables compaction. Call :meth:`close` (or use ``with``) when done.
+    ``write-only`` disables compaction. ``changelog`` is the table's changelog producer (see
+    :mod:`changelake.changelog.producers`): each flush hands it the raw input of every bucket,
+    and the changelog files it writes are committed with the data files. Call :meth:`close`
+    (or use ``with``) when done.
     """
 
-    def __init__(self, ctx: TableContext, commit_user: str, *, wait_compaction: bool = False) -> None:
+    def __init__(self, ctx: TableContext, commit_user: str, *, changelog: ChangelogHook,
+                 wait_compaction: bool = False) -> None:
         self.ctx = ctx
         self.commit_user = commit_user
+        self.changelog = changelog
         self.wait_compaction = wait_compaction
         self._pending: list[tuple[pa.Table, np.ndarray]] = []
         self._pending_bytes = 0
@@ -98,7 +105,8 @@ class TableWrite:
         that raises leaves the writer exactly as it was before the call."""
         checkpoint = _Checkpoint(
             tuple(self._pending), self._pending_bytes,
-            {key: (s.levels, s.next_sequence, len(s.spilled), len(s.new_files)) for key, s in self._buckets.items()},
+            {key: (s.levels, s.next_sequence, len(s.spilled), len(s.new_files), len(s.changelog))
+             for key, s in self._buckets.items()},
         )
         try:
             if isinstance(data, pa.RecordBatchReader):
@@ -111,23 +119,25 @@ class TableWrite:
             raise
 
     def _restore(self, checkpoint: _Checkpoint) -> None:
-        """Undo a failed write call: its rows leave the buffer, and the spill runs and level-0
-        files that flushes wrote meanwhile are deleted (rows buffered before the call, which
+        """Undo a failed write call: its rows leave the buffer, and the spill runs, level-0 files
+        and changelog files that flushes wrote meanwhile are deleted (rows buffered before the call, which
         those flushes also took, are buffered again)."""
         self._pending = list(checkpoint.pending)
         self._pending_bytes = checkpoint.pending_bytes
         for key, state in list(self._buckets.items()):
-            levels, next_sequence, spilled, new_files = checkpoint.buckets.get(key, (state.levels, 0, 0, 0))
+            levels, next_sequence, spilled, new_files, changelog = checkpoint.buckets.get(
+                key, (state.levels, 0, 0, 0, 0))
             for run in state.spilled[spilled:]:
                 os.unlink(run.path)
             bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
-            for f in state.new_files[new_files:]:
+            for f in [*state.new_files[new_files:], *state.changelog[changelog:]]:
                 self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
             if key not in checkpoint.buckets:
                 del self._buckets[key]
                 continue
             del state.spilled[spilled:]
             del state.new_files[new_files:]
+            del state.changelog[changelog:]
             state.levels, state.next_sequence = levels, next_sequence
 
     def _buffer(self, arrow: pa.Table) -> None:
@@ -143,8 +153,8 @@ class TableWrite:
                 self._flush(final=False)
 
     def abort(self) -> None:
-        """Drop everything not committed: buffered rows, spill files, data files written
-        since the last commit, and compaction results not yet committed."""
+        """Drop everything not committed: buffered rows, spill files, data and changelog files
+        written since the last commit, and compaction results not yet committed."""
         self._pending.clear()
         self._pending_bytes = 0
         for state in self._buckets.values():
@@ -169,7 +179,7 @@ class TableWrite:
             for f in state.compacted.merge(result):
                 self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
         kept = {f.file_name for f in state.compacted.before}
-        for f in [*state.new_files, *state.compacted.after]:
+        for f in [*state.new_files, *state.changelog, *state.compacted.after]:
             if f.file_name not in kept:
                 self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
 
@@ -201,19 +211,20 @@ class TableWrite:
         # results is not the same: a partial-update merge that starts with a retraction
         # initialises the record from the retraction's values.
         spilling = spill or any(s.spilled for s in states)
-        parts = sort_and_merge(self.ctx, data, kinds, groups, firsts, merge=not spilling)
-        for state, part in zip(states, parts, strict=True):
+        flush = sort_flush(self.ctx, data, kinds, groups, firsts)
+        for state in states:
             # Sequences are the group's first number plus the row's position in this flush.
             state.next_sequence += data.num_rows
-            if spill:
-                state.spilled.append(self._spill(part))
-        if not spill:
-            jobs = list(zip(states, parts, strict=True))
-            if spilling:  # merged one at a time, to keep memory near one buffer
-                for state, part in jobs:
-                    self._write_level0(state, part, merged=False)
-            else:
-                map_all(lambda job: self._write_level0(*job, merged=True), jobs)
+        if spill:
+            for group, state in enumerate(states):
+                state.spilled.append(self._spill(flush.raw(group)))
+        elif spilling:  # merged one at a time, to keep memory near one buffer
+            for group, state in enumerate(states):
+                self._write_level0(state, flush.raw(group))
+        else:
+            merged = merge_flush(self.ctx, flush)
+            map_all(lambda group: self._write_level0(states[group], merged[group], raw=_raw(flush, group)),
+                    range(len(states)))
 
     def _spill(self, part: pa.Table) -> spill.SpilledRun:
         if self._spill_dir is None:
@@ -221,15 +232,21 @@ class TableWrite:
         return spill.SpilledRun.write(os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow"), part,
                                 kv.key_column(self.ctx.key_names[0]))
 
-    def _write_level0(self, state: _Bucket, part: pa.Table, *, merged: bool) -> None:
-        """Write ``part`` (merged or not) and the bucket's spilled runs as level-0 files."""
+    def _write_level0(self, state: _Bucket, part: pa.Table, *, raw: Iterable[pa.Table] | None = None) -> None:
+        """Write ``part`` and the bucket's spilled runs as level-0 files, and hand their raw
+        rows to the changelog producer. ``part`` is sorted by key, and merged when ``raw`` (its
+        rows unmerged) is given, else not merged."""
         ctx = self.ctx
         chunks: Iterable[pa.Table]
         if state.spilled:
             chunks = spill.merge_runs(ctx, state.spilled, part)
+            raw = spill.sorted_runs(ctx, state.spilled, part)
+        elif raw is not None:
+            chunks = [part]
         else:
-            chunks = [part if merged else ctx.merge_rows(part, drop_deletes=False)]
+            chunks, raw = [ctx.merge_rows(part, drop_deletes=False)], [part]
         bucket_dir = ctx.bucket_dir(state.partition, state.bucket)
+        state.changelog += self.changelog.on_flush(ctx, bucket_dir, raw)
         files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, level=0)
         state.new_files += files
         state.levels = state.levels.replace((), files)
@@ -279,7 +296,7 @@ class TableWrite:
         if leftover:
             empty = kv.file_schema(self.ctx.arrow_schema, self.ctx.key_names).empty_table()
             for state in leftover:
-                self._write_level0(state, empty, merged=False)
+                self._write_level0(state, empty)
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
@@ -287,12 +304,14 @@ class TableWrite:
         map_all(lambda s: self._compact(s, full=full_compaction), states)
         messages = []
         for state in states:
-            if state.new_files or state.compacted.before or state.compacted.after:
+            if state.new_files or state.changelog or state.compacted.before or state.compacted.after:
                 messages.append(CommitMessage(
                     state.partition, state.bucket, self.ctx.options.bucket, new_files=tuple(state.new_files),
                     compact_before=tuple(state.compacted.before), compact_after=tuple(state.compacted.after),
+                    changelog_files=tuple(state.changelog),
                 ))
             state.new_files = []
+            state.changelog = []
             state.compacted = compaction.CompactResult()
         return messages
 
@@ -365,3 +384,8 @@ class TableWrite:
         for state in self._buckets.values():
             self._discard(state)
         self._buckets.clear()
+
+
+def _raw(flush: SortedFlush, group: int) -> Iterator[pa.Table]:
+    """A group's raw rows, taken only if the changelog producer reads them."""
+    yield flush.raw(group)
