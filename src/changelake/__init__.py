@@ -5,6 +5,9 @@ from changelake.api.catalog import Catalog, open_table
 from changelake.api.scan import Scan
 from changelake.api.table import Table
 from changelake.api.writer import TableWriter
+from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
+from changelake.changelog.source import ChangeChunk, ChangePlan, ChangeSource, ChangeSplit
+from changelake.changelog.stream import ChangeBatch, Changes, ChangeStream
 from changelake.option_values import ChangelogProducer, MergeEngineKind, ScanMode
 from changelake.options import TableOptions
 from changelake.table.commit.message import CommitMessage
@@ -14,15 +17,25 @@ from changelake.table.read.planner import Split
 
 __all__ = [
     "Catalog",
+    "ChangeBatch",
+    "ChangeChunk",
+    "ChangeKind",
+    "ChangePlan",
+    "ChangeSource",
+    "ChangeSplit",
+    "ChangeStream",
     "ChangelogProducer",
+    "Changes",
     "CommitKind",
     "CommitMessage",
     "MergeEngineKind",
+    "ReadLimit",
     "RowKind",
     "Scan",
     "ScanMode",
     "Snapshot",
     "Split",
+    "StreamOffset",
     "Table",
     "TableOptions",
     "TableWriter",

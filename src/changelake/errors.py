@@ -102,6 +102,11 @@ class SnapshotNotFoundError(ChangelakeError):
     """The requested snapshot (by id or time) does not exist."""
 
 
+class SnapshotExpiredError(SnapshotNotFoundError):
+    """The requested snapshot was committed once but has since been expired (it is older than
+    the earliest snapshot still present)."""
+
+
 class TagNotFoundError(ChangelakeError):
     """The named tag does not exist."""
 
@@ -124,3 +129,7 @@ class CommitConflictError(ChangelakeError):
 
 class ScanError(ChangelakeError):
     """A scan request is contradictory or names columns the table does not have."""
+
+
+class OffsetError(ChangelakeError):
+    """A stream offset does not belong to this table or points past its history."""

@@ -11,6 +11,10 @@ import pyarrow as pa
 from changelake.api.scan import Scan
 from changelake.api.writer import TableWriter
 from changelake.changelog import producers
+from changelake.changelog.offsets import StreamOffset
+from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
+from changelake.changelog.stream import Changes, ChangeStream
+from changelake.option_values import ScanMode
 from changelake.table import metadata
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
@@ -128,6 +132,47 @@ class Table:
         friends return new scans."""
         return Scan.of(self._context, snapshot_id=snapshot_id, tag=tag, timestamp_ms=timestamp_ms,
                        filter=filter, columns=columns)
+
+    def stream(
+        self,
+        *,
+        mode: ScanMode | str | None = None,
+        snapshot_id: int | None = None,
+        timestamp_ms: int | None = None,
+        tag: str | None = None,
+        consumer_id: str | None = None,
+        offset: StreamOffset | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+        options: Mapping[str, str] | None = None,
+        max_rows: int = DEFAULT_MAX_ROWS,
+    ) -> ChangeStream:
+        """The table's changes as a stream of :class:`ChangeBatch` items (``rowkind`` then the
+        columns), starting by Paimon's ``scan.mode`` (``latest-full`` by default; a snapshot id
+        or tag means ``from-snapshot``, a time ``from-timestamp``), or at ``offset``, or where
+        consumer ``consumer_id`` last recorded its progress. ``options`` takes Paimon option
+        names (``scan.mode``, ``scan.snapshot-id``, ``scan.timestamp-millis``, ``consumer-id``,
+        ...); the arguments override them. Batches hold at most ``max_rows`` rows."""
+        overrides = dict(options or {})
+        for key, value in (("scan.mode", mode), ("scan.snapshot-id", snapshot_id),
+                           ("scan.timestamp-millis", timestamp_ms), ("scan.tag-name", tag),
+                           ("consumer-id", consumer_id)):
+            if value is not None:
+                overrides[key] = str(value)
+        source = ChangeSource.of(self._context, overrides, columns, filter)
+        return ChangeStream(source, offset, max_rows=max_rows)
+
+    def changes(
+        self,
+        start_snapshot: int,
+        end_snapshot: int,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+    ) -> Changes:
+        """The changes of the snapshots after ``start_snapshot`` up to ``end_snapshot``
+        (Paimon's ``incremental-between``), read with ``.to_arrow()`` or ``.to_batches()``."""
+        return Changes.of(ChangeSource.of(self._context, None, columns, filter), start_snapshot, end_snapshot)
 
     def writer(self, commit_user: str | None = None) -> TableWriter:
         """A writer whose ``commit(identifier)`` lands each identifier at most once per user."""

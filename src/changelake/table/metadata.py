@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pyarrow as pa
@@ -89,6 +90,16 @@ def open_context(file_io: FileIO, root: str, name: str) -> TableContext:
     """The context of the table at ``root``, at its newest schema."""
     paths = TablePaths(root)
     return TableContext(name, file_io, paths, read_latest_schema(file_io, paths, name))
+
+
+def identity(ctx: TableContext) -> str:
+    """A fingerprint of the table: a hash of its oldest schema file, which never changes once
+    written, so saved positions (stream offsets) can tell this table from another one, even
+    one of the same name at the same location."""
+    ids = [int(m.group(1)) for n in ctx.file_io.list_names(ctx.paths.schema_dir) if (m := _SCHEMA_FILE.match(n))]
+    if not ids:
+        raise TableNotFoundError(f"does not exist (no schema under {ctx.paths.schema_dir})", table=ctx.name)
+    return hashlib.sha256(ctx.file_io.read_bytes(ctx.paths.schema(min(ids)))).hexdigest()[:16]
 
 
 def snapshots(ctx: TableContext) -> list[Snapshot]:

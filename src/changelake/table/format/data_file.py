@@ -165,11 +165,18 @@ def write(
     return written
 
 
-def read(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[str] | None = None) -> pa.Table:
+def read(
+    file_io: FileIO,
+    path: str,
+    schema: pa.Schema,
+    columns: Sequence[str] | None = None,
+    rows: tuple[int, int] | None = None,
+) -> pa.Table:
     """Rows of a data file in ``schema``'s types (a subset of columns when given), in the full
     key-value layout whatever the file's: a thin file (Paimon's ``data-file.thin-mode``, which
     pypaimon-rust always writes) has no ``_KEY_<k>`` columns, and ``_KEY_<k>`` is read as its
-    value column ``<k>`` (the same array under the key's name)."""
+    value column ``<k>`` (the same array under the key's name). ``rows`` = (start, stop) reads
+    only those rows, decoding only the row groups that hold them."""
     names = list(schema.names if columns is None else columns)
     try:
         with file_io.arrow_fs.open_input_file(path) as source:
@@ -177,7 +184,7 @@ def read(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[str] |
             stored = _stored_columns(names, parquet.schema_arrow.names, path)
             # A thin file's <k> is read once, for both <k> and _KEY_<k>.
             read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
-            table = parquet.read(columns=read_columns)
+            table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
     except FileNotFoundError:
         raise CorruptMetadataError("data file is missing", file=path) from None
     except (pa.ArrowInvalid, OSError) as exc:
@@ -188,6 +195,22 @@ def read(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[str] |
     if table.schema.equals(wanted):
         return table
     return table.select(wanted.names).cast(wanted)
+
+
+def _read_rows(parquet: pq.ParquetFile, columns: list[str] | None, rows: tuple[int, int]) -> pa.Table:
+    """Rows [start, stop) of a Parquet file, reading only the row groups that overlap them."""
+    start, stop = rows
+    groups, first, position = [], None, 0
+    for index in range(parquet.metadata.num_row_groups):
+        size = parquet.metadata.row_group(index).num_rows
+        if position < stop and position + size > start:
+            groups.append(index)
+            first = position if first is None else first
+        position += size
+    if first is None:
+        empty = parquet.schema_arrow.empty_table()
+        return empty if columns is None else empty.select(columns)
+    return parquet.read_row_groups(groups, columns=columns).slice(start - first, stop - start)
 
 
 def _stored_columns(names: Sequence[str], present: Sequence[str], path: str) -> list[str]:

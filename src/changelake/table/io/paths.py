@@ -138,5 +138,12 @@ class TablePaths:
     def tag(self, name: str) -> str:
         return f"{self.root}/tag/tag-{name}"
 
+    @property
+    def consumer_dir(self) -> str:
+        return f"{self.root}/consumer"
+
+    def consumer(self, consumer_id: str) -> str:
+        return f"{self.root}/consumer/consumer-{consumer_id}"
+
     def bucket_dir(self, partition: str, bucket: int) -> str:
         return f"{self.root}/{partition}/bucket-{bucket}" if partition else f"{self.root}/bucket-{bucket}"

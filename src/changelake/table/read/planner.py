@@ -1,5 +1,6 @@
-"""Planning a read of one snapshot: prune manifests and files by the filter, then cut each
-bucket into splits. Batch scans use it now; change scans will plan through it too."""
+"""Planning reads: prune manifests and files by the filter, then cut them into splits. Batch
+scans plan a snapshot's live files (merged per bucket); change scans plan the files a snapshot
+adds (its delta or changelog files, read as they are) and full reads restricted to some levels."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pyarrow.fs as pafs
 from changelake.errors import ScanError
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row
-from changelake.table.format.manifest import DataFileMeta, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import interval_partition
 from changelake.table.read import live_files
@@ -139,13 +140,42 @@ def split_bucket(ctx: TableContext, files: list[DataFileMeta]) -> list[tuple[lis
     return [(g, len(g) == 1 and g[0].delete_row_count == 0) for g in _pack(sections, weight, target)]
 
 
-def plan(ctx: TableContext, snapshot: Snapshot, expression: pc.Expression | None) -> list[Split]:
-    """The splits of a snapshot's live files that the filter may need, by (partition, bucket)."""
+def plan(
+    ctx: TableContext,
+    snapshot: Snapshot,
+    expression: pc.Expression | None,
+    levels: Callable[[int], bool] | None = None,
+) -> list[Split]:
+    """The splits of a snapshot's live files that the filter may need, by (partition, bucket);
+    ``levels`` keeps only files at the levels it accepts (change streams' first full read of
+    tables whose changelog covers level 0 separately)."""
     manifests = _prune_manifests(ctx, live_files.data_manifests(ctx, snapshot), expression)
     entries = _prune_files(ctx, live_files.live_entries(ctx, snapshot, manifests), expression)
+    if levels is not None:
+        entries = [e for e in entries if levels(e.file.level)]
     splits = []
     for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
         bucket_dir = ctx.bucket_dir(partition, bucket)
         for group, raw in split_bucket(ctx, files):
             splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw))
+    return splits
+
+
+def plan_added_files(ctx: TableContext, manifests: Sequence[ManifestFileMeta],
+                     expression: pc.Expression | None) -> list[Split]:
+    """One split per file the manifests add (a snapshot's delta or changelog files), to be
+    read as they are, not merged: by (partition, bucket), then in manifest order, which is
+    the order they were written in."""
+    kept = _prune_manifests(ctx, list(manifests), expression)
+    entries = [e for m in kept for e in live_files.manifest_entries(ctx, m.file_name) if e.kind is FileKind.ADD]
+    entries = _prune_files(ctx, entries, expression)
+    ordered = sorted(range(len(entries)), key=lambda i: (entries[i].partition, entries[i].bucket, i))
+    bucket_dirs: dict[tuple[bytes, int], str] = {}
+    splits = []
+    for i in ordered:
+        entry = entries[i]
+        where = (entry.partition, entry.bucket)
+        if where not in bucket_dirs:
+            bucket_dirs[where] = ctx.bucket_dir(*where)
+        splits.append(Split(entry.partition, entry.bucket, bucket_dirs[where], (entry.file,), raw_convertible=True))
     return splits

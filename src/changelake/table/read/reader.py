@@ -1,5 +1,6 @@
 """Reading splits: each split's files merged by the merge engine (or read raw), filtered and
-projected; many splits in parallel on the shared executor, a bounded window at a time."""
+projected; many splits in parallel on the shared executor, a bounded window at a time. Change
+scans read one-file splits as stored, with each row's kind."""
 
 from __future__ import annotations
 
@@ -17,8 +18,16 @@ from changelake.table.format import data_file, kv
 from changelake.table.read.planner import Split
 
 
-def read_split(ctx: TableContext, split: Split, columns: Sequence[str], expression: pc.Expression | None) -> pa.Table:
-    """The merged rows of one split, filtered by ``expression`` and projected to ``columns``."""
+def read_split(
+    ctx: TableContext,
+    split: Split,
+    columns: Sequence[str],
+    expression: pc.Expression | None,
+    rows: tuple[int, int] | None = None,
+) -> pa.Table:
+    """The merged rows of one split, filtered by ``expression`` and projected to ``columns``;
+    ``rows`` = (start, stop) keeps only those merged rows (counted before the filter), so a
+    change stream can resume inside a split."""
     # A filter may name any column; a projection needs the columns its merge depends on too.
     value_columns = list(ctx.arrow_schema.names) if expression is not None else \
         ctx.merge_engine.required_columns(columns)
@@ -26,16 +35,33 @@ def read_split(ctx: TableContext, split: Split, columns: Sequence[str], expressi
     file_schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
     parts = [data_file.read(ctx.file_io, f"{split.bucket_dir}/{f.file_name}", file_schema, wanted)
              for f in split.files]
-    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     # Raw splits hold no deletes by their metadata; dropping retractions anyway guards
     # against writers whose delete counts are wrong.
-    rows = kv.drop_retractions(rows) if split.raw_convertible else ctx.merge_rows(rows, drop_deletes=True)
-    if expression is not None:
-        try:
-            rows = rows.filter(expression)
-        except pa.ArrowException as exc:
-            raise ScanError(f"filter {expression} does not apply: {exc}", table=ctx.name) from None
-    return rows.select(list(columns))
+    merged = kv.drop_retractions(table) if split.raw_convertible else ctx.merge_rows(table, drop_deletes=True)
+    if rows is not None:
+        merged = merged.slice(rows[0], rows[1] - rows[0])
+    return apply_filter(ctx, merged, expression).select(list(columns))
+
+
+def apply_filter(ctx: TableContext, table: pa.Table, expression: pc.Expression | None) -> pa.Table:
+    """The rows of ``table`` that match ``expression`` (all rows without one)."""
+    if expression is None:
+        return table
+    try:
+        return table.filter(expression)
+    except pa.ArrowException as exc:
+        raise ScanError(f"filter {expression} does not apply: {exc}", table=ctx.name) from None
+
+
+def read_changes(ctx: TableContext, split: Split, columns: Sequence[str],
+                 rows: tuple[int, int] | None = None) -> pa.Table:
+    """The rows of a one-file split as stored, not merged: ``_VALUE_KIND`` (each row's kind)
+    then ``columns``, in file order; ``rows`` = (start, stop) reads only those rows."""
+    (meta,) = split.files
+    file_schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
+    return data_file.read(ctx.file_io, f"{split.bucket_dir}/{meta.file_name}", file_schema,
+                          [kv.VALUE_KIND, *columns], rows)
 
 
 def read_splits(

@@ -1,0 +1,291 @@
+"""The stateless change-scan API: plan the splits from an offset up to a read limit, read any
+split in any process. :class:`ChangeStream` and the Spark source are built on it.
+
+Positions: a snapshot's read (its full read, or its delta or changelog files) is a fixed
+sequence of units (planner splits, in plan order), and unit ``k`` spans the positions
+``[S_k, S_k + rows stored in its files)``. A delta or changelog unit is one file whose rows are
+read as stored, so row ``r`` of the file is position ``S_k + r``; a full-read unit is merged, and
+its ``r``-th merged row is position ``S_k + r`` (merging never makes more rows than it reads, so
+positions stay unique). Offsets count positions, not filtered rows, so a split can start and end
+anywhere and resuming never reads a row twice or skips one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from changelake.changelog import consumers, follow_up, starting
+from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
+from changelake.errors import OffsetError, OptionError, ScanError, SnapshotNotFoundError
+from changelake.options import TableOptions
+from changelake.table import metadata
+from changelake.table.context import TableContext
+from changelake.table.format import kv
+from changelake.table.format import snapshot as snapshots
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.read import planner, reader
+from changelake.table.read.planner import Split
+
+ROWKIND = "rowkind"
+DEFAULT_MAX_ROWS = 1 << 17
+_SYMBOLS = pa.array(kv.ROW_KIND_SYMBOLS, pa.string())
+
+
+@dataclass(frozen=True)
+class ChangeSplit:
+    """Positions ``[start, stop)`` of one unit (``split``, whose first position is
+    ``unit_start``) of snapshot ``snapshot_id``'s read; ``end`` is the offset after it.
+    Picklable and small: it names files, it holds no rows."""
+
+    snapshot_id: int
+    kind: ChangeKind
+    split: Split
+    unit_start: int
+    start: int
+    stop: int
+    end: StreamOffset
+
+    @property
+    def rows(self) -> tuple[int, int]:
+        """The split's positions relative to its unit."""
+        return self.start - self.unit_start, self.stop - self.unit_start
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    """The splits between two offsets: reading them all moves a stream from ``start`` to
+    ``end`` (``end == start`` and no splits: nothing new)."""
+
+    start: StreamOffset
+    splits: tuple[ChangeSplit, ...]
+    end: StreamOffset
+
+
+@dataclass(frozen=True)
+class ChangeChunk:
+    """Rows of a split (``rowkind`` then the stream's columns) and the offset after them."""
+
+    data: pa.Table
+    offset: StreamOffset
+
+
+@dataclass(frozen=True)
+class ChangeSource:
+    """A table's change stream as a stateless planner and reader.
+
+    ``options`` are the table's options with the stream's own over them (``scan.mode``,
+    ``scan.snapshot-id``, ``consumer-id``, ...); ``columns`` and ``row_filter`` select what
+    each row carries. Cheap to pickle (the table context pickles small).
+    """
+
+    context: TableContext
+    options: TableOptions
+    columns: tuple[str, ...]
+    row_filter: pc.Expression | None = None
+
+    @staticmethod
+    def of(context: TableContext, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None,
+           row_filter: pc.Expression | None = None) -> ChangeSource:
+        """A checked source: ``options`` (Paimon names, strings) over the table's, the scan
+        mode and consumer id valid, ``columns`` known (default: all), ``row_filter`` an
+        expression on the table's columns."""
+        name = context.name
+        for key, value in (options or {}).items():
+            if not isinstance(value, str):
+                raise OptionError(f"must be a string, got {value!r}", table=name, option=key)
+        parsed = TableOptions.parse({**context.schema.options, **(options or {})}, table=name)
+        starting.start_mode(parsed)
+        if parsed.consumer_id is not None:
+            consumers.check_id(context, parsed.consumer_id)
+        names = context.arrow_schema.names
+        chosen = tuple(names if columns is None else columns)
+        unknown = [c for c in chosen if c not in names]
+        if unknown:
+            raise ScanError(f"unknown columns {unknown}; the table has {names}", table=name)
+        if row_filter is not None and not isinstance(row_filter, pc.Expression):
+            raise ScanError(f"filter must be a pyarrow.compute.Expression, got {row_filter!r}", table=name)
+        return ChangeSource(context, parsed, chosen, row_filter)
+
+    @cached_property
+    def table_id(self) -> str:
+        """The table's fingerprint, stored in every offset this source makes."""
+        return metadata.identity(self.context)
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """``rowkind`` (+I, -U, +U, -D) then the selected columns."""
+        fields = [self.context.arrow_schema.field(c) for c in self.columns]
+        return pa.schema([pa.field(ROWKIND, pa.string(), nullable=False), *fields])
+
+    @property
+    def consumer_id(self) -> str | None:
+        """The consumer (``consumer-id``) whose progress this source records, if any."""
+        return self.options.consumer_id
+
+    def offset(self, snapshot_id: int, index: int = 0, *, full: bool = False) -> StreamOffset:
+        """An offset of this table."""
+        return StreamOffset(snapshotId=snapshot_id, index=index, scanSnapshot=full, tableId=self.table_id)
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def initial_offset(self) -> StreamOffset:
+        """Where a new stream starts: the consumer's next snapshot when ``consumer-id`` names
+        one that has recorded progress, else by ``scan.mode``."""
+        if self.consumer_id is not None:
+            recorded = consumers.next_snapshot(self.context, self.consumer_id)
+            if recorded is not None:
+                starting.check_follow_up_start(self.context, recorded, "consumer-id")
+                return self.offset(recorded)
+        snapshot_id, full = starting.starting_position(self.context, self.options)
+        return self.offset(snapshot_id, full=full)
+
+    def check(self, offset: StreamOffset) -> StreamOffset:
+        """``offset`` if it can be read from: OffsetError when it belongs to another table or
+        lies beyond this table's history, SnapshotExpiredError when its snapshot expired."""
+        if offset.table_id is not None and offset.table_id != self.table_id:
+            raise OffsetError(f"offset {offset.to_json()} belongs to another table", table=self.context.name)
+        try:
+            starting.check_follow_up_start(self.context, offset.snapshot_id, None)
+        except SnapshotNotFoundError as exc:
+            if type(exc) is SnapshotNotFoundError:
+                raise OffsetError(f"offset {offset.to_json()} is beyond this table's history: {exc.message}",
+                                  table=self.context.name) from None
+            raise
+        return offset if offset.table_id is not None else offset.model_copy(update={"table_id": self.table_id})
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, start: StreamOffset | None = None, limit: ReadLimit | None = None, *,
+             end_snapshot: int | None = None) -> ChangePlan:
+        """The splits from ``start`` (default: :meth:`initial_offset`) up to ``limit`` (default:
+        everything committed), not past snapshot ``end_snapshot``; reads only metadata."""
+        first = self.initial_offset() if start is None else self.check(start)
+        limit = limit or ReadLimit()
+        rows_left, files_left = limit.max_rows, limit.max_files
+        splits: list[ChangeSplit] = []
+
+        def over_limit(files: int) -> bool:
+            # The first split of a plan is always taken, so that every plan makes progress.
+            return (rows_left is not None and rows_left <= 0) or (
+                files_left is not None and bool(splits) and files > files_left)
+
+        offset = first
+        exhausted = False
+        while not exhausted:
+            if end_snapshot is not None and offset.snapshot_id > end_snapshot:
+                break
+            units = self._units(offset)
+            if units is None:
+                break
+            kind, unit_splits = units
+            if kind is None:  # a snapshot the follow-up scanner skips
+                offset = self.offset(offset.snapshot_id + 1)
+                continue
+            total = sum(u.row_count for u in unit_splits)
+            position, unit_start = offset.index, 0
+            for unit in unit_splits:
+                unit_stop = unit_start + unit.row_count
+                if unit_stop > position:
+                    exhausted = over_limit(len(unit.files))
+                    if exhausted:
+                        break
+                    stop = unit_stop if rows_left is None else min(unit_stop, position + rows_left)
+                    end = self._after(offset, stop, total)
+                    splits.append(ChangeSplit(offset.snapshot_id, kind, unit, unit_start, position, stop, end))
+                    rows_left = None if rows_left is None else rows_left - (stop - position)
+                    files_left = None if files_left is None else files_left - len(unit.files)
+                    position = stop
+                    exhausted = over_limit(1)
+                unit_start = unit_stop
+            offset = self._after(offset, position, total)
+        return ChangePlan(first, tuple(splits), offset)
+
+    def _after(self, offset: StreamOffset, position: int, total: int) -> StreamOffset:
+        """The offset at ``position`` of ``offset``'s snapshot read: the next snapshot's
+        changes once the read is done."""
+        if position >= total:
+            return self.offset(offset.snapshot_id + 1)
+        return self.offset(offset.snapshot_id, position, full=offset.scan_snapshot)
+
+    def _units(self, offset: StreamOffset) -> tuple[ChangeKind | None, list[Split]] | None:
+        """What the read of ``offset``'s snapshot consists of (None: the snapshot is yet to
+        come; kind None: the snapshot has nothing to read)."""
+        snapshot = self._snapshot(offset.snapshot_id)
+        if snapshot is None:
+            return None
+        if offset.scan_snapshot:
+            levels = starting.full_read_levels(self.options)
+            return ChangeKind.FULL, planner.plan(self.context, snapshot, self.row_filter, levels)
+        kind = follow_up.change_kind(self.options.changelog_producer, snapshot)
+        if kind is None:
+            return None, []
+        return kind, follow_up.change_splits(self.context, snapshot, kind, self.row_filter)
+
+    def _snapshot(self, snapshot_id: int) -> Snapshot | None:
+        try:
+            return self.context.snapshot(snapshot_id)
+        except SnapshotNotFoundError:
+            # Gone because it expired (raises), or not committed yet (None).
+            starting.check_follow_up_start(self.context, snapshot_id, None)
+            latest = snapshots.latest_id(self.context.file_io, self.context.paths)
+            if latest is not None and snapshot_id <= latest:
+                raise
+            return None
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def load(self, split: ChangeSplit) -> pa.Table:
+        """The rows at the split's positions, before the filter: for a full read the merged
+        rows (possibly fewer than positions), else ``_VALUE_KIND`` and the rows as stored."""
+        needed = list(self.context.arrow_schema.names) if self.row_filter is not None else list(self.columns)
+        if split.kind is ChangeKind.FULL:
+            return reader.read_split(self.context, split.split, needed, None, split.rows)
+        return reader.read_changes(self.context, split.split, needed, split.rows)
+
+    def chunks(self, split: ChangeSplit, rows: pa.Table, max_rows: int = DEFAULT_MAX_ROWS) -> Iterator[ChangeChunk]:
+        """``rows`` (what :meth:`load` returned) in chunks of at most ``max_rows`` positions,
+        filtered and projected, each with the offset after it (empty chunks are left out)."""
+        for first in range(0, rows.num_rows, max_rows):
+            part = rows.slice(first, max_rows)
+            last = first + max_rows >= rows.num_rows
+            offset = split.end if last else self.offset(split.snapshot_id, split.start + first + max_rows,
+                                                         full=split.kind is ChangeKind.FULL)
+            data = self._output(split.kind, part)
+            if data.num_rows:
+                yield ChangeChunk(data, offset)
+
+    def read(self, split: ChangeSplit, max_rows: int = DEFAULT_MAX_ROWS) -> Iterator[ChangeChunk]:
+        """The split's rows in chunks of at most ``max_rows``, each with the offset after it."""
+        yield from self.chunks(split, self.load(split), max_rows)
+
+    def to_batches(self, split: ChangeSplit, max_rows: int = DEFAULT_MAX_ROWS) -> Iterator[pa.RecordBatch]:
+        """The split's rows as record batches (what a Spark task returns)."""
+        for chunk in self.read(split, max_rows):
+            yield from chunk.data.to_batches()
+
+    def _output(self, kind: ChangeKind, rows: pa.Table) -> pa.Table:
+        rows = reader.apply_filter(self.context, rows, self.row_filter)
+        if kind is ChangeKind.FULL:
+            kinds: pa.Array = pa.repeat(pa.scalar(kv.ROW_KIND_SYMBOLS[kv.INSERT]), rows.num_rows)
+        else:
+            kinds = _SYMBOLS.take(rows.column(kv.VALUE_KIND))
+        return pa.Table.from_arrays([kinds, *(rows.column(c) for c in self.columns)], schema=self.schema)
+
+    # -- consumers --------------------------------------------------------------------------
+
+    def commit(self, offset: StreamOffset) -> None:
+        """Record ``offset`` as the consumer's progress (``consumer-id``): its snapshot is the
+        next one to read, so a snapshot read in part is read again from its start. An offset
+        inside a first full read records nothing (a consumer resumes at changes only, and the
+        full read has not finished)."""
+        if self.consumer_id is None:
+            raise OffsetError("the stream has no consumer-id to record progress under", table=self.context.name,
+                              option="consumer-id")
+        self.check(offset)
+        if not offset.scan_snapshot:
+            consumers.record(self.context, self.consumer_id, offset.snapshot_id)
