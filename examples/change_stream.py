@@ -1,8 +1,9 @@
 """changelake change stream: consume a primary-key table's changes (+I, -U, +U, -D), save the
 offset, and resume from it later.
 
-The table uses changelog producer ``none`` (each commit's rows as written, no before-images);
-it switches to ``lookup`` (complete -U/+U/-D pairs) once changelake writes lookup changelog.
+The table uses changelog producer ``lookup``: every commit compacts its new rows up and writes
+their complete changes (+I for new keys, -U/+U pairs with the previous and the new row, -D with
+the deleted row), so the stream shows before-images the writes never carried.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def main(warehouse: str) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
                         pa.field("qty", pa.int32())])
     table = cl.Catalog(warehouse).create_table(
-        "shop.stock", schema=schema, primary_keys=["id"], options={"bucket": "2", "changelog-producer": "none"}
+        "shop.stock", schema=schema, primary_keys=["id"], options={"bucket": "2", "changelog-producer": "lookup"}
     )
     table.write(pa.table({"id": [1, 2, 3], "name": ["apple", "pear", "plum"], "qty": pa.array([5, 7, 2], pa.int32())}))
 

@@ -35,6 +35,15 @@ class OptionSpec:
     # readers would trust the option and read what changelake wrote wrongly.
     supports: Callable[[Any], bool] | None = None
     unsupported: str = ""
+    # older keys Paimon still reads when the key is absent (its ``withFallbackKeys``)
+    fallback_keys: tuple[str, ...] = ()
+
+    def text(self, raw: Mapping[str, str]) -> str | None:
+        """The option's text in ``raw``: under its key, else under a fallback key."""
+        for key in (self.key, *self.fallback_keys):
+            if key in raw:
+                return raw[key]
+        return None
 
     def value(self, text: str, table: str) -> Any:
         try:
@@ -57,8 +66,9 @@ def _option(
     derive: Callable[[Mapping[str, Any]], Any] | None = None,
     supports: Callable[[Any], bool] | None = None,
     unsupported: str = "",
+    fallback_keys: tuple[str, ...] = (),
 ) -> Any:
-    spec = OptionSpec(key, parse, default, doc, derive, supports, unsupported)
+    spec = OptionSpec(key, parse, default, doc, derive, supports, unsupported, fallback_keys)
     return dataclasses.field(default=None if default is None else parse(default), metadata={"option": spec})
 
 
@@ -223,7 +233,8 @@ class TableOptions:
         "compaction.optimization-interval", values.parse_duration_ms, None, "Interval of optimizing full compactions."
     )
     full_compaction_delta_commits: int | None = _option(
-        "full-compaction.delta-commits", values.positive_int, None, "A writer fully compacts every this many commits."
+        "full-compaction.delta-commits", values.positive_int, None,
+        "A writer fully compacts every this many commits (1 when unset with `changelog-producer` `full-compaction`)."
     )
     commit_force_compact: bool = _option(
         "commit.force-compact", values.parse_bool, "false", "Every commit waits for its compaction."
@@ -293,10 +304,9 @@ class TableOptions:
         "changelog-producer",
         values.member(ChangelogProducer),
         "none",
-        "Where the table's changelog comes from: `none`, or `input` (writes also store their raw input "
-        "as changelog files).",
-        supports=lambda v: v in (ChangelogProducer.NONE, ChangelogProducer.INPUT),
-        unsupported="the changelog producers 'lookup' and 'full-compaction' are not implemented yet",
+        "Where the table's changelog comes from: `none`; `input` (writes also store their raw input "
+        "as changelog files); `lookup` (compactions of level 0 look up each key's previous value); "
+        "`full-compaction` (full compactions diff the new top level against the previous one).",
     )
     changelog_row_deduplicate: bool = _option(
         "changelog-producer.row-deduplicate", values.parse_bool, "false", "Suppress -U/+U pairs with equal values."
@@ -304,7 +314,13 @@ class TableOptions:
     changelog_row_deduplicate_ignore_fields: tuple[str, ...] = _option(
         "changelog-producer.row-deduplicate-ignore-fields", values.names, "", "Columns ignored by row-deduplicate."
     )
-    lookup_wait: bool = _option("lookup-wait", values.parse_bool, "true", "Commits wait for lookup compaction.")
+    lookup_wait: bool = _option("lookup-wait", values.parse_bool, "true",
+                                "Commits wait for the lookup compaction (its changelog lands in the same commit).",
+                                fallback_keys=("changelog-producer.lookup-wait",))
+    lookup_cache_max_memory_size: int = _option(
+        "lookup.cache-max-memory-size", values.parse_memory_size, "256 mb",
+        "Memory of the lookup cache of higher-level files (beyond it, files spill to local disk).",
+    )
     deletion_vectors_enabled: bool = _option(
         "deletion-vectors.enabled",
         values.parse_bool,
@@ -389,7 +405,7 @@ class TableOptions:
             spec: OptionSpec | None = f.metadata.get("option")
             if spec is None:
                 continue
-            text = raw.get(spec.key)
+            text = spec.text(raw)
             if text is not None:
                 values[f.name] = spec.value(text, table)
                 if new:
@@ -401,7 +417,7 @@ class TableOptions:
         return cls(raw=dict(raw), table=table, **values)
 
 
-_KEYS = frozenset(spec.key for spec in TableOptions.specs())
+_KEYS = frozenset(key for spec in TableOptions.specs() for key in (spec.key, *spec.fallback_keys))
 
 
 def _check_keys(raw: Mapping[str, str], table: str) -> None:
@@ -423,5 +439,6 @@ def markdown_table() -> str:
             default = f"`{spec.default}`" if spec.default else "(empty)"
         else:
             default = "(derived)" if spec.derive is not None else "(none)"
-        lines.append(f"| `{spec.key}` | {default} | {spec.doc} |")
+        also = "".join(f" (also `{k}`)" for k in spec.fallback_keys)
+        lines.append(f"| `{spec.key}`{also} | {default} | {spec.doc} |")
     return "\n".join(lines) + "\n"

@@ -272,27 +272,6 @@ def test_a_renumbered_commit_shifts_its_changelog(tmp_path: Path, monkeypatch: p
     assert _referenced(table) == _on_disk(tmp_path)
 
 
-def test_lookup_and_full_compaction_are_refused(tmp_path: Path) -> None:
-    for producer in ("lookup", "full-compaction"):
-        with pytest.raises(errors.OptionError) as info:
-            _create(tmp_path / producer, {"changelog-producer": producer})
-        assert info.value.option == "changelog-producer"
-
-
-def test_writers_refuse_tables_with_producers_not_implemented(tmp_path: Path) -> None:
-    """A table another Paimon writer created with ``lookup``: its readers expect changelog that
-    changelake cannot produce yet, so changelake does not write it."""
-    table = _create(tmp_path, INPUT)
-    schema_file = Path(table.context.paths.root) / "schema" / "schema-0"
-    schema_file.write_text(schema_file.read_text().replace('"input"', '"lookup"'))
-    reopened = cl.open_table(table.location)
-    with pytest.raises(errors.OptionError) as info:
-        reopened.write(_rows([("x", 1, "a", "+I")]))
-    assert info.value.option == "changelog-producer"
-    with pytest.raises(errors.OptionError):
-        reopened.writer()
-
-
 def test_committer_lists_changelog_of_every_message(tmp_path: Path) -> None:
     """Messages of several buckets (as a Spark driver commits them) land in one changelog
     manifest list with one ADD entry per changelog file."""

@@ -85,8 +85,15 @@ class Mode:
         """Whether commits also write their input as changelog files."""
         return self.options.get("changelog-producer") == "input"
 
+    @property
+    def compaction_changelog(self) -> bool:
+        """Whether compactions write the changelog (``lookup``): snapshots that carry it are
+        checked against the changelog folded from the first snapshot."""
+        return self.options.get("changelog-producer") == "lookup"
+
 
 MODES = {m.name: m for m in (
+    Mode("lookup", one_shot=False, engine="deduplicate", options={"changelog-producer": "lookup"}),
     Mode("writer", one_shot=False, engine="deduplicate"),
     Mode("write", one_shot=True, engine="deduplicate", options=INPUT_CHANGELOG),
     Mode("spill", one_shot=False, engine="deduplicate", options={"write-buffer-size": "4 kb"}, calls=3, rows=200,

@@ -191,7 +191,8 @@ class Table:
         """Compact the table's buckets now (all, or those of ``partitions``, each a dict of
         partition values) as a COMPACT snapshot; ``full`` merges every bucket into its top
         level. Returns None when there was nothing to compact."""
-        messages = compactor.compact_table(self._context, full=full, partitions=partitions)
+        messages = compactor.compact_table(self._context, full=full, partitions=partitions,
+                                           changelog=producers.for_table(self._context))
         if not messages:
             return None
         landed = committer.commit(self._context, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)

@@ -1,34 +1,59 @@
-"""Changelog producers (``changelog-producer``) as the writer sees them: what each writes when
-a bucket's write buffer flushes (:class:`changelake.table.changelog_hook.ChangelogHook`).
+"""Changelog producers (``changelog-producer``) as the engine sees them: what each writes when a
+bucket's write buffer flushes and when a bucket is compacted
+(:class:`changelake.table.changelog_hook.ChangelogHook`).
 
 * ``none``: nothing; readers of changes see each APPEND snapshot's delta files.
 * ``input``: the flush's raw input, as changelog files of the bucket (Paimon's
   ``ChangelogProducer.INPUT``, for input that already is a complete changelog, such as CDC).
+* ``lookup``: every compaction that includes level 0 writes the changes of the keys it brings
+  up, looking up their previous values in the levels above (through a local
+  :class:`~changelake.changelog.lookup_cache.LookupCache`); compactions pick level 0 up
+  whenever nothing else is picked, and with ``lookup-wait`` every commit waits for that.
+* ``full-compaction``: every compaction into the top level writes the changes between the
+  previous top level and the new one; writers fully compact every
+  ``full-compaction.delta-commits`` commits (1 unless set).
+
+See :mod:`changelake.changelog.compaction_changelog` for how the changes are computed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import pyarrow as pa
 
-from changelake.errors import OptionError
+from changelake.changelog import compaction_changelog as changes
+from changelake.changelog.lookup_cache import LookupCache, cache_for
 from changelake.option_values import ChangelogProducer
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.context import TableContext
 from changelake.table.format import data_file
 from changelake.table.format.manifest import DataFileMeta
+from changelake.table.lsm.levels import Levels
+from changelake.table.lsm.universal import CompactUnit
 
 
+@dataclass(frozen=True)
 class NoChangelog:
-    """``none``: a flush writes no changelog."""
+    """``none``: flushes and compactions write no changelog."""
+
+    force_level0_up: bool = False
+    wait_level0_up: bool = False
+    full_compaction_delta_commits: int | None = None
 
     def on_flush(self, ctx: TableContext, bucket_dir: str, rows: Iterable[pa.Table]) -> list[DataFileMeta]:
         """No files (the rows are never produced)."""
         return []
 
+    def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
+                      unit: CompactUnit) -> list[DataFileMeta]:
+        """No files."""
+        return []
 
-class InputChangelog:
+
+@dataclass(frozen=True)
+class InputChangelog(NoChangelog):
     """``input``: a flush also writes its raw input as level-0 changelog files
     (``changelog-<uuid>-<n>.parquet``), as Paimon's MergeTreeWriter does: rows sorted by key
     and sequence number, unmerged, with their row kinds, in the data-file layout."""
@@ -38,19 +63,65 @@ class InputChangelog:
         return data_file.write(ctx.file_io, bucket_dir, rows, ctx.changelog_file_settings, level=0)
 
 
-_HOOKS: dict[ChangelogProducer, ChangelogHook] = {
-    ChangelogProducer.NONE: NoChangelog(),
-    ChangelogProducer.INPUT: InputChangelog(),
-}
+@dataclass(frozen=True)
+class LookupChangelog(NoChangelog):
+    """``lookup``: the changes of the keys of a compaction's level-0 files, against the merged
+    files above level 0 before and after it (Paimon's LookupMergeTreeCompactRewriter)."""
+
+    cache: LookupCache | None = None
+
+    def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
+                      unit: CompactUnit) -> list[DataFileMeta]:
+        """Changelog files at the compaction's output level (none without level-0 files)."""
+        level0 = tuple(f for f in unit.files if f.level == 0)
+        if not level0 or self.cache is None:
+            return []
+        cache = self.cache
+        keys = changes.keys_of(ctx, cache, bucket_dir, level0)
+        old = changes.merged_rows(ctx, cache, bucket_dir, [f for f in before.files if f.level > 0], keys, level0)
+        new = changes.merged_rows(ctx, cache, bucket_dir, [f for f in after.files if f.level > 0], keys, level0)
+        removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
+        cache.discard(f"{bucket_dir}/{name}" for name in removed)
+        return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), unit.output_level)
+
+
+@dataclass(frozen=True)
+class FullCompactionChangelog(NoChangelog):
+    """``full-compaction``: the changes of the keys a compaction into the top level brings
+    there, between the previous top level and the new one (Paimon's
+    FullChangelogMergeTreeCompactRewriter)."""
+
+    cache: LookupCache | None = None
+
+    def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
+                      unit: CompactUnit) -> list[DataFileMeta]:
+        """Changelog files at the top level (none for compactions below it)."""
+        top = before.max_level
+        incoming = tuple(f for f in unit.files if f.level < top)
+        if unit.output_level != top or not incoming or self.cache is None:
+            return []
+        cache = self.cache
+        keys = changes.keys_of(ctx, cache, bucket_dir, incoming)
+        old = changes.merged_rows(ctx, cache, bucket_dir, [f for f in before.files if f.level == top], keys, incoming)
+        new = changes.merged_rows(ctx, cache, bucket_dir, [f for f in after.files if f.level == top], keys, incoming)
+        removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
+        cache.discard(f"{bucket_dir}/{name}" for name in removed)
+        return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), top)
+
+
+def lookup_cache(ctx: TableContext) -> LookupCache:
+    """The process's lookup cache of the table (hits, misses, ``hit_rate``, ``clear()``)."""
+    return cache_for(ctx.paths.root, ctx.options.lookup_cache_max_memory_size)
 
 
 def for_table(ctx: TableContext) -> ChangelogHook:
-    """The producer of the table's ``changelog-producer``. A table another Paimon writer
-    created with a producer changelake does not implement yet is refused: its readers would
-    trust the option and miss the changes changelake wrote."""
+    """The producer of the table's ``changelog-producer``."""
     producer = ctx.options.changelog_producer
-    hook = _HOOKS.get(producer)
-    if hook is None:
-        raise OptionError(f"writing tables with changelog-producer {producer.value!r} is not supported yet",
-                          table=ctx.name, option="changelog-producer")
-    return hook
+    if producer is ChangelogProducer.INPUT:
+        return InputChangelog()
+    if producer is ChangelogProducer.LOOKUP:
+        return LookupChangelog(force_level0_up=True, wait_level0_up=ctx.options.lookup_wait, cache=lookup_cache(ctx))
+    if producer is ChangelogProducer.FULL_COMPACTION:
+        # Paimon's writers fully compact after every commit unless the option says otherwise.
+        return FullCompactionChangelog(full_compaction_delta_commits=1, cache=lookup_cache(ctx))
+    return NoChangelog()

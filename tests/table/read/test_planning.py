@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
+from changelake.changelog import producers
 from changelake.errors import CommitConflictError
 from changelake.table.commit import committer as commit
 from changelake.table.lsm import compactor as compaction
@@ -87,8 +88,10 @@ def test_compaction_of_files_removed_meanwhile_fails_cleanly(tmp_path: Path) -> 
     table = _table(tmp_path, **{"write-only": "true"})
     table.write(_rows(0, 10))
     table.write(_rows(5, 15))
-    first = compaction.compact_table(table.context, full=True, partitions=None)
-    second = compaction.compact_table(table.context, full=True, partitions=None)
+    first = compaction.compact_table(table.context, full=True, partitions=None,
+                                     changelog=producers.for_table(table.context))
+    second = compaction.compact_table(table.context, full=True, partitions=None,
+                                     changelog=producers.for_table(table.context))
     commit.commit(table.context, first, "a", 2**63 - 1)
     doomed = [f"{m.bucket_dir(table.context)}/{f.file_name}" for m in second for f in m.compact_after]
     assert doomed and all(table.context.file_io.exists(p) for p in doomed)

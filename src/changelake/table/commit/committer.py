@@ -22,6 +22,7 @@ from changelake.table.context import TableContext
 from changelake.table.format import binary_row, manifest, snapshot
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import live_files
 
@@ -70,11 +71,12 @@ def _entries(messages: Iterable[CommitMessage], *, compact: bool) -> list[Manife
     return out
 
 
-def _changelog_entries(messages: Iterable[CommitMessage]) -> list[ManifestEntry]:
+def _changelog_entries(messages: Iterable[CommitMessage], *, compact: bool) -> list[ManifestEntry]:
     """ADD entries of the messages' changelog files (Paimon lists changelog files this way in
-    a snapshot's changelog manifest list)."""
+    a snapshot's changelog manifest list): those of new rows for the APPEND snapshot, those of
+    compactions for the COMPACT snapshot."""
     return [ManifestEntry(FileKind.ADD, m.partition, m.bucket, m.total_buckets, f)
-            for m in messages for f in m.changelog_files]
+            for m in messages for f in (m.compact_changelog_files if compact else m.changelog_files)]
 
 
 @dataclass
@@ -88,8 +90,9 @@ class _Delta:
 
     @staticmethod
     def write(ctx: TableContext, kind: CommitKind, messages: Sequence[CommitMessage], attempt: _Attempt) -> _Delta:
-        entries = _entries(messages, compact=kind is CommitKind.COMPACT)
-        changelog = _changelog_entries(messages) if kind is CommitKind.APPEND else []
+        compact = kind is CommitKind.COMPACT
+        entries = _entries(messages, compact=compact)
+        changelog = _changelog_entries(messages, compact=compact)
         return _Delta(entries, write_manifest(ctx, entries, attempt), changelog,
                       write_manifest(ctx, changelog, attempt) if changelog else None)
 
@@ -204,8 +207,10 @@ def commit(
     try:
         for kind in (CommitKind.APPEND, CommitKind.COMPACT):
             compact = kind is CommitKind.COMPACT
-            if not _entries(current, compact=compact) and (compact or not _changelog_entries(current)):
+            if not _entries(current, compact=compact) and not _changelog_entries(current, compact=compact):
                 continue
+            if compact and done:
+                killpoints.reached(KillPoint.BEFORE_COMPACT_SNAPSHOT)
             landed, current = _commit_one(ctx, kind, current, commit_user, identifier, first=not done,
                                           on_renumber=on_renumber)
             if landed is None:

@@ -22,15 +22,19 @@ class CommitMessage:
     # Changelog files of the new rows (Paimon's newFilesIncrement.changelogFiles), listed in
     # the APPEND snapshot's changelog manifest list.
     changelog_files: tuple[DataFileMeta, ...] = ()
+    # Changelog files a compaction produced (Paimon's compactIncrement.changelogFiles), listed
+    # in the COMPACT snapshot's changelog manifest list.
+    compact_changelog_files: tuple[DataFileMeta, ...] = ()
 
     def bucket_dir(self, ctx: TableContext) -> str:
         return ctx.bucket_dir(self.partition, self.bucket)
 
     def written(self, ctx: TableContext, *, compaction_only: bool = False) -> list[str]:
         """Paths of the files this message's writer created: the new data and changelog files,
-        and the compaction outputs that are not upgrades (an upgrade only moved an existing
-        file)."""
+        the compaction outputs that are not upgrades (an upgrade only moved an existing file)
+        and the compaction's changelog files."""
         moved = {f.file_name for f in self.compact_before}
         outputs = [f for f in self.compact_after if f.file_name not in moved]
-        files = outputs if compaction_only else [*self.new_files, *self.changelog_files, *outputs]
+        compaction = [*outputs, *self.compact_changelog_files]
+        files = compaction if compaction_only else [*self.new_files, *self.changelog_files, *compaction]
         return [f"{self.bucket_dir(ctx)}/{f.file_name}" for f in files]

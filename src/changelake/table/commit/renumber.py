@@ -72,6 +72,10 @@ def _shift(ctx: TableContext, message: CommitMessage, base: int, offset: int) ->
         compact_before=tuple(copy_of(f) for f in message.compact_before),
         compact_after=tuple(copy_of(f) for f in message.compact_after),
         changelog_files=tuple(copy_of(f, ctx.changelog_file_settings) for f in message.changelog_files),
+        # A compaction's changelog holds after-images of the shifted rows (and before-images
+        # of committed ones, below ``base``, which stay).
+        compact_changelog_files=tuple(copy_of(f, ctx.changelog_file_settings)
+                                      for f in message.compact_changelog_files),
     )
 
 

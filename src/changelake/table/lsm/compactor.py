@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import ScanError
+from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
@@ -26,10 +27,12 @@ SMALL_FILE_RATIO = 0.7  # files under 70% of target-file-size are rewritten, not
 
 @dataclass
 class CompactResult:
-    """Files a compaction removes and adds (an upgrade appears in both, at two levels)."""
+    """Files a compaction removes and adds (an upgrade appears in both, at two levels), and the
+    changelog files the producer wrote for it, in the order of the compactions."""
 
     before: list[DataFileMeta] = field(default_factory=list)
     after: list[DataFileMeta] = field(default_factory=list)
+    changelog: list[DataFileMeta] = field(default_factory=list)
 
     def merge(self, later: CompactResult) -> list[DataFileMeta]:
         """Append a later compaction of the same bucket. Files this result added and the later
@@ -48,6 +51,8 @@ class CompactResult:
             else:
                 self.before.append(f)
         self.after = [*added.values(), *later.after]
+        # Both changelogs stay: the later one starts from the state the earlier one ends in.
+        self.changelog += later.changelog
         return obsolete
 
 
@@ -153,19 +158,31 @@ class _Task:
         return merged.filter(keep)
 
 
-def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUnit) -> CompactResult:
-    """Run one picked compaction of a bucket; deletes are dropped only into the top level."""
+def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUnit,
+            changelog: ChangelogHook) -> CompactResult:
+    """Run one picked compaction of a bucket (deletes are dropped only into the top level), with
+    the changelog the table's producer writes for it."""
     output = unit.output_level
     drop_delete = output != 0 and output >= levels.highest_non_empty_level()
     lookup: tuple[DataFileMeta, ...] = ()
     if ctx.merge_engine.needs_lookup:
         picked = {(f.file_name, f.level) for f in unit.files}
         lookup = tuple(f for f in levels.files if f.level > 0 and (f.file_name, f.level) not in picked)
-    return _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, lookup).run()
+    result = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, lookup).run()
+    after = levels.replace(result.before, result.after)
+    result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit)
+    return result
+
+
+def forces_level0_up(ctx: TableContext, changelog: ChangelogHook) -> bool:
+    """Whether compactions of the table pick level 0 up when nothing else is picked: first-row's
+    lookup compaction, and producers that make changelog from level 0 (``lookup``)."""
+    return ctx.merge_engine.needs_lookup or changelog.force_level0_up
 
 
 def compact_bucket(
-    ctx: TableContext, bucket_dir: str, levels: Levels, *, full: bool, force_level0: bool = False
+    ctx: TableContext, bucket_dir: str, levels: Levels, *, full: bool, changelog: ChangelogHook,
+    force_level0: bool = False,
 ) -> tuple[Levels, CompactResult]:
     """Compact until the bucket is within bounds: one pick normally, more while the sorted runs
     exceed ``num-sorted-run.stop-trigger``; everything into the top level when ``full``; with
@@ -183,7 +200,7 @@ def compact_bucket(
             unit = choose.pick(levels.num_levels, runs)
         if unit is None:
             return levels, total
-        result = compact(ctx, bucket_dir, levels, unit)
+        result = compact(ctx, bucket_dir, levels, unit, changelog)
         levels = levels.replace(result.before, result.after)
         for f in total.merge(result):
             ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
@@ -197,10 +214,12 @@ def compact_table(
     *,
     full: bool,
     partitions: Sequence[Mapping[str, Any]] | None,
+    changelog: ChangelogHook,
     buckets: Collection[tuple[bytes, int]] | None = None,
 ) -> list[CommitMessage]:
     """Compaction results of every bucket of the latest snapshot (of the given partitions, or
-    only ``buckets``: (serialized partition, bucket) pairs)."""
+    only ``buckets``: (serialized partition, bucket) pairs), with the changelog the table's
+    producer writes for them."""
     latest = ctx.latest_snapshot()
     if latest is None:
         return []
@@ -219,10 +238,11 @@ def compact_table(
     def run(item: tuple[tuple[bytes, int], list[DataFileMeta]]) -> CommitMessage:
         (partition, bucket), files = item
         levels = Levels(tuple(files), ctx.options.num_levels)
-        _, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full,
-                                   force_level0=ctx.merge_engine.needs_lookup)
+        _, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full, changelog=changelog,
+                                   force_level0=forces_level0_up(ctx, changelog))
         return CommitMessage(partition, bucket, ctx.options.bucket,
-                             compact_before=tuple(result.before), compact_after=tuple(result.after))
+                             compact_before=tuple(result.before), compact_after=tuple(result.after),
+                             compact_changelog_files=tuple(result.changelog))
 
     messages = map_all(run, files.items())
     return [m for m in messages if m.compact_before or m.compact_after]

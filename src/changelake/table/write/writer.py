@@ -72,8 +72,10 @@ class TableWrite:
     ``num-sorted-run.stop-trigger``, with ``commit.force-compact``, for a full compaction
     (``full-compaction.delta-commits``), and for one-shot writers (``Table.write``).
     ``write-only`` disables compaction. ``changelog`` is the table's changelog producer (see
-    :mod:`changelake.changelog.producers`): each flush hands it the raw input of every bucket,
-    and the changelog files it writes are committed with the data files. Call :meth:`close`
+    :mod:`changelake.changelog.producers`): each flush hands it the raw input of every bucket
+    and each compaction the bucket's levels before and after, and the changelog files it writes
+    are committed with the data files (the APPEND snapshot) and with the compaction (the COMPACT
+    snapshot); with ``lookup-wait`` every commit compacts level 0 up. Call :meth:`close`
     (or use ``with``) when done.
     """
 
@@ -179,7 +181,7 @@ class TableWrite:
             for f in state.compacted.merge(result):
                 self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
         kept = {f.file_name for f in state.compacted.before}
-        for f in [*state.new_files, *state.changelog, *state.compacted.after]:
+        for f in [*state.new_files, *state.changelog, *state.compacted.after, *state.compacted.changelog]:
             if f.file_name not in kept:
                 self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
 
@@ -274,19 +276,42 @@ class TableWrite:
             self._collect(state)
         bucket_dir = ctx.bucket_dir(state.partition, state.bucket)
         runs = len(state.levels.sorted_runs(ctx.key_of))
-        # Paimon's readers skip level 0 of first-row tables: level 0 is compacted up before
-        # every commit (lookup compaction), so no snapshot holds a row only there.
-        lookup = ctx.merge_engine.needs_lookup and bool(state.levels.level0())
-        if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or lookup:
+        force_level0 = compaction.forces_level0_up(ctx, self.changelog)
+        # Paimon's readers skip level 0 of first-row tables, and lookup-wait commits carry the
+        # changelog of their rows: level 0 is compacted up before such commits.
+        level0_up = (ctx.merge_engine.needs_lookup or self.changelog.wait_level0_up) and bool(state.levels.level0())
+        if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or level0_up:
             self._collect(state)
+            if force_level0 or self.changelog.full_compaction_delta_commits is not None:
+                self._refresh(state)
             state.levels, result = compaction.compact_bucket(ctx, bucket_dir, state.levels, full=full,
-                                                             force_level0=ctx.merge_engine.needs_lookup)
+                                                             changelog=self.changelog, force_level0=force_level0)
             for f in state.compacted.merge(result):
                 ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
         elif state.running is None and self._background:
-            unit = compaction.picker(ctx).pick(state.levels.num_levels, state.levels.sorted_runs(ctx.key_of))
+            choose = compaction.picker(ctx)
+            pick = choose.pick_level0 if force_level0 else choose.pick
+            unit = pick(state.levels.num_levels, state.levels.sorted_runs(ctx.key_of))
             if unit is not None:
-                state.running = executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit)
+                state.running = executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit,
+                                                  self.changelog)
+
+    def _refresh(self, state: _Bucket) -> None:
+        """Rebase the bucket's levels on its files committed now: other writers may have
+        committed in it since this writer looked, and a compaction that looks up previous
+        values (or diffs the top level) must see them. Kept as is when a compaction not yet
+        committed lost its inputs meanwhile (its commit is void anyway)."""
+        latest = self.ctx.latest_snapshot()
+        if latest is None:
+            return
+        entries = live_files.live_entries(self.ctx, latest)
+        committed = {(f.file_name, f.level): f for e in entries
+                     if (e.partition, e.bucket) == (state.partition, state.bucket) for f in [e.file]}
+        if any((f.file_name, f.level) not in committed for f in state.compacted.before
+               if f.file_name not in {n.file_name for n in state.new_files}):
+            return
+        levels = Levels(tuple(committed.values()) + tuple(state.new_files), state.levels.num_levels)
+        state.levels = levels.replace(state.compacted.before, state.compacted.after)
 
     def prepare(self, *, full_compaction: bool = False) -> list[CommitMessage]:
         """Flush everything as level-0 files and compact as the buckets need: the messages a
@@ -309,6 +334,7 @@ class TableWrite:
                     state.partition, state.bucket, self.ctx.options.bucket, new_files=tuple(state.new_files),
                     compact_before=tuple(state.compacted.before), compact_after=tuple(state.compacted.after),
                     changelog_files=tuple(state.changelog),
+                    compact_changelog_files=tuple(state.compacted.changelog),
                 ))
             state.new_files = []
             state.changelog = []
@@ -328,7 +354,7 @@ class TableWrite:
                 # behind (or did not): the replay moves it up, as the lost commit would have.
                 self._compact_level0_up(None)
             return []
-        delta_commits = self.ctx.options.full_compaction_delta_commits
+        delta_commits = self.ctx.options.full_compaction_delta_commits or self.changelog.full_compaction_delta_commits
         self._commits += 1
         full = delta_commits is not None and self._commits % delta_commits == 0
         messages = [*self._unlanded, *self.prepare(full_compaction=full)]
@@ -373,7 +399,8 @@ class TableWrite:
             if not buckets:
                 return
         for _ in range(self.ctx.options.commit_max_retries):
-            messages = compaction.compact_table(self.ctx, full=False, partitions=None, buckets=buckets)
+            messages = compaction.compact_table(self.ctx, full=False, partitions=None, changelog=self.changelog,
+                                                buckets=buckets)
             if not messages:
                 return
             with contextlib.suppress(CommitConflictError):  # compacted by someone else: look again

@@ -1,0 +1,131 @@
+"""Changelog made by compaction (``lookup`` and ``full-compaction``): the diff of a bucket's state
+before and after a compaction, for the keys the compaction brought new rows of.
+
+The state is what a reader sees of the bucket without the rows not yet compacted: for
+``lookup`` every file above level 0 (a compaction that includes level 0 moves all of it up,
+so level 0 is never part of it), for ``full-compaction`` the top level. Each changelog-making
+compaction takes the bucket from the state the previous one ended in to the next, so the
+changelog of all of them, in order, folds into the state. Per key (Paimon's
+LookupChangelogMergeFunctionWrapper and FullChangelogMergeFunctionWrapper): no before and an add
+after → +I(after); an add before and none after → -D(before); adds before and after → -U(before),
++U(after), unless ``changelog-producer.row-deduplicate`` and their values are equal. first-row
+emits only the +I of new keys.
+
+Everything is whole-column: the previous and new rows of the keys come from the files through
+an Arrow semi join with the keys, are merged by the table's merge engine, and are paired by one
+sort of both sides by (key, side).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from changelake.changelog.lookup_cache import LookupCache
+from changelake.option_values import MergeEngineKind
+from changelake.table.context import TableContext
+from changelake.table.format import data_file, kv
+from changelake.table.format.manifest import DataFileMeta
+from changelake.table.merge import sort
+
+_ADDS = (kv.INSERT, kv.UPDATE_AFTER)
+
+
+def file_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, f: DataFileMeta) -> pa.Table:
+    """All rows of a file above level 0, through the lookup cache."""
+    schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
+    path = f"{bucket_dir}/{f.file_name}"
+    return cache.get(path, lambda: data_file.read(ctx.file_io, path, schema))
+
+
+def keys_of(ctx: TableContext, cache: LookupCache, bucket_dir: str, files: Sequence[DataFileMeta]) -> pa.Table:
+    """The key columns of every row of ``files`` (level-0 files read directly: they are read
+    once; files above level 0 through the cache, where later compactions find them)."""
+    key_columns = ctx.key_columns
+    schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
+    parts = [
+        data_file.read(ctx.file_io, f"{bucket_dir}/{f.file_name}", schema, key_columns) if f.level == 0
+        else file_rows(ctx, cache, bucket_dir, f).select(key_columns)
+        for f in files
+    ]
+    return pa.concat_tables(parts) if parts else schema.empty_table().select(key_columns)
+
+
+def merged_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, files: Sequence[DataFileMeta],
+                keys: pa.Table, span: tuple[DataFileMeta, ...]) -> pa.Table:
+    """The merged row (delete markers kept) of every key of ``keys`` found in ``files``, one
+    per key in key order. Files whose key range misses ``span``'s (the files the keys came
+    from) are not read."""
+    key_of = ctx.key_of
+    low = min(key_of(f.min_key) for f in span)
+    high = max(key_of(f.max_key) for f in span)
+    schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
+    parts = [file_rows(ctx, cache, bucket_dir, f).join(keys, keys=list(ctx.key_columns), join_type="left semi")
+             .select(schema.names).cast(schema)
+             for f in files if key_of(f.min_key) <= high and key_of(f.max_key) >= low]
+    rows = pa.concat_tables(parts) if parts else schema.empty_table()
+    return ctx.merge_rows(rows, drop_deletes=False).cast(schema)
+
+
+def diff(ctx: TableContext, before: pa.Table, after: pa.Table) -> pa.Table:
+    """The changelog rows (data-file layout, sorted by key; a key's -U before its +U) that take
+    the keys from their ``before`` rows to their ``after`` rows (one merged row per key each)."""
+    both = pa.concat_tables([before, after.select(before.schema.names)])
+    side = np.concatenate([np.zeros(before.num_rows, np.int64), np.ones(after.num_rows, np.int64)])
+    order = sort.sort_indices([both.column(c) for c in ctx.key_columns], pa.array(side))
+    both = both.take(order)
+    side = side[order]
+    n = both.num_rows
+    if n == 0:
+        return both
+    ends = sort.group_ends([both.column(c) for c in ctx.key_columns])
+    starts = np.roll(ends, 1)
+    starts[0] = True
+    first = np.flatnonzero(starts)  # each key's first row: its before-image when side is 0
+    last = np.flatnonzero(ends)  # each key's last row: its after-image when side is 1
+    adds = np.isin(np.asarray(both.column(kv.VALUE_KIND).to_numpy()), _ADDS)
+    had = (side[first] == 0) & adds[first]
+    has = (side[last] == 1) & adds[last]
+    inserted = ~had & has
+    deleted = had & ~has
+    updated = had & has
+    if ctx.merge_engine.kind is MergeEngineKind.FIRST_ROW:
+        # A key's first row never changes once it is there: only new keys are changes.
+        deleted[:] = False
+        updated[:] = False
+    elif ctx.options.changelog_row_deduplicate and updated.any():
+        updated &= ~_equal_values(ctx, both, first, last)
+    kinds = np.full(n, -1, dtype=np.int8)
+    kinds[last[inserted]] = kv.INSERT
+    kinds[first[deleted]] = kv.DELETE
+    kinds[first[updated]] = kv.UPDATE_BEFORE
+    kinds[last[updated]] = kv.UPDATE_AFTER
+    keep = kinds >= 0
+    out = both.filter(pa.array(keep))
+    index = out.schema.get_field_index(kv.VALUE_KIND)
+    return out.set_column(index, out.schema.field(index), pa.array(kinds[keep], out.schema.field(index).type))
+
+
+def _equal_values(ctx: TableContext, rows: pa.Table, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Whether rows ``left[i]`` and ``right[i]`` have equal values (nulls equal to nulls), the
+    ``changelog-producer.row-deduplicate-ignore-fields`` aside."""
+    ignored = set(ctx.options.changelog_row_deduplicate_ignore_fields)
+    equal = np.ones(len(left), dtype=bool)
+    for name in ctx.arrow_schema.names:
+        if name in ignored:
+            continue
+        a, b = rows.column(name).take(pa.array(left)), rows.column(name).take(pa.array(right))
+        same = pc.fill_null(pc.equal(a, b), False)
+        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+        equal &= np.asarray(pc.or_(same, both_null).to_numpy(zero_copy_only=False))
+    return equal
+
+
+def write(ctx: TableContext, bucket_dir: str, changes: pa.Table, level: int) -> list[DataFileMeta]:
+    """The changelog rows as changelog files of the bucket (none when there are no rows)."""
+    if changes.num_rows == 0:
+        return []
+    return data_file.write(ctx.file_io, bucket_dir, [changes], ctx.changelog_file_settings, level=level)
