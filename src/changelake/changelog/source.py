@@ -233,9 +233,10 @@ class ChangeSource:
             # Gone because it expired (raises), or not committed yet (None).
             starting.check_follow_up_start(self.context, snapshot_id, None)
             latest = snapshots.latest_id(self.context.file_io, self.context.paths)
-            if latest is not None and snapshot_id <= latest:
-                raise
-            return None
+            if latest is None or snapshot_id > latest:
+                return None
+            # Committed between the read and the listing: read it now (a real gap raises).
+            return self.context.snapshot(snapshot_id)
 
     # -- reading ----------------------------------------------------------------------------
 
