@@ -23,6 +23,7 @@ from typing import Any
 from ingest_read import SCHEMA, batches
 
 import changelake as cl
+from changelake.changelog import producers
 
 PRODUCERS = ["none", "input", "lookup", "full-compaction"]
 
@@ -51,7 +52,9 @@ def run(producer: str, commits: int, size: int) -> dict[str, Any]:
             for item in change.data.column("rowkind").value_counts().to_pylist():
                 kinds[item["values"]] = kinds.get(item["values"], 0) + item["counts"]
         read_s = time.perf_counter() - start
-        return {"ingest": commits * size / ingest_s, "read": emitted / read_s if read_s else 0.0,
+        cache = producers.lookup_cache(table.context)
+        return {"hit_rate": cache.hit_rate, "lookups": cache.hits + cache.misses,
+                "ingest": commits * size / ingest_s, "read": emitted / read_s if read_s else 0.0,
                 "emitted": emitted, "read_s": read_s, "kinds": kinds,
                 "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     finally:
@@ -80,7 +83,8 @@ def main() -> None:
     print(f"{total:,} rows in {args.commits} commits of {args.batch:,}, 4 partitions x bucket 4")
     for producer, r in results.items():
         print(f"{producer:<16} ingest {r['ingest']:>11,.0f} rows/s   changelog read {r['read']:>11,.0f} rows/s "
-              f"({r['emitted']:,} rows emitted: {r['kinds']})   peak RSS {r['rss']:,.0f} MB")
+              f"({r['emitted']:,} rows emitted: {r['kinds']})   peak RSS {r['rss']:,.0f} MB"
+              + (f"   lookup cache hit rate {r['hit_rate']:.0%} of {r['lookups']:,}" if r["lookups"] else ""))
     if "none" in results and "lookup" in results:
         print(f"lookup ingest = {results['lookup']['ingest'] / results['none']['ingest']:.0%} of none "
               "(target >= 40%)")
