@@ -279,7 +279,7 @@ class TableWrite:
         force_level0 = compaction.forces_level0_up(ctx, self.changelog)
         # Paimon's readers skip level 0 of first-row tables, and lookup-wait commits carry the
         # changelog of their rows: level 0 is compacted up before such commits.
-        level0_up = (ctx.merge_engine.needs_lookup or self.changelog.wait_level0_up) and bool(state.levels.level0())
+        level0_up = self._level0_goes_up and bool(state.levels.level0())
         if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or level0_up:
             self._collect(state)
             if force_level0 or self.changelog.full_compaction_delta_commits is not None:
@@ -349,7 +349,7 @@ class TableWrite:
         if commit.already_committed(self.ctx, self.commit_user, identifier, self.ctx.latest_snapshot()):
             self._unlanded = []
             self.abort()
-            if self.ctx.merge_engine.needs_lookup:
+            if self._level0_goes_up:
                 # A crash between this identifier's APPEND and COMPACT snapshots left level 0
                 # behind (or did not): the replay moves it up, as the lost commit would have.
                 self._compact_level0_up(None)
@@ -383,15 +383,21 @@ class TableWrite:
             # committer: this writer's view of the buckets is stale, so it is restored from the
             # table at the next flush.
             self._forget_buckets()
-        if landed and landed[-1].commit_kind is CommitKind.APPEND and self.ctx.merge_engine.needs_lookup:
+        if landed and landed[-1].commit_kind is CommitKind.APPEND and self._level0_goes_up:
             self._compact_level0_up({(m.partition, m.bucket) for m in messages})
         return landed
 
+    @property
+    def _level0_goes_up(self) -> bool:
+        """Every commit moves level 0 up: Paimon's readers skip level 0 of first-row tables, and
+        a waiting lookup producer lands each commit's changelog with it."""
+        return self.ctx.merge_engine.needs_lookup or self.changelog.wait_level0_up
+
     def _compact_level0_up(self, buckets: set[tuple[bytes, int]] | None) -> None:
         """Move level-0 files of ``buckets`` (None: every bucket that has some) up, from the
-        table as it is now: Paimon's readers skip level 0 of first-row tables, and the
-        writer's own compaction was void (another writer compacted the bucket first) or lost
-        to a crash. Committed as its own user, since the writer's identifier has landed."""
+        table as it is now, when the writer's own compaction was void (another writer
+        compacted the bucket first) or lost to a crash between the commit's APPEND and COMPACT
+        snapshots. Committed as its own user, since the writer's identifier has landed."""
         if buckets is None:
             latest = self.ctx.latest_snapshot()
             entries = live_files.live_entries(self.ctx, latest) if latest is not None else []
