@@ -63,11 +63,14 @@ def merged_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, files: S
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    parts = [file_rows(ctx, cache, bucket_dir, f).join(keys, keys=list(ctx.key_columns), join_type="left semi")
-             .select(schema.names).cast(schema)
+    parts = [file_rows(ctx, cache, bucket_dir, f).select(schema.names).cast(schema)
              for f in files if key_of(f.min_key) <= high and key_of(f.max_key) >= low]
-    rows = pa.concat_tables(parts) if parts else schema.empty_table()
-    return ctx.merge_rows(rows, drop_deletes=False).cast(schema)
+    if not parts:
+        return schema.empty_table()
+    # One semi join over all the files (a zero-copy concatenation): the hash table is built
+    # once, on the keys.
+    rows = pa.concat_tables(parts).join(keys, keys=list(ctx.key_columns), join_type="left semi")
+    return ctx.merge_rows(rows.select(schema.names), drop_deletes=False).cast(schema)
 
 
 def diff(ctx: TableContext, before: pa.Table, after: pa.Table) -> pa.Table:

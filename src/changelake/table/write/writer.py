@@ -390,7 +390,10 @@ class TableWrite:
     @property
     def _level0_goes_up(self) -> bool:
         """Every commit moves level 0 up: Paimon's readers skip level 0 of first-row tables, and
-        a waiting lookup producer lands each commit's changelog with it."""
+        a waiting lookup producer lands each commit's changelog with it (``write-only`` writers
+        never compact: a later ``table.compact()`` does)."""
+        if self.ctx.options.write_only:
+            return False
         return self.ctx.merge_engine.needs_lookup or self.changelog.wait_level0_up
 
     def _compact_level0_up(self, buckets: set[tuple[bytes, int]] | None) -> None:
