@@ -60,6 +60,7 @@ REACH = {
     KillPoint.SNAPSHOT_BEFORE_LATEST: 5,
     KillPoint.COMPACTION: 3,
     KillPoint.MANIFEST_COMPACTION: 2,
+    KillPoint.BEFORE_COMPACT_SNAPSHOT: 3,
 }
 
 
