@@ -1,4 +1,4 @@
-"""BinaryRow bytes and bucket numbers against the reference Paimon table in shared/reference."""
+"""BinaryRow bytes and bucket numbers against the bytes of a real Paimon table (pypaimon 2.1.0 output)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from changelake.table.format import binary_row, bucket
 
-# From shared/reference/paimon-format/04_manifest_avro.txt (pypaimon 2.1.0 output).
+# A manifest entry of a table pypaimon 2.1.0 wrote (its _PARTITION and key bytes).
 PARTITION_2024_01_01 = bytes.fromhex(
     "00000001" "0000000000000000" "0a00000010000000" "323032342d30312d" "3031000000000000"
 )
