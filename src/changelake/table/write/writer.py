@@ -267,7 +267,8 @@ class TableWrite:
         for f in state.compacted.merge(result):
             self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
 
-    def _compact(self, state: _Bucket, *, full: bool) -> None:
+    def _compact(self, state: _Bucket, *, full: bool,
+                 committed: dict[tuple[bytes, int], list[DataFileMeta]] | None) -> None:
         ctx = self.ctx
         options = ctx.options
         if options.write_only:
@@ -282,8 +283,8 @@ class TableWrite:
         level0_up = self._level0_goes_up and bool(state.levels.level0())
         if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or level0_up:
             self._collect(state)
-            if force_level0 or self.changelog.full_compaction_delta_commits is not None:
-                self._refresh(state)
+            if committed is not None:
+                self._refresh(state, committed.get((state.partition, state.bucket), []))
             state.levels, result = compaction.compact_bucket(ctx, bucket_dir, state.levels, full=full,
                                                              changelog=self.changelog, force_level0=force_level0)
             for f in state.compacted.merge(result):
@@ -296,19 +297,14 @@ class TableWrite:
                 state.running = executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit,
                                                   self.changelog)
 
-    def _refresh(self, state: _Bucket) -> None:
-        """Rebase the bucket's levels on its files committed now: other writers may have
-        committed in it since this writer looked, and a compaction that looks up previous
+    def _refresh(self, state: _Bucket, files: list[DataFileMeta]) -> None:
+        """Rebase the bucket's levels on ``files``, its files committed now: other writers may
+        have committed in it since this writer looked, and a compaction that looks up previous
         values (or diffs the top level) must see them. Kept as is when a compaction not yet
         committed lost its inputs meanwhile (its commit is void anyway)."""
-        latest = self.ctx.latest_snapshot()
-        if latest is None:
-            return
-        entries = live_files.live_entries(self.ctx, latest)
-        committed = {(f.file_name, f.level): f for e in entries
-                     if (e.partition, e.bucket) == (state.partition, state.bucket) for f in [e.file]}
-        if any((f.file_name, f.level) not in committed for f in state.compacted.before
-               if f.file_name not in {n.file_name for n in state.new_files}):
+        committed = {(f.file_name, f.level): f for f in files}
+        new = {f.file_name for f in state.new_files}
+        if any((f.file_name, f.level) not in committed for f in state.compacted.before if f.file_name not in new):
             return
         levels = Levels(tuple(committed.values()) + tuple(state.new_files), state.levels.num_levels)
         state.levels = levels.replace(state.compacted.before, state.compacted.after)
@@ -326,7 +322,15 @@ class TableWrite:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
         states = list(self._buckets.values())
-        map_all(lambda s: self._compact(s, full=full_compaction), states)
+        # Compactions that look up previous values (or diff the top level) rebase their bucket on
+        # what is committed now: read once for every bucket.
+        committed = None
+        if compaction.forces_level0_up(self.ctx, self.changelog) or \
+                self.changelog.full_compaction_delta_commits is not None:
+            latest = self.ctx.latest_snapshot()
+            if latest is not None:
+                committed = live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
+        map_all(lambda s: self._compact(s, full=full_compaction, committed=committed), states)
         messages = []
         for state in states:
             if state.new_files or state.changelog or state.compacted.before or state.compacted.after:
