@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table.commit import renumber
 from changelake.table.read.live_files import live_entries
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
@@ -36,22 +35,14 @@ def _rows(keys: list[int], value: str) -> pa.Table:
 @pytest.mark.parametrize("engine", list(ENGINES))
 @pytest.mark.parametrize("race", [False, True], ids=["after", "racing"])
 def test_long_lived_writer_wins_over_an_earlier_one_shot_write(
-    tmp_path: Path, engine: str, race: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, engine: str, race: bool, renumber_calls: list[bool]
 ) -> None:
     """The issue's repro. ``racing``: the writer's rows are numbered (a tiny buffer flushes
     them at write) before the one-shot write lands, so its commit must renumber them."""
     extra, expected = ENGINES[engine]
     options = {"merge-engine": engine, **extra, **({"write-buffer-size": "1 b"} if race else {})}
     table = _create(tmp_path, options)
-    shifted: list[int] = []
-    real = renumber.renumber
-
-    def counting(*args: Any) -> Any:
-        result = real(*args)
-        shifted.append(result is not None)
-        return result
-
-    monkeypatch.setattr(renumber, "renumber", counting)
+    shifted = renumber_calls
     with table.writer(commit_user="job") as writer:
         writer.write(_rows([1], "w1"))
         writer.commit(identifier=1)
