@@ -181,6 +181,25 @@ def _check_conflicts(ctx: TableContext, latest: Snapshot | None, entries: Sequen
                 )
 
 
+def _check_view(ctx: TableContext, view: int, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
+    """A compaction that looked up the older levels of its buckets in snapshot ``view`` is void
+    when a later compaction added files above level 0 to one of them: it did not look there
+    (a first-row key could then live in two levels, a changelog miss its before-image)."""
+    if latest is None or latest.id <= view:
+        return
+    touched = {(e.partition, e.bucket) for e in entries}
+    for snapshot_id in range(view + 1, latest.id + 1):
+        landed = ctx.snapshot(snapshot_id)
+        if landed.commit_kind is not CommitKind.COMPACT:
+            continue  # appends add level-0 files only
+        for meta in live_files.manifest_list(ctx, landed.delta_manifest_list):
+            for e in live_files.manifest_entries(ctx, meta.file_name):
+                if e.kind == FileKind.ADD and e.file.level > 0 and (e.partition, e.bucket) in touched:
+                    raise CommitConflictError(
+                        f"snapshot {snapshot_id} compacted bucket {e.bucket} after this compaction looked up "
+                        "its levels; this commit's compaction is void", table=ctx.name)
+
+
 def commit(
     ctx: TableContext,
     messages: Sequence[CommitMessage],
@@ -189,13 +208,17 @@ def commit(
     *,
     compact_conflicts_fatal: bool = True,
     on_renumber: Callable[[], None] | None = None,
+    view: int | None = None,
 ) -> list[Snapshot]:
     """Commit the messages as an APPEND snapshot (new files) and then a COMPACT snapshot
     (compaction changes), skipping everything if ``commit_user`` already committed
     ``identifier``. Returns the new snapshots ([] when skipped or empty).
 
     When another commit landed rows in the same buckets meanwhile, the new rows are renumbered
-    above them first (``on_renumber`` is told), so this commit, landing later, wins.
+    above them first (``on_renumber`` is told), so this commit, landing later, wins. ``view``
+    is the snapshot whose files the compactions looked up (first-row, lookup and
+    full-compaction changelog): a compaction another commit landed in the same bucket since is
+    a conflict, since its files were not looked up.
 
     A compaction whose input files another commit removed meanwhile (or that would overlap
     files within a level) is void: its output files are deleted, and CommitConflictError is
@@ -212,7 +235,7 @@ def commit(
             if compact and done:
                 killpoints.reached(KillPoint.BEFORE_COMPACT_SNAPSHOT)
             landed, current = _commit_one(ctx, kind, current, commit_user, identifier, first=not done,
-                                          on_renumber=on_renumber)
+                                          on_renumber=on_renumber, view=view)
             if landed is None:
                 _remove(ctx, originals | _written(ctx, current))
                 return done
@@ -248,12 +271,14 @@ def _commit_one(
     *,
     first: bool,
     on_renumber: Callable[[], None] | None,
+    view: int | None,
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
     """Land one snapshot of ``kind`` for the messages, retrying lost races; returns it (None:
     already committed) and the messages as landed (renumbered copies, for an APPEND)."""
     attempt = _Attempt()
     try:
-        return _land(ctx, kind, messages, commit_user, identifier, attempt, first=first, on_renumber=on_renumber)
+        return _land(ctx, kind, messages, commit_user, identifier, attempt, first=first, on_renumber=on_renumber,
+                     view=view)
     except BaseException:
         _remove(ctx, attempt.copies)
         raise
@@ -269,6 +294,7 @@ def _land(
     *,
     first: bool,
     on_renumber: Callable[[], None] | None,
+    view: int | None,
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
     delta = _Delta.write(ctx, kind, messages, attempt)
     options = ctx.options
@@ -298,6 +324,8 @@ def _land(
         entries = delta.entries
         try:
             _check_conflicts(ctx, latest, entries)
+            if view is not None and kind is CommitKind.COMPACT:
+                _check_view(ctx, view, latest, entries)
         except CommitConflictError:
             _remove(ctx, attempt.written)
             raise

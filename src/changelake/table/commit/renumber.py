@@ -53,29 +53,23 @@ def renumber(ctx: TableContext, messages: list[CommitMessage], latest: Snapshot 
 
 
 def _shift(ctx: TableContext, message: CommitMessage, base: int, offset: int) -> CommitMessage:
-    """The message with every row numbered ``base`` or higher in the files it wrote moved up by
-    ``offset`` (files referenced at two levels, by an upgrade, are copied once)."""
+    """The message's new data and changelog files copied with every row numbered ``base`` or
+    higher moved up by ``offset``. Its compaction is dropped: it merged against a view of the
+    bucket that the commit landed meanwhile made stale, and it may have merged committed rows
+    numbered in the shifted range with this commit's (its output files are deleted with the
+    originals; the writer compacts again from the table)."""
     bucket_dir = message.bucket_dir(ctx)
-    ours = {path.rsplit("/", 1)[-1] for path in message.written(ctx)}
-    copies: dict[str, DataFileMeta] = {}
 
-    def copy_of(f: DataFileMeta, settings: FileSettings = ctx.file_settings) -> DataFileMeta:
-        if f.file_name not in ours or f.max_sequence_number < base:
-            return f
-        if f.file_name not in copies:
-            copies[f.file_name] = _rewrite(ctx, bucket_dir, f, base, offset, settings)
-        return dataclasses.replace(copies[f.file_name], level=f.level)
+    def copy_of(f: DataFileMeta, settings: FileSettings) -> DataFileMeta:
+        return _rewrite(ctx, bucket_dir, f, base, offset, settings) if f.max_sequence_number >= base else f
 
     return dataclasses.replace(
         message,
-        new_files=tuple(copy_of(f) for f in message.new_files),
-        compact_before=tuple(copy_of(f) for f in message.compact_before),
-        compact_after=tuple(copy_of(f) for f in message.compact_after),
+        new_files=tuple(copy_of(f, ctx.file_settings) for f in message.new_files),
         changelog_files=tuple(copy_of(f, ctx.changelog_file_settings) for f in message.changelog_files),
-        # A compaction's changelog holds after-images of the shifted rows (and before-images
-        # of committed ones, below ``base``, which stay).
-        compact_changelog_files=tuple(copy_of(f, ctx.changelog_file_settings)
-                                      for f in message.compact_changelog_files),
+        compact_before=(),
+        compact_after=(),
+        compact_changelog_files=(),
     )
 
 

@@ -92,6 +92,9 @@ class TableWrite:
         # Compactions run in the background unless the writer waits for them (one-shot writes).
         self._background = not (wait_compaction or ctx.options.write_only)
         self._commits = 0
+        # The snapshot whose files the last compactions that look up older levels (first-row,
+        # lookup and full-compaction changelog) saw; None when no compaction looks up.
+        self._view: int | None = None
         # Messages of a commit that failed for a reason other than a conflict (an I/O error,
         # say): committing again, with the same identifier, retries exactly these.
         self._unlanded: list[CommitMessage] = []
@@ -328,6 +331,7 @@ class TableWrite:
         if compaction.forces_level0_up(self.ctx, self.changelog) or \
                 self.changelog.full_compaction_delta_commits is not None:
             latest = self.ctx.latest_snapshot()
+            self._view = latest.id if latest is not None else 0
             if latest is not None:
                 committed = live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
         map_all(lambda s: self._compact(s, full=full_compaction, committed=committed), states)
@@ -373,7 +377,7 @@ class TableWrite:
 
         try:
             landed = commit.commit(self.ctx, messages, self.commit_user, identifier,
-                                   compact_conflicts_fatal=False, on_renumber=on_renumber)
+                                   compact_conflicts_fatal=False, on_renumber=on_renumber, view=self._view)
         except CommitConflictError:
             self._forget_buckets()
             raise
@@ -412,12 +416,14 @@ class TableWrite:
             if not buckets:
                 return
         for _ in range(self.ctx.options.commit_max_retries):
+            latest = self.ctx.latest_snapshot()
+            view = latest.id if latest is not None else 0
             messages = compaction.compact_table(self.ctx, full=False, partitions=None, changelog=self.changelog,
                                                 buckets=buckets)
             if not messages:
                 return
             with contextlib.suppress(CommitConflictError):  # compacted by someone else: look again
-                commit.commit(self.ctx, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
+                commit.commit(self.ctx, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER, view=view)
                 return
 
     def _forget_buckets(self) -> None:
