@@ -11,9 +11,10 @@ after → +I(after); an add before and none after → -D(before); adds before an
 +U(after), unless ``changelog-producer.row-deduplicate`` and their values are equal. first-row
 emits only the +I of new keys.
 
-Everything is whole-column: the previous and new rows of the keys come from the files through
-an Arrow semi join with the keys, are merged by the table's merge engine, and are paired by one
-sort of both sides by (key, side).
+Everything is whole-column: the previous rows of the keys come from the state's files (binary
+searches in the sorted files for an integer key, else an Arrow semi join with the keys) and
+are merged by the table's merge engine; the new rows are those merged with the incoming rows
+(what the compaction writes); both sides are paired by one sort by (key, side).
 """
 
 from __future__ import annotations
@@ -35,23 +36,19 @@ _ADDS = (kv.INSERT, kv.UPDATE_AFTER)
 
 
 def file_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, f: DataFileMeta) -> pa.Table:
-    """All rows of a file above level 0, through the lookup cache."""
+    """All rows of a data file, through the lookup cache."""
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
     path = f"{bucket_dir}/{f.file_name}"
     return cache.get(path, lambda: data_file.read(ctx.file_io, path, schema))
 
 
-def keys_of(ctx: TableContext, cache: LookupCache, bucket_dir: str, files: Sequence[DataFileMeta]) -> pa.Table:
-    """The key columns of every row of ``files`` (level-0 files read directly: they are read
-    once; files above level 0 through the cache, where later compactions find them)."""
-    key_columns = ctx.key_columns
+def incoming_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str,
+                  files: Sequence[DataFileMeta]) -> pa.Table:
+    """Every row of ``files``, the files a compaction brings into the state (the compaction
+    read them through the cache just before)."""
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    parts = [
-        data_file.read(ctx.file_io, f"{bucket_dir}/{f.file_name}", schema, key_columns) if f.level == 0
-        else file_rows(ctx, cache, bucket_dir, f).select(key_columns)
-        for f in files
-    ]
-    return pa.concat_tables(parts) if parts else schema.empty_table().select(key_columns)
+    parts = [file_rows(ctx, cache, bucket_dir, f).select(schema.names).cast(schema) for f in files]
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def merged_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, files: Sequence[DataFileMeta],
@@ -67,10 +64,41 @@ def merged_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, files: S
              for f in files if key_of(f.min_key) <= high and key_of(f.max_key) >= low]
     if not parts:
         return schema.empty_table()
-    # One semi join over all the files (a zero-copy concatenation): the hash table is built
-    # once, on the keys.
-    rows = pa.concat_tables(parts).join(keys, keys=list(ctx.key_columns), join_type="left semi")
+    key_columns = list(ctx.key_columns)
+    if len(key_columns) == 1 and pa.types.is_integer(schema.field(key_columns[0]).type):
+        wanted = np.unique(keys.column(0).to_numpy())
+        rows = pa.concat_tables(part.take(_sorted_matches(part.column(key_columns[0]), wanted)) for part in parts)
+    else:
+        # One semi join over all the files (a zero-copy concatenation): the hash table is
+        # built once, on the keys.
+        rows = pa.concat_tables(parts).join(keys, keys=key_columns, join_type="left semi")
     return ctx.merge_rows(rows.select(schema.names), drop_deletes=False).cast(schema)
+
+
+def _sorted_matches(column: pa.ChunkedArray, wanted: np.ndarray) -> np.ndarray:
+    """Positions of the rows of a key-sorted file whose (integer) key is one of the sorted
+    ``wanted`` keys: two binary searches per wanted key instead of hashing every row."""
+    stored = column.to_numpy()
+    starts = np.searchsorted(stored, wanted, side="left")
+    counts = np.searchsorted(stored, wanted, side="right") - starts
+    found = counts > 0
+    starts, counts = starts[found], counts[found]
+    # Each found key's run of rows (usually one): start, start + 1, ..., start + count - 1.
+    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    positions: np.ndarray = np.repeat(starts, counts) + offsets
+    return positions
+
+
+def before_and_after(ctx: TableContext, cache: LookupCache, bucket_dir: str, state: Sequence[DataFileMeta],
+                     incoming: tuple[DataFileMeta, ...]) -> tuple[pa.Table, pa.Table]:
+    """The merged rows, before and after a compaction, of the keys of the ``incoming`` files
+    the compaction brings into the ``state`` files. The after-image of a key is its
+    before-image merged with its incoming rows, as Paimon's lookup merge does: what the
+    compaction writes for the key, without reading its output back."""
+    rows = incoming_rows(ctx, cache, bucket_dir, incoming)
+    before = merged_rows(ctx, cache, bucket_dir, state, rows.select(list(ctx.key_columns)), incoming)
+    after = ctx.merge_rows(pa.concat_tables([before, rows]), drop_deletes=False).cast(before.schema)
+    return before, after
 
 
 def diff(ctx: TableContext, before: pa.Table, after: pa.Table) -> pa.Table:

@@ -56,12 +56,16 @@ class LookupCache:
                 return ipc.open_file(pa.memory_map(spilled)).read_all()
             self.misses += 1
         table = load()  # outside the lock: other buckets' compactions go on meanwhile
+        self.put(path, table)
+        return table
+
+    def put(self, path: str, table: pa.Table) -> None:
+        """Cache the rows of a file just written (not counted as a lookup)."""
         with self._lock:
             if path not in self._memory and path not in self._spilled:
                 self._memory[path] = table
                 self._memory_bytes += table.nbytes
                 self._spill_over_limit()
-        return table
 
     def discard(self, paths: Iterable[str]) -> None:
         """Forget files a compaction removed from the table."""

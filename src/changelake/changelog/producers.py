@@ -28,7 +28,7 @@ from changelake.changelog.lookup_cache import LookupCache, cache_for
 from changelake.option_values import ChangelogProducer
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.context import TableContext
-from changelake.table.format import data_file
+from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.lsm.levels import Levels
 from changelake.table.lsm.universal import CompactUnit
@@ -50,6 +50,14 @@ class NoChangelog:
                       unit: CompactUnit) -> list[DataFileMeta]:
         """No files."""
         return []
+
+    def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
+        """Nothing is looked up later: nothing to keep."""
+
+    def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
+        """The file, from the table's storage."""
+        schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
+        return data_file.read(ctx.file_io, f"{bucket_dir}/{f.file_name}", schema)
 
 
 @dataclass(frozen=True)
@@ -77,12 +85,22 @@ class LookupChangelog(NoChangelog):
         if not level0 or self.cache is None:
             return []
         cache = self.cache
-        keys = changes.keys_of(ctx, cache, bucket_dir, level0)
-        old = changes.merged_rows(ctx, cache, bucket_dir, [f for f in before.files if f.level > 0], keys, level0)
-        new = changes.merged_rows(ctx, cache, bucket_dir, [f for f in after.files if f.level > 0], keys, level0)
+        state = [f for f in before.files if f.level > 0]
+        old, new = changes.before_and_after(ctx, cache, bucket_dir, state, level0)
         removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
         cache.discard(f"{bucket_dir}/{name}" for name in removed)
         return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), unit.output_level)
+
+    def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
+        """Keep the file in the cache: the next compaction of the bucket looks its keys up."""
+        if self.cache is not None:
+            self.cache.put(f"{bucket_dir}/{f.file_name}", rows)
+
+    def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
+        """The file, through the cache (where its changelog is made from it next)."""
+        if self.cache is None:
+            return super().read_file(ctx, bucket_dir, f)
+        return changes.file_rows(ctx, self.cache, bucket_dir, f)
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,7 @@ class FullCompactionChangelog(NoChangelog):
     FullChangelogMergeTreeCompactRewriter)."""
 
     cache: LookupCache | None = None
+    top_level: int = 0
 
     def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
                       unit: CompactUnit) -> list[DataFileMeta]:
@@ -101,12 +120,16 @@ class FullCompactionChangelog(NoChangelog):
         if unit.output_level != top or not incoming or self.cache is None:
             return []
         cache = self.cache
-        keys = changes.keys_of(ctx, cache, bucket_dir, incoming)
-        old = changes.merged_rows(ctx, cache, bucket_dir, [f for f in before.files if f.level == top], keys, incoming)
-        new = changes.merged_rows(ctx, cache, bucket_dir, [f for f in after.files if f.level == top], keys, incoming)
+        state = [f for f in before.files if f.level == top]
+        old, new = changes.before_and_after(ctx, cache, bucket_dir, state, incoming)
         removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
         cache.discard(f"{bucket_dir}/{name}" for name in removed)
         return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), top)
+
+    def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
+        """Keep a new top-level file in the cache: the next full compaction diffs against it."""
+        if self.cache is not None and f.level == self.top_level:
+            self.cache.put(f"{bucket_dir}/{f.file_name}", rows)
 
 
 def lookup_cache(ctx: TableContext) -> LookupCache:
@@ -123,5 +146,6 @@ def for_table(ctx: TableContext) -> ChangelogHook:
         return LookupChangelog(force_level0_up=True, wait_level0_up=ctx.options.lookup_wait, cache=lookup_cache(ctx))
     if producer is ChangelogProducer.FULL_COMPACTION:
         # Paimon's writers fully compact after every commit unless the option says otherwise.
-        return FullCompactionChangelog(full_compaction_delta_commits=1, cache=lookup_cache(ctx))
+        return FullCompactionChangelog(full_compaction_delta_commits=1, cache=lookup_cache(ctx),
+                                       top_level=ctx.options.num_levels - 1)
     return NoChangelog()

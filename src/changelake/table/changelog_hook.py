@@ -56,3 +56,14 @@ class ChangelogHook(Protocol):
         with the compaction (``CommitMessage.compact_changelog_files``, listed in the COMPACT
         snapshot)."""
         ...
+
+    def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
+        """A compaction wrote ``f`` in ``bucket_dir`` with ``rows`` (data-file layout): a
+        producer that looks files up in later compactions can keep them instead of reading the
+        file back."""
+        ...
+
+    def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
+        """All rows of data file ``f`` in ``bucket_dir`` (data-file layout), for a compaction
+        to merge: a producer that keeps files for its lookups serves them from there."""
+        ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -58,7 +58,7 @@ _ROW_GROUP_ROWS = 128 * 1024
 class _OpenFile:
     """A Parquet file being written, with the metadata gathered so far."""
 
-    def __init__(self, schema: pa.Schema, settings: FileSettings) -> None:
+    def __init__(self, schema: pa.Schema, settings: FileSettings, *, keep: bool = False) -> None:
         self.name = file_name(settings.prefix)
         # Rows arrive in the full key-value layout (the metadata needs the keys); a thin file
         # stores them without the _KEY_ columns.
@@ -80,9 +80,13 @@ class _OpenFile:
         self.key_max: list[pa.Array] = []
         self.seq_min: int | None = None
         self.seq_max: int | None = None
+        self.keep = keep
+        self.pieces: list[pa.Table] = []  # with ``keep``: what was written, for ``on_file``
 
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
         self.writer.write_table(chunk.drop_columns(self.dropped), row_group_size=_ROW_GROUP_ROWS)
+        if self.keep:
+            self.pieces.append(chunk)
         if not self.rows:
             self.min_key = key_row(chunk, key_names, 0)
         self.max_key = key_row(chunk, key_names, chunk.num_rows - 1)
@@ -142,11 +146,20 @@ def write(
     settings: FileSettings,
     level: int,
     file_source: FileSource = FileSource.APPEND,
+    on_file: Callable[[DataFileMeta, pa.Table], None] | None = None,
 ) -> list[DataFileMeta]:
     """Write key-ordered chunks of key-value rows as Parquet files, rolling to a new file once
-    one reaches ``target-file-size``; returns each file's manifest metadata."""
+    one reaches ``target-file-size``; returns each file's manifest metadata. ``on_file`` is
+    called with each file written and its rows (as given, zero-copy)."""
     written: list[DataFileMeta] = []
     current: _OpenFile | None = None
+
+    def close(current: _OpenFile) -> None:
+        meta = current.close(file_io, bucket_dir, settings, level, file_source)
+        written.append(meta)
+        if on_file is not None:
+            on_file(meta, pa.concat_tables(current.pieces))
+
     for chunk in chunks:
         # The file size is known after each row group, so row groups are kept well under the
         # target (in-memory size overstates the compressed size): files roll close to it.
@@ -155,13 +168,13 @@ def write(
         for start in range(0, chunk.num_rows, piece_rows):
             piece = chunk.slice(start, piece_rows)
             if current is None:
-                current = _OpenFile(piece.schema, settings)
+                current = _OpenFile(piece.schema, settings, keep=on_file is not None)
             current.add(piece, settings.key_names)
             if current.sink.tell() >= settings.target_file_size:
-                written.append(current.close(file_io, bucket_dir, settings, level, file_source))
+                close(current)
                 current = None
     if current is not None:
-        written.append(current.close(file_io, bucket_dir, settings, level, file_source))
+        close(current)
     return written
 
 

@@ -74,6 +74,7 @@ class _Task:
     unit: CompactUnit
     max_level: int
     drop_delete: bool
+    changelog: ChangelogHook
     # first-row only: files at levels >= 1 outside the unit. They hold older data, so a key
     # found there keeps that first row and the unit's rows of it are dropped (Paimon's lookup
     # compaction), which keeps every key in at most one file above level 0.
@@ -122,18 +123,20 @@ class _Task:
         """Merge each section (sections do not overlap, so one at a time keeps memory to the
         largest section) into rolling files at the output level."""
         ctx = self.ctx
-        schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
 
         def merged_sections() -> Iterator[pa.Table]:
             for files in sections:
-                parts = [data_file.read(ctx.file_io, f"{self.bucket_dir}/{f.file_name}", schema) for f in files]
+                parts = [self.changelog.read_file(ctx, self.bucket_dir, f) for f in files]
                 merged = ctx.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
                 if self.lookup and merged.num_rows:
                     merged = self._without_older_keys(merged)
                 yield merged
 
+        def on_file(f: DataFileMeta, rows: pa.Table) -> None:
+            self.changelog.on_compacted_file(self.bucket_dir, f, rows)
+
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
-                                  self.unit.output_level, file_source=FileSource.COMPACT)
+                                  self.unit.output_level, file_source=FileSource.COMPACT, on_file=on_file)
         killpoints.reached(KillPoint.COMPACTION)
         self.result.before += [f for files in sections for f in files]
         self.result.after += written
@@ -168,7 +171,7 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
     if ctx.merge_engine.needs_lookup:
         picked = {(f.file_name, f.level) for f in unit.files}
         lookup = tuple(f for f in levels.files if f.level > 0 and (f.file_name, f.level) not in picked)
-    result = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, lookup).run()
+    result = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, changelog, lookup).run()
     after = levels.replace(result.before, result.after)
     result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit)
     return result
