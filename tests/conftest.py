@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,3 +28,40 @@ def renumber_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr(renumber, "renumber", counting)
     return calls
+
+
+def _java_reason() -> str | None:
+    """Why Spark cannot start here (no Java 17 or 21), or None."""
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    if java is None or not os.access(java, os.X_OK):
+        return "Spark needs Java 17 or 21: none found (JAVA_HOME, PATH); ./dev test installs it where it can"
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    match = re.search(r'version "(\d+)', out)
+    if match is None or match.group(1) not in ("17", "21"):
+        return f"Spark needs Java 17 or 21, found {out.splitlines()[0] if out else java!r}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The one SparkSession of the test run: local[2], loopback, UI off, two shuffle partitions."""
+    reason = _java_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("changelake-tests")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
