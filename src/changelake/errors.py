@@ -133,3 +133,7 @@ class ScanError(ChangelakeError):
 
 class OffsetError(ChangelakeError):
     """A stream offset does not belong to this table or points past its history."""
+
+
+class StreamingError(ChangelakeError):
+    """A Spark write or read is used in a way that cannot be exactly once."""

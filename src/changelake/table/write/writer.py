@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -17,18 +16,17 @@ import pyarrow as pa
 
 from changelake.errors import CommitConflictError
 from changelake.table.changelog_hook import ChangelogHook
-from changelake.table.commit import committer as commit
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import executor, map_all
 from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta
-from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
+from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.lsm import compactor as compaction
 from changelake.table.lsm.levels import Levels
 from changelake.table.read import live_files
 from changelake.table.write import conform as rows
-from changelake.table.write import spill
+from changelake.table.write import landing, spill
 from changelake.table.write.bucketing import SortedFlush, group_by_bucket, merge_flush, restored_files, sort_flush
 
 if TYPE_CHECKING:
@@ -94,7 +92,7 @@ class TableWrite:
         self._commits = 0
         # The snapshot whose files the last compactions that look up older levels (first-row,
         # lookup and full-compaction changelog) saw; None when no compaction looks up.
-        self._view: int | None = None
+        self.view: int | None = None
         # Messages of a commit that failed for a reason other than a conflict (an I/O error,
         # say): committing again, with the same identifier, retries exactly these.
         self._unlanded: list[CommitMessage] = []
@@ -283,7 +281,7 @@ class TableWrite:
         force_level0 = compaction.forces_level0_up(ctx, self.changelog)
         # Paimon's readers skip level 0 of first-row tables, and lookup-wait commits carry the
         # changelog of their rows: level 0 is compacted up before such commits.
-        level0_up = self._level0_goes_up and bool(state.levels.level0())
+        level0_up = landing.level0_goes_up(self.ctx, self.changelog) and bool(state.levels.level0())
         if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or level0_up:
             self._collect(state)
             if committed is not None:
@@ -331,7 +329,7 @@ class TableWrite:
         if compaction.forces_level0_up(self.ctx, self.changelog) or \
                 self.changelog.full_compaction_delta_commits is not None:
             latest = self.ctx.latest_snapshot()
-            self._view = latest.id if latest is not None else 0
+            self.view = latest.id if latest is not None else 0
             if latest is not None:
                 committed = live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
         map_all(lambda s: self._compact(s, full=full_compaction, committed=committed), states)
@@ -354,13 +352,9 @@ class TableWrite:
 
         If the commit fails (an I/O error), calling ``commit`` again retries it. A conflict
         that voids the commit raises CommitConflictError and the writer starts afresh."""
-        if commit.already_committed(self.ctx, self.commit_user, identifier, self.ctx.latest_snapshot()):
+        if landing.replayed(self.ctx, self.changelog, self.commit_user, identifier):
             self._unlanded = []
             self.abort()
-            if self._level0_goes_up:
-                # A crash between this identifier's APPEND and COMPACT snapshots left level 0
-                # behind (or did not): the replay moves it up, as the lost commit would have.
-                self._compact_level0_up(None)
             return []
         delta_commits = self.ctx.options.full_compaction_delta_commits or self.changelog.full_compaction_delta_commits
         self._commits += 1
@@ -376,8 +370,8 @@ class TableWrite:
             renumbered = True
 
         try:
-            landed = commit.commit(self.ctx, messages, self.commit_user, identifier,
-                                   compact_conflicts_fatal=False, on_renumber=on_renumber, view=self._view)
+            landed = landing.land(self.ctx, self.changelog, messages, self.commit_user, identifier,
+                                  view=self.view, on_renumber=on_renumber)
         except CommitConflictError:
             self._forget_buckets()
             raise
@@ -391,40 +385,7 @@ class TableWrite:
             # committer: this writer's view of the buckets is stale, so it is restored from the
             # table at the next flush.
             self._forget_buckets()
-        if landed and landed[-1].commit_kind is CommitKind.APPEND and self._level0_goes_up:
-            self._compact_level0_up({(m.partition, m.bucket) for m in messages})
         return landed
-
-    @property
-    def _level0_goes_up(self) -> bool:
-        """Every commit moves level 0 up: Paimon's readers skip level 0 of first-row tables, and
-        a waiting lookup producer lands each commit's changelog with it (``write-only`` writers
-        never compact: a later ``table.compact()`` does)."""
-        if self.ctx.options.write_only:
-            return False
-        return self.ctx.merge_engine.needs_lookup or self.changelog.wait_level0_up
-
-    def _compact_level0_up(self, buckets: set[tuple[bytes, int]] | None) -> None:
-        """Move level-0 files of ``buckets`` (None: every bucket that has some) up, from the
-        table as it is now, when the writer's own compaction was void (another writer
-        compacted the bucket first) or lost to a crash between the commit's APPEND and COMPACT
-        snapshots. Committed as its own user, since the writer's identifier has landed."""
-        if buckets is None:
-            latest = self.ctx.latest_snapshot()
-            entries = live_files.live_entries(self.ctx, latest) if latest is not None else []
-            buckets = {(e.partition, e.bucket) for e in entries if e.file.level == 0}
-            if not buckets:
-                return
-        for _ in range(self.ctx.options.commit_max_retries):
-            latest = self.ctx.latest_snapshot()
-            view = latest.id if latest is not None else 0
-            messages = compaction.compact_table(self.ctx, full=False, partitions=None, changelog=self.changelog,
-                                                buckets=buckets)
-            if not messages:
-                return
-            with contextlib.suppress(CommitConflictError):  # compacted by someone else: look again
-                commit.commit(self.ctx, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER, view=view)
-                return
 
     def _forget_buckets(self) -> None:
         for state in self._buckets.values():

@@ -1,0 +1,120 @@
+"""Writing Spark DataFrames into a table, exactly once per (commit user, batch id).
+
+A write runs as one Spark job: a ``mapInArrow`` tags every row with its bucket (Paimon's hash,
+vectorized), a shuffle sends each (partition, bucket) to exactly one task, and a second
+``mapInArrow`` writes each task's buckets with the table's merge engine, compaction and
+changelog producer (lookup changelog included), returning only small commit messages. The
+driver collects those and commits once, with the query id as commit user and the batch id as
+commit identifier: a batch that user already committed (Spark replays the last batch after a
+crash between our commit and its commit log) writes nothing, and one that turns out committed
+when it lands deletes what it wrote.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.types import IntegerType, StructField, StructType
+
+from changelake.api.catalog import open_table
+from changelake.api.table import Table
+from changelake.changelog import producers
+from changelake.errors import SchemaMismatchError, StreamingError
+from changelake.streaming import write_tasks
+from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
+from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
+from changelake.table.write import landing
+from changelake.table.write.conform import ROWKIND_COLUMN
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def as_table(table: Table | str, storage_options: Mapping[str, Any] | None = None) -> Table:
+    """``table`` itself, or the table at the path or URL ``table``."""
+    if isinstance(table, Table):
+        return table
+    return open_table(table, storage_options=dict(storage_options) if storage_options else None)
+
+
+class ForeachBatchSink:
+    """A ``foreachBatch`` function that writes each micro-batch into ``table`` exactly once:
+    ``df.writeStream.foreachBatch(ForeachBatchSink(table)).option("checkpointLocation", ...)``.
+
+    The commit user is ``commit_user`` or else the streaming query's id, which stays the same
+    when the query restarts from its checkpoint; the commit identifier is the batch id. Row
+    kinds come from a ``rowkind`` column (+I/-U/+U/-D) or the table's ``rowkind.field``, so a
+    CDC stream or another table's changelog stream can be written straight in.
+    """
+
+    def __init__(self, table: Table | str, *, commit_user: str | None = None) -> None:
+        self.table = as_table(table)
+        self.commit_user = commit_user
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        user = self.commit_user or batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not user:
+            raise StreamingError("not called by a streaming query (no query id): pass commit_user",
+                             table=self.table.name)
+        commit_batch(batch_df, self.table, user, batch_id)
+
+
+def write_stream(df: DataFrame, table: Table | str, *, checkpoint_location: str,
+                 trigger: Mapping[str, Any] | None = None, commit_user: str | None = None,
+                 query_name: str | None = None) -> StreamingQuery:
+    """Start a streaming query that writes ``df`` into ``table`` exactly once (through
+    :class:`ForeachBatchSink`). ``trigger`` holds ``DataStreamWriter.trigger``'s keywords, e.g.
+    ``{"availableNow": True}`` or ``{"processingTime": "10 seconds"}``."""
+    writer = df.writeStream.foreachBatch(ForeachBatchSink(table, commit_user=commit_user))
+    writer = writer.option("checkpointLocation", checkpoint_location)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()
+
+
+def write(df: DataFrame, table: Table | str) -> Snapshot | None:
+    """Write a (batch) DataFrame into ``table`` as one commit, on the executors: the new
+    snapshot (None when ``df`` has no rows)."""
+    landed = commit_batch(df, as_table(table), str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
+    return landed[0] if landed else None
+
+
+def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int) -> list[Snapshot]:
+    """Write ``df`` on the executors and commit it once as (``commit_user``, ``identifier``):
+    the snapshots that landed ([] when that identifier was committed already)."""
+    ctx = table.context
+    changelog = producers.for_table(ctx)
+    if landing.replayed(ctx, changelog, commit_user, identifier):
+        return []
+    _check_columns(table, df)
+    bucketed_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
+    bucketed = df.mapInArrow(functools.partial(write_tasks.add_bucket, ctx), bucketed_schema)
+    grouped = bucketed.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+    written = grouped.mapInArrow(functools.partial(write_tasks.write_groups, ctx, commit_user),
+                                 f"{MESSAGE_COLUMN} binary")
+    results = [write_tasks.task_result(row[MESSAGE_COLUMN]) for row in written.collect()]
+    messages = [m for r in results for m in r.messages]
+    if not messages:
+        return []
+    views = [r.view for r in results if r.view is not None]
+    return landing.land(ctx, changelog, messages, commit_user, identifier, view=min(views) if views else None)
+
+
+def _check_columns(table: Table, df: DataFrame) -> None:
+    """The DataFrame's columns are the table's (plus ``rowkind``): a clear error on the driver
+    before any task runs, naming what is missing or extra."""
+    names = list(table.schema.names)
+    given = [c for c in df.columns if c != ROWKIND_COLUMN or ROWKIND_COLUMN in names]
+    missing = [c for c in names if c not in given]
+    if missing:
+        raise SchemaMismatchError(f"the DataFrame is missing columns {missing}", table=table.name)
+    extra = [c for c in given if c not in names]
+    if extra:
+        raise SchemaMismatchError(f"the DataFrame has columns not in the table: {extra}", table=table.name)

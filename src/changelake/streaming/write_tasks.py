@@ -1,0 +1,79 @@
+"""What a Spark write runs in its tasks, on executors: tag each row with its bucket, then write
+the rows of whole (partition, bucket) groups as the table's files and return the commit
+messages. Nothing here talks to Spark: the functions take and yield Arrow record batches, as
+``mapInArrow`` hands them over.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from changelake.changelog import producers
+from changelake.errors import SchemaMismatchError
+from changelake.table.commit.message import CommitMessage
+from changelake.table.context import TableContext
+from changelake.table.format import bucket
+from changelake.table.write.writer import TableWrite
+
+BUCKET_COLUMN = "_changelake_bucket"
+MESSAGE_COLUMN = "message"
+_MESSAGE_SCHEMA = pa.schema([pa.field(MESSAGE_COLUMN, pa.binary())])
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one write task sends to the driver: its commit messages, and the snapshot its
+    compactions looked up (None when none did)."""
+
+    messages: tuple[CommitMessage, ...]
+    view: int | None
+
+
+def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The rows with their bucket (Paimon's hash of the bucket key, in the table's types) as a
+    last column ``_changelake_bucket``."""
+    for batch in batches:
+        keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
+        ids = bucket.buckets(keys, ctx.options.bucket)
+        yield batch.append_column(BUCKET_COLUMN, pa.array(ids, pa.int32()))
+
+
+def _as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Array:
+    target = ctx.arrow_schema.field(name).type
+    column = batch.column(name)
+    try:
+        return column if column.type.equals(target) else column.cast(target, safe=True)
+    except pa.ArrowException as exc:
+        raise SchemaMismatchError(f"of type {column.type} does not cast safely to the table's {target}: {exc}",
+                                  table=ctx.name, column=name) from None
+
+
+def write_groups(ctx: TableContext, commit_user: str,
+                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Write the rows (every row of each of their buckets is here, none elsewhere) with the
+    table's merge engine, compaction and changelog producer; yields one row holding the pickled
+    :class:`TaskResult` (none when there were no rows)."""
+    with TableWrite(ctx, commit_user, changelog=producers.for_table(ctx), wait_compaction=True) as write:
+        wrote = False
+        for batch in batches:
+            if batch.num_rows:
+                write.write(pa.Table.from_batches([batch]).drop_columns([BUCKET_COLUMN]))
+                wrote = True
+        if not wrote:
+            return
+        # prepare() hands the files over to the messages: closing the writer afterwards deletes
+        # nothing of them.
+        result = TaskResult(tuple(write.prepare()), write.view)
+    yield pa.RecordBatch.from_pylist([{MESSAGE_COLUMN: pickle.dumps(result)}], schema=_MESSAGE_SCHEMA)
+
+
+def task_result(payload: bytes) -> TaskResult:
+    """A task's result from what it sent."""
+    result = pickle.loads(payload)
+    if not isinstance(result, TaskResult):
+        raise TypeError(f"not a changelake write task result: {type(result).__name__}")
+    return result

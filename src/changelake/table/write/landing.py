@@ -1,0 +1,89 @@
+"""Landing prepared commit messages exactly once, for any writer: a long-lived
+:class:`~changelake.table.write.writer.TableWrite`, or a Spark driver whose tasks prepared the
+messages elsewhere.
+
+Beyond the committer's exactly-once check this covers what a commit owes a table whose every
+commit moves level 0 up (first-row, and the ``lookup`` producer with ``lookup-wait``): when the
+commit's own compaction was void (another writer compacted the bucket first) or lost (a crash
+between the APPEND and the COMPACT snapshot of an identifier), level 0 is moved up from the table
+as it is now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Sequence
+
+from changelake.errors import CommitConflictError
+from changelake.table.changelog_hook import ChangelogHook
+from changelake.table.commit import committer as commit
+from changelake.table.commit.message import CommitMessage
+from changelake.table.context import TableContext
+from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
+from changelake.table.lsm import compactor as compaction
+from changelake.table.read import live_files
+
+Buckets = set[tuple[bytes, int]]
+
+
+def level0_goes_up(ctx: TableContext, changelog: ChangelogHook) -> bool:
+    """Every commit moves level 0 up: Paimon's readers skip level 0 of first-row tables, and
+    a waiting lookup producer lands each commit's changelog with it (``write-only`` writers
+    never compact: a later ``table.compact()`` does)."""
+    if ctx.options.write_only:
+        return False
+    return ctx.merge_engine.needs_lookup or changelog.wait_level0_up
+
+
+def replayed(ctx: TableContext, changelog: ChangelogHook, commit_user: str, identifier: int) -> bool:
+    """Whether ``commit_user`` already committed ``identifier`` (then nothing may land again).
+    A crash between that commit's APPEND and COMPACT snapshots may have left level 0 behind:
+    the replay moves it up, as the lost commit would have."""
+    if not commit.already_committed(ctx, commit_user, identifier, ctx.latest_snapshot()):
+        return False
+    if level0_goes_up(ctx, changelog):
+        compact_level0_up(ctx, changelog, None)
+    return True
+
+
+def land(
+    ctx: TableContext,
+    changelog: ChangelogHook,
+    messages: Sequence[CommitMessage],
+    commit_user: str,
+    identifier: int,
+    *,
+    view: int | None,
+    on_renumber: Callable[[], None] | None = None,
+) -> list[Snapshot]:
+    """Commit prepared ``messages`` as (``commit_user``, ``identifier``): the snapshots that
+    landed ([] when the identifier was committed already: the messages' files are deleted).
+    ``view`` is the oldest snapshot the messages' compactions looked up. A compaction lost to
+    another committer is not fatal: the new files land, and level 0 is moved up again when every
+    commit must move it."""
+    landed = commit.commit(ctx, messages, commit_user, identifier, compact_conflicts_fatal=False,
+                           on_renumber=on_renumber, view=view)
+    if landed and landed[-1].commit_kind is CommitKind.APPEND and level0_goes_up(ctx, changelog):
+        compact_level0_up(ctx, changelog, {(m.partition, m.bucket) for m in messages})
+    return landed
+
+
+def compact_level0_up(ctx: TableContext, changelog: ChangelogHook, buckets: Buckets | None) -> None:
+    """Move level-0 files of ``buckets`` (None: every bucket that has some) up, from the table
+    as it is now. Committed as its own user, since the writer's identifier has landed."""
+    if buckets is None:
+        latest = ctx.latest_snapshot()
+        entries = live_files.live_entries(ctx, latest) if latest is not None else []
+        buckets = {(e.partition, e.bucket) for e in entries if e.file.level == 0}
+        if not buckets:
+            return
+    for _ in range(ctx.options.commit_max_retries):
+        latest = ctx.latest_snapshot()
+        view = latest.id if latest is not None else 0
+        messages = compaction.compact_table(ctx, full=False, partitions=None, changelog=changelog, buckets=buckets)
+        if not messages:
+            return
+        with contextlib.suppress(CommitConflictError):  # compacted by someone else: look again
+            commit.commit(ctx, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER, view=view)
+            return

@@ -1,0 +1,145 @@
+"""The Spark sink: exactly-once micro-batches written on the executors, with the table's merge
+engine, compaction and lookup changelog, and clear errors that commit nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import changelake as cl
+from changelake import streaming
+from changelake.errors import SchemaMismatchError
+
+SCHEMA = pa.schema([
+    pa.field("dt", pa.string(), nullable=False),
+    pa.field("id", pa.int64(), nullable=False),
+    pa.field("v", pa.int32()),
+    pa.field("name", pa.string()),
+])
+SPARK_SCHEMA = "rowkind string, dt string, id long, v int, name string"
+
+
+def make_table(tmp_path: Path, **options: str) -> cl.Table:
+    return cl.Catalog(str(tmp_path / "warehouse")).create_table(
+        "db.t", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+        options={"bucket": "2", **options})
+
+
+def rows_of(table: cl.Table, snapshot_id: int | None = None) -> dict[tuple[str, int], tuple[Any, Any]]:
+    data = table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
+    return {(r["dt"], r["id"]): (r["v"], r["name"]) for r in data}
+
+
+def events(batch: int) -> list[dict[str, Any]]:
+    """Batch ``batch`` of a change feed: new keys, updates of earlier keys, deletes."""
+    out = [{"rowkind": "+I", "dt": f"d{i % 3}", "id": batch * 100 + i, "v": batch, "name": f"n{i}"} for i in range(40)]
+    if batch:
+        out += [{"rowkind": "+U", "dt": f"d{i % 3}", "id": (batch - 1) * 100 + i, "v": -batch, "name": None}
+                for i in range(0, 40, 4)]
+        out += [{"rowkind": "-D", "dt": f"d{i % 3}", "id": (batch - 1) * 100 + i, "v": None, "name": None}
+                for i in range(1, 40, 10)]
+    return out
+
+
+def model(batches: int) -> dict[tuple[str, int], tuple[Any, Any]]:
+    state: dict[tuple[str, int], tuple[Any, Any]] = {}
+    for b in range(batches):
+        for e in events(b):
+            key = (e["dt"], e["id"])
+            if e["rowkind"] == "-D":
+                state.pop(key, None)
+            else:
+                state[key] = (e["v"], e["name"])
+    return state
+
+
+def test_a_streaming_query_writes_each_batch_once_across_restarts(spark: Any, tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"changelog-producer": "lookup"})
+    source = tmp_path / "in"
+    source.mkdir()
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def run() -> Any:
+        df = spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+        query = streaming.write_stream(df, str(table.location), checkpoint_location=checkpoint,
+                                       trigger={"availableNow": True})
+        query.awaitTermination()
+        return query
+
+    def add(b: int) -> None:
+        path = source / f"batch-{b}.json"
+        path.write_text("\n".join(json.dumps(e) for e in events(b)))
+        os.utime(path, (1_000_000 + b, 1_000_000 + b))  # the file source reads in modification order
+
+    for b in range(3):
+        add(b)
+    first = run()
+    assert rows_of(table) == model(3)
+    appends = [s for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
+    # The query id (stable across restarts) commits, with the batch ids as identifiers.
+    assert {s.commit_user for s in appends} == {first.id}
+    assert [s.commit_identifier for s in appends] == [0, 1, 2]
+    # Lookup changelog, made on the executors, lands with each batch (COMPACT, same identifier).
+    carrying = [s for s in table.snapshots() if s.changelog_manifest_list is not None]
+    assert [s.commit_identifier for s in carrying] == [0, 1, 2]
+    changes = table.changes(0, table.latest_snapshot().id).to_arrow()
+    kinds = changes.column("rowkind").value_counts().to_pylist()
+    assert {k["values"]: k["counts"] for k in kinds} == {"+I": 120, "-U": 20, "+U": 20, "-D": 8}
+
+    # Restart from the checkpoint with more input: only the new batch lands.
+    add(3)
+    second = run()
+    assert second.id == first.id
+    appends = [s for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
+    assert [s.commit_identifier for s in appends] == [0, 1, 2, 3]
+    assert rows_of(table) == model(4)
+
+
+def test_a_replayed_batch_commits_nothing(spark: Any, tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    sink = streaming.ForeachBatchSink(table, commit_user="job")
+    sink(spark.createDataFrame(events(0), SPARK_SCHEMA), 7)
+    before = table.latest_snapshot()
+    files = sorted(p.name for p in Path(table.location).rglob("*.parquet"))
+    # Spark replays the batch after a crash between our commit and its commit log.
+    sink(spark.createDataFrame(events(0), SPARK_SCHEMA), 7)
+    assert table.latest_snapshot() == before
+    assert sorted(p.name for p in Path(table.location).rglob("*.parquet")) == files
+    sink(spark.createDataFrame(events(1), SPARK_SCHEMA), 8)
+    assert rows_of(table) == model(2)
+
+
+def test_spark_writes_continue_the_sequence_of_other_writers(spark: Any, tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"merge-engine": "partial-update"})
+    table.write(pa.table({"dt": ["d0", "d1"], "id": [1, 2], "v": [10, 20], "name": ["a", "b"]}))
+    df = spark.createDataFrame([("d0", 1, None, "x"), ("d1", 2, 21, None)], "dt string, id long, v int, name string")
+    snapshot = streaming.write(df, str(table.location))
+    assert snapshot is not None and snapshot.commit_kind is cl.CommitKind.APPEND
+    # The later commit wins, field by field for partial-update.
+    assert rows_of(table) == {("d0", 1): (10, "x"), ("d1", 2): (21, "b")}
+    table.write(pa.table({"dt": ["d0"], "id": [1], "v": [11], "name": [None]}))
+    assert rows_of(table)[("d0", 1)] == (11, "x")
+    assert streaming.write(spark.createDataFrame([], "dt string, id long, v int, name string"), table) is None
+
+
+def test_bad_batches_fail_clearly_and_commit_nothing(spark: Any, tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    table.write(pa.table({"dt": ["d0"], "id": [1], "v": [1], "name": ["a"]}))
+    latest = table.latest_snapshot()
+    with pytest.raises(SchemaMismatchError, match=r"missing columns \['name'\]"):
+        streaming.write(spark.createDataFrame([("d0", 2, 2)], "dt string, id long, v int"), table)
+    with pytest.raises(SchemaMismatchError, match="not in the table"):
+        streaming.write(spark.createDataFrame([("d0", 2, 2, "b", 1)], "dt string, id long, v int, name string, x int"),
+                        table)
+    # Caught in the tasks: a null primary key, a value that does not fit the column.
+    with pytest.raises(Exception, match="primary-key column 'id' has 1 null values"):
+        streaming.write(spark.createDataFrame([("d0", None, 2, "b")], "dt string, id long, v int, name string"), table)
+    with pytest.raises(Exception, match="does not cast safely"):
+        streaming.write(spark.createDataFrame([("d0", 3, 2**40, "b")], "dt string, id long, v long, name string"),
+                        table)
+    assert table.latest_snapshot() == latest
