@@ -118,6 +118,7 @@ def test_spark_writes_continue_the_sequence_of_other_writers(spark: Any, tmp_pat
     table = make_table(tmp_path, **{"merge-engine": "partial-update"})
     table.write(pa.table({"dt": ["d0", "d1"], "id": [1, 2], "v": [10, 20], "name": ["a", "b"]}))
     df = spark.createDataFrame([("d0", 1, None, "x"), ("d1", 2, 21, None)], "dt string, id long, v int, name string")
+    df = df.repartition(3)  # several input partitions: rows are shuffled to their bucket's task
     snapshot = streaming.write(df, str(table.location))
     assert snapshot is not None and snapshot.commit_kind is cl.CommitKind.APPEND
     # The later commit wins, field by field for partial-update.

@@ -94,11 +94,17 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     if landing.replayed(ctx, changelog, commit_user, identifier):
         return []
     _check_columns(table, df)
-    bucketed_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
-    bucketed = df.mapInArrow(functools.partial(write_tasks.add_bucket, ctx), bucketed_schema)
-    grouped = bucketed.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
-    written = grouped.mapInArrow(functools.partial(write_tasks.write_groups, ctx, commit_user),
-                                 f"{MESSAGE_COLUMN} binary")
+    write_groups = functools.partial(write_tasks.write_groups, ctx, commit_user)
+    if df.rdd.getNumPartitions() == 1:
+        # One task holds every row (a small micro-batch, typically): each bucket is whole in
+        # it already, so the shuffle and its stage are saved.
+        write_rows = functools.partial(write_tasks.write_rows, ctx, commit_user)
+        written = df.mapInArrow(write_rows, f"{MESSAGE_COLUMN} binary")
+    else:
+        bucketed_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
+        bucketed = df.mapInArrow(functools.partial(write_tasks.add_bucket, ctx), bucketed_schema)
+        grouped = bucketed.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+        written = grouped.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary")
     results = [write_tasks.task_result(row[MESSAGE_COLUMN]) for row in written.collect()]
     messages = [m for r in results for m in r.messages]
     if not messages:

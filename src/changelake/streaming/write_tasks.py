@@ -54,6 +54,12 @@ def _as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Ar
 
 def write_groups(ctx: TableContext, commit_user: str,
                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Write rows tagged by :func:`add_bucket`, every row of each of their buckets here and
+    none elsewhere: see :func:`write_rows`."""
+    return write_rows(ctx, commit_user, (b.drop_columns([BUCKET_COLUMN]) for b in batches))
+
+
+def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Write the rows (every row of each of their buckets is here, none elsewhere) with the
     table's merge engine, compaction and changelog producer; yields one row holding the pickled
     :class:`TaskResult` (none when there were no rows)."""
@@ -61,7 +67,7 @@ def write_groups(ctx: TableContext, commit_user: str,
         wrote = False
         for batch in batches:
             if batch.num_rows:
-                write.write(pa.Table.from_batches([batch]).drop_columns([BUCKET_COLUMN]))
+                write.write(pa.Table.from_batches([batch]))
                 wrote = True
         if not wrote:
             return
