@@ -25,11 +25,18 @@ from pyspark.sql.datasource import (
     Not,
     StringStartsWith,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, ReadMaxRows, ReadMinRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 import changelake as cl
-from changelake.errors import OptionError, SchemaError, SnapshotExpiredError, TableNotFoundError
+from changelake.errors import (
+    OffsetError,
+    OptionError,
+    ScanError,
+    SchemaError,
+    SnapshotExpiredError,
+    TableNotFoundError,
+)
 from changelake.streaming import register
 from changelake.streaming.source import (
     BatchReader,
@@ -167,6 +174,13 @@ def test_stream_reader_micro_batches_cover_the_changes_exactly(tmp_path: Path) -
     assert len(batches) > 3 and all(len(b) <= 3 for b in batches)
     assert sorted(r for b in batches for r in b) == _changes(table)
     assert {r[0] for b in batches for r in b} == {"+I", "-U", "+U", "-D"}
+    # Offsets of something else are refused.
+    with pytest.raises(OffsetError, match="is not a changelake offset"):
+        reader.partitions({"snapshot": 1}, start)
+    with pytest.raises(OffsetError, match="belongs to another table"):
+        reader.latestOffset({**start, "tableId": "0" * 16}, ReadAllAvailable())
+    with pytest.raises(ScanError, match=r"Spark read limit .* is not supported"):
+        reader.latestOffset(start, ReadMaxBytes(1024))
     # Files bound batches too; reading everything available is one batch.
     assert len(list(_read_stream(reader, ReadMaxFiles(1), start))) > 1
     assert len(list(_read_stream(reader, ReadAllAvailable(), start))) == 1

@@ -137,6 +137,7 @@ class Output:
     ``upserts_only``, of the +I and +U change rows only."""
 
     schema: pa.Schema
+    _: dataclasses.KW_ONLY
     upserts_only: bool = False
 
     def batches(self, rows: pa.Table) -> Iterator[pa.RecordBatch]:
@@ -238,7 +239,6 @@ class BatchReader(DataSourceReader):
         yield from self.output.batches(rows)
 
 
-
 # -- streaming ------------------------------------------------------------------------------
 
 
@@ -260,8 +260,8 @@ class Admission:
         if len(missing) == 1:
             raise OptionError("read.stream.minRowsPerTrigger and read.stream.maxTriggerDelayMs go together",
                               table=options.table, option=missing[0])
-        return Admission(options.read_stream_max_rows, options.read_stream_max_files,
-                         options.read_stream_min_rows, options.read_stream_max_trigger_delay)
+        return Admission(max_rows=options.read_stream_max_rows, max_files=options.read_stream_max_files,
+                         min_rows=options.read_stream_min_rows, max_delay_ms=options.read_stream_max_trigger_delay)
 
     @property
     def read_limit(self) -> ReadLimit:
@@ -306,6 +306,14 @@ def offset_dict(offset: StreamOffset) -> dict[str, Any]:
     return offset.model_dump(by_alias=True, exclude_none=True)
 
 
+def offset_of(value: Mapping[str, Any], *, table: str) -> StreamOffset:
+    """The offset of an offset dict (OffsetError for one that is not a changelake offset)."""
+    try:
+        return StreamOffset.model_validate(value)
+    except ValidationError as exc:
+        raise OffsetError(f"{value!r} is not a changelake offset: {exc.errors()[0]['msg']}", table=table) from None
+
+
 class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of a table's change stream.
 
@@ -322,13 +330,8 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._start: StreamOffset | None = None
         self._end_snapshot: int | None = None
 
-    def offset(self, value: Mapping[str, Any]) -> StreamOffset:
-        """The offset of one of this stream's offset dicts."""
-        try:
-            return StreamOffset.model_validate(value)
-        except ValidationError as exc:
-            raise OffsetError(f"{value!r} is not a changelake offset: {exc.errors()[0]['msg']}",
-                              table=self.source.context.name) from None
+    def _offset(self, value: Mapping[str, Any]) -> StreamOffset:
+        return offset_of(value, table=self.source.context.name)
 
     def initialOffset(self) -> dict[str, Any]:
         if self._start is None:
@@ -348,10 +351,11 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a micro-batch from ``start`` ends: the plan up to the read limit (and the
         AvailableNow snapshot); ``start`` itself when there is nothing new or too little."""
         admission = self.admission.under(limit)
-        plan = self.source.plan(self.offset(start), admission.read_limit, end_snapshot=self._end_snapshot)
+        plan = self.source.plan(self._offset(start), admission.read_limit, end_snapshot=self._end_snapshot)
         if plan.end == plan.start or (plan.splits and self._waits(admission, plan.splits)):
             return start
-        self._last_trigger_ms = time.time() * 1000
+        if plan.splits:
+            self._last_trigger_ms = time.time() * 1000
         return offset_dict(plan.end)
 
     def _waits(self, admission: Admission, splits: tuple[ChangeSplit, ...]) -> bool:
@@ -365,7 +369,7 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """The splits of ``[start, end)``, whatever limit planned ``end``."""
-        first, last = self.offset(start), self.offset(end)
+        first, last = self._offset(start), self._offset(end)
         if first == last:
             return []
         # An end at the start of a snapshot's changes needs nothing of that snapshot.
@@ -381,7 +385,7 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has the batch up to ``end``: the consumer, if any, records it."""
         if self.source.consumer_id is not None:
-            self.source.commit(self.offset(end))
+            self.source.commit(self._offset(end))
 
 
 def before(splits: Iterable[ChangeSplit], end: StreamOffset) -> Iterator[ChangeSplit]:
