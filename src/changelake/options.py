@@ -355,6 +355,29 @@ class TableOptions:
     consumer_expiration_time: int | None = _option(
         "consumer.expiration-time", values.parse_duration_ms, None, "Consumers idle this long are dropped."
     )
+    # Spark streaming reads (Paimon's Spark connector options)
+    read_changelog: bool = _option(
+        "read.changelog", values.parse_bool, "false",
+        "Spark reads: a `rowkind` column (+I, -U, +U, -D) first and every change row; without it, streams "
+        "carry the upserted rows (+I, +U) only.",
+    )
+    read_stream_max_files: int | None = _option(
+        "read.stream.maxFilesPerTrigger", values.positive_int, None,
+        "Spark streaming reads: files a micro-batch reads at most.",
+    )
+    read_stream_max_rows: int | None = _option(
+        "read.stream.maxRowsPerTrigger", values.positive_int, None,
+        "Spark streaming reads: rows (as stored, before merging or filtering) a micro-batch reads at most.",
+    )
+    read_stream_min_rows: int | None = _option(
+        "read.stream.minRowsPerTrigger", values.positive_int, None,
+        "Spark streaming reads: a micro-batch waits for this many rows, at most "
+        "`read.stream.maxTriggerDelayMs` after the previous one (give both).",
+    )
+    read_stream_max_trigger_delay: int | None = _option(
+        "read.stream.maxTriggerDelayMs", values.parse_duration_ms, None,
+        "Spark streaming reads: the longest wait for `read.stream.minRowsPerTrigger` rows (give both).",
+    )
     # retention
     snapshot_num_retained_min: int = _option(
         "snapshot.num-retained.min", values.positive_int, "10", "Snapshots always kept."
@@ -418,6 +441,7 @@ class TableOptions:
 
 
 _KEYS = frozenset(key for spec in TableOptions.specs() for key in (spec.key, *spec.fallback_keys))
+_KEYS_BY_LOWER = {key.lower(): key for key in _KEYS}
 
 
 def _check_keys(raw: Mapping[str, str], table: str) -> None:
@@ -429,6 +453,17 @@ def _check_keys(raw: Mapping[str, str], table: str) -> None:
         if key not in _KEYS and not (_FIELD_OPTION.match(key) or _PREFIXED_OPTION.match(key)):
             hint = difflib.get_close_matches(key, _KEYS, n=1)
             raise OptionError("is unknown" + (f"; did you mean {hint[0]!r}?" if hint else ""), table=table, option=key)
+
+
+def canonical_key(key: str, *, table: str) -> str:
+    """The declared key ``key`` names, matched ignoring case (Spark lowercases the keys of a
+    data source's options); OptionError, with a did-you-mean, for a key that names none."""
+    found = _KEYS_BY_LOWER.get(key.lower())
+    if found is None:
+        hint = difflib.get_close_matches(key.lower(), _KEYS_BY_LOWER, n=1)
+        suggestion = f"; did you mean {_KEYS_BY_LOWER[hint[0]]!r}?" if hint else ""
+        raise OptionError("is unknown" + suggestion, table=table, option=key)
+    return found
 
 
 def markdown_table() -> str:

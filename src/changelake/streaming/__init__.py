@@ -2,5 +2,6 @@
 data source. The only part of changelake that imports pyspark."""
 
 from changelake.streaming.sink import ForeachBatchSink, write, write_stream
+from changelake.streaming.source import register
 
-__all__ = ["ForeachBatchSink", "write", "write_stream"]
+__all__ = ["ForeachBatchSink", "register", "write", "write_stream"]

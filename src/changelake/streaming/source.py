@@ -1,0 +1,399 @@
+"""The ``changelake`` Spark data source: batch reads of a snapshot and streaming reads of the
+changelog, as a Python data source (``changelake.streaming.register(spark)`` first).
+
+Batch: ``spark.read.format("changelake").load(path)`` reads the latest snapshot, or the one
+``scan.snapshot-id``, ``scan.tag-name`` or ``scan.timestamp-millis`` (``scan.timestamp``)
+names, merged (one row per key; with ``read.changelog``, each a +I). One Spark partition per
+planner split; comparisons, ``IN`` and null tests on partition and primary-key columns are
+pushed down (see :mod:`.filters`). A schema the user gives may name fewer columns, in any
+order: the read then carries those only (Spark's Python data sources get no column pruning).
+
+Streaming: ``spark.readStream.format("changelake").load(path)`` reads the changes from where
+``scan.mode`` says (or where ``consumer-id`` last got to), every mode of :class:`ChangeSource`.
+As in Paimon's Spark source, ``read.changelog`` (default false) decides the rows: with it, a
+``rowkind`` column (+I, -U, +U, -D) comes first and every change row follows, as
+``Table.changes`` reads them; without it there is no ``rowkind`` column and only the rows that
+upsert a key (+I, +U) are read. Paimon reads with ``read.changelog=false`` through its
+``MergeFileSplitRead.createNoMergeReader``, which keeps the -U and -D rows, and its Spark rows
+drop the kind, so a retraction would look like an insert; here those rows are left out instead.
+
+Offsets are :class:`StreamOffset` as dicts (Paimon's ``snapshotId``, ``index``,
+``scanSnapshot``, and ``tableId``). ``latestOffset`` plans up to the read limit and returns where
+the plan ends; ``partitions(start, end)`` plans from ``start`` again, without a limit, and cuts
+the splits at ``end``: offsets count row positions, so a restarted query re-reads exactly
+``[start, end)``. Paimon's admission options map to Spark's read limits:
+``read.stream.maxRowsPerTrigger`` (rows as stored), ``read.stream.maxFilesPerTrigger``,
+``read.stream.minRowsPerTrigger`` with ``read.stream.maxTriggerDelayMs``. Spark's Python read
+limits do not compose, so Spark gets the first configured as the default limit and every
+configured one applies whenever Spark passes that default back; ``ReadAllAvailable`` lifts them
+all. ``Trigger.AvailableNow`` records the latest snapshot when it starts and plans no further.
+When Spark commits a batch, the consumer (``consumer-id``) records the offset; Spark commits a
+batch when it plans the next one (or the next run's first), so the consumer trails by a batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import ValidationError
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxFiles,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.streaming.datasource import ReadLimit as SparkReadLimit
+from pyspark.sql.types import StructType
+
+from changelake.api.catalog import open_table
+from changelake.api.scan import Scan
+from changelake.api.table import Table
+from changelake.changelog import starting
+from changelake.changelog.offsets import ReadLimit, StreamOffset
+from changelake.changelog.source import ROWKIND, ChangeSource, ChangeSplit
+from changelake.errors import OffsetError, OptionError, ScanError, SchemaError
+from changelake.option_values import ScanMode
+from changelake.options import TableOptions, canonical_key
+from changelake.streaming.filters import push as push_filters
+from changelake.streaming.spark_schema import arrow_schema, check_requested, struct_type
+from changelake.table.format.kv import RowKind
+from changelake.table.read.planner import Split
+
+FORMAT = "changelake"
+# Spark refuses Python data sources that take pushed filters unless this is on (default off).
+_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+_UPSERTS = pa.array([RowKind.INSERT.symbol, RowKind.UPDATE_AFTER.symbol])
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("changelake")`` available in ``spark`` (again is harmless). Turns on
+    ``spark.sql.python.filterPushdown.enabled``, without which Spark refuses batch reads of a
+    Python data source that takes pushed filters."""
+    spark.conf.set(_PUSHDOWN_CONF, "true")
+    spark.dataSource.register(ChangelakeDataSource)
+
+
+# -- what the user asked for ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """The table at the ``path`` option and the other options under their declared (Paimon)
+    keys, parsed over the table's own."""
+
+    table: Table
+    overrides: Mapping[str, str]
+    options: TableOptions
+
+    @staticmethod
+    def of(options: Mapping[str, str]) -> ReadRequest:
+        """OptionError for a missing path or an unknown option; the table must exist."""
+        path = options.get("path")
+        if not path:
+            raise OptionError("no table path: give it to load(path)", option="path")
+        table = open_table(path)
+        overrides = {canonical_key(key, table=table.name): value for key, value in options.items() if key != "path"}
+        parsed = TableOptions.parse({**table.options, **overrides}, table=table.name)
+        if parsed.read_changelog and ROWKIND in table.schema.names:
+            raise SchemaError(f"read.changelog adds a {ROWKIND!r} column, and the table has one", table=table.name,
+                              column=ROWKIND)
+        return ReadRequest(table, overrides, parsed)
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """What the read offers: ``rowkind`` first with ``read.changelog``, then the columns."""
+        columns = self.table.schema
+        if not self.options.read_changelog:
+            return columns
+        return pa.schema([pa.field(ROWKIND, pa.string(), nullable=False), *columns])
+
+    def columns(self, requested: StructType) -> tuple[str, ...]:
+        """The table columns ``requested`` (the schema Spark reads with) carries; SchemaError
+        when it is not a selection of :attr:`schema`."""
+        check_requested(requested, struct_type(self.schema, table=self.table.name), table=self.table.name)
+        kind = {ROWKIND} if self.options.read_changelog else set()
+        return tuple(name for name in requested.names if name not in kind)
+
+
+@dataclass(frozen=True)
+class Output:
+    """What Spark receives: record batches of exactly its Arrow ``schema``; with
+    ``upserts_only``, of the +I and +U change rows only."""
+
+    schema: pa.Schema
+    _: dataclasses.KW_ONLY
+    upserts_only: bool = False
+
+    def batches(self, rows: pa.Table) -> Iterator[pa.RecordBatch]:
+        """``rows`` in Spark's schema (Spark holds timestamps in microseconds: finer ones are
+        cut, the only cast that can lose anything)."""
+        if self.upserts_only:
+            rows = rows.filter(pc.is_in(rows.column(ROWKIND), value_set=_UPSERTS))
+        yield from rows.select(self.schema.names).cast(self.schema, safe=False).to_batches()
+
+
+# -- the data source ------------------------------------------------------------------------
+
+
+class ChangelakeDataSource(DataSource):
+    """``format("changelake")``: the table at ``load(path)``, batch or streaming (options use
+    Paimon's names, any case)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    @cached_property
+    def request(self) -> ReadRequest:
+        """The table and options of this read."""
+        return ReadRequest.of(self.options)
+
+    def schema(self) -> StructType:
+        return struct_type(self.request.schema, table=self.request.table.name)
+
+    def reader(self, schema: StructType) -> BatchReader:
+        request = self.request
+        scan = batch_scan(request.table, request.options).select(*request.columns(schema))
+        searchable = frozenset((*request.table.partition_keys, *request.table.primary_keys))
+        return BatchReader(scan, searchable, Output(arrow_schema(schema)), kinds=request.options.read_changelog)
+
+    def streamReader(self, schema: StructType) -> ChangeStreamReader:
+        request = self.request
+        source = ChangeSource.of(request.table.context, request.overrides, request.columns(schema))
+        output = Output(arrow_schema(schema), upserts_only=not request.options.read_changelog)
+        return ChangeStreamReader(source, Admission.of(request.options), output)
+
+
+def batch_scan(table: Table, options: TableOptions) -> Scan:
+    """The snapshot a batch read reads: the one ``scan.tag-name``, ``scan.snapshot-id`` or
+    ``scan.timestamp-millis`` names (the newest at or before that time), else the latest.
+    ``scan.mode`` must agree with them, as for streams."""
+    mode = starting.start_mode(options)
+    if mode is ScanMode.COMPACTED_FULL:
+        raise OptionError("compacted-full is for streaming reads; a batch read reads one snapshot",
+                          table=table.name, option="scan.mode")
+    scan = table.scan()
+    if options.scan_tag_name is not None:
+        return scan.at_tag(options.scan_tag_name)
+    if options.scan_snapshot_id is not None:
+        return scan.at_snapshot(options.scan_snapshot_id)
+    if mode is ScanMode.FROM_TIMESTAMP:
+        return scan.at_time(starting.start_timestamp(options))
+    return scan
+
+
+# -- batch ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SplitPartition(InputPartition):
+    """One planner split of a batch read (names files, holds no rows)."""
+
+    split: Split
+
+
+class BatchReader(DataSourceReader):
+    """Reads one snapshot: a Spark partition per split, merged rows as Arrow batches (with
+    ``kinds``, after a ``rowkind`` column of +I: the rows of a snapshot are inserts)."""
+
+    def __init__(self, scan: Scan, searchable: frozenset[str], output: Output, *, kinds: bool) -> None:
+        self.scan = scan
+        self.searchable = searchable
+        self.output = output
+        self.kinds = kinds
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Keeps the filters on partition and primary-key columns that translate; returns the
+        others for Spark to apply."""
+        pushed, left = push_filters(filters, self.scan.context.arrow_schema, self.searchable)
+        if pushed is not None:
+            self.scan = self.scan.filter(pushed)
+        return left
+
+    def partitions(self) -> list[InputPartition]:
+        return [SplitPartition(split) for split in self.scan.plan()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Spark reads a placeholder partition when the plan has none (an empty table).
+        if not isinstance(partition, SplitPartition):
+            return
+        rows = self.scan.read_split(partition.split)
+        if self.kinds:
+            rows = rows.add_column(0, ROWKIND, pa.repeat(pa.scalar(RowKind.INSERT.symbol), rows.num_rows))
+        yield from self.output.batches(rows)
+
+
+# -- streaming ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Admission:
+    """How much one micro-batch reads: Paimon's ``read.stream.*`` options."""
+
+    max_rows: int | None = None
+    max_files: int | None = None
+    min_rows: int | None = None
+    max_delay_ms: int | None = None
+
+    @staticmethod
+    def of(options: TableOptions) -> Admission:
+        """OptionError when only one of the min-rows pair is given (as Paimon)."""
+        pair = {"read.stream.minRowsPerTrigger": options.read_stream_min_rows,
+                "read.stream.maxTriggerDelayMs": options.read_stream_max_trigger_delay}
+        missing = [key for key, value in pair.items() if value is None]
+        if len(missing) == 1:
+            raise OptionError("read.stream.minRowsPerTrigger and read.stream.maxTriggerDelayMs go together",
+                              table=options.table, option=missing[0])
+        return Admission(max_rows=options.read_stream_max_rows, max_files=options.read_stream_max_files,
+                         min_rows=options.read_stream_min_rows, max_delay_ms=options.read_stream_max_trigger_delay)
+
+    @property
+    def read_limit(self) -> ReadLimit:
+        """The bounds of a plan."""
+        return ReadLimit(max_rows=self.max_rows, max_files=self.max_files)
+
+    def default_limit(self) -> SparkReadLimit:
+        """The configured bound Spark is told of (Spark's Python limits do not compose)."""
+        if self.max_rows is not None:
+            return ReadMaxRows(self.max_rows)
+        if self.max_files is not None:
+            return ReadMaxFiles(self.max_files)
+        if self.min_rows is not None:
+            return ReadMinRows(self.min_rows)
+        return ReadAllAvailable()
+
+    def under(self, limit: SparkReadLimit) -> Admission:
+        """The admission for Spark's ``limit``: ReadAllAvailable lifts every bound, a bound
+        Spark gives replaces the option's and the other options stay."""
+        match limit:
+            case ReadAllAvailable():
+                return Admission()
+            case ReadMaxRows(max_rows=rows):
+                return dataclasses.replace(self, max_rows=rows)
+            case ReadMaxFiles(max_files=files):
+                return dataclasses.replace(self, max_files=files)
+            case ReadMinRows(min_rows=rows):
+                return dataclasses.replace(self, min_rows=rows)
+        raise ScanError(f"Spark read limit {limit} is not supported; use read.stream.maxRowsPerTrigger, "
+                        "read.stream.maxFilesPerTrigger or read.stream.minRowsPerTrigger")
+
+
+@dataclass(frozen=True)
+class ChangeSplitPartition(InputPartition):
+    """One change split of a micro-batch (names files and row positions, holds no rows)."""
+
+    split: ChangeSplit
+
+
+def offset_dict(offset: StreamOffset) -> dict[str, Any]:
+    """An offset as Spark keeps it: a dict of primitives with Paimon's field names."""
+    return offset.model_dump(by_alias=True, exclude_none=True)
+
+
+def offset_of(value: Mapping[str, Any], *, table: str) -> StreamOffset:
+    """The offset of an offset dict (OffsetError for one that is not a changelake offset)."""
+    try:
+        return StreamOffset.model_validate(value)
+    except ValidationError as exc:
+        raise OffsetError(f"{value!r} is not a changelake offset: {exc.errors()[0]['msg']}", table=table) from None
+
+
+class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of a table's change stream.
+
+    Spark keeps one reader for the query's life on the driver (the admission clock and the
+    AvailableNow bound live here); tasks get a copy and only :meth:`read`.
+    """
+
+    def __init__(self, source: ChangeSource, admission: Admission, output: Output) -> None:
+        self.source = source
+        self.admission = admission
+        self.output = output
+        # Paimon's clock of read.stream.maxTriggerDelayMs: zero, so the first batch never waits.
+        self._last_trigger_ms = 0.0
+        self._start: StreamOffset | None = None
+        self._end_snapshot: int | None = None
+
+    def _offset(self, value: Mapping[str, Any]) -> StreamOffset:
+        return offset_of(value, table=self.source.context.name)
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self._start is None:
+            self._start = self.source.initial_offset()
+        return offset_dict(self._start)
+
+    def getDefaultReadLimit(self) -> SparkReadLimit:
+        return self.admission.default_limit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # A new query starts from the table as it is now, the state that bounds what it reads.
+        self.initialOffset()
+        latest = self.source.context.latest_snapshot()
+        self._end_snapshot = 0 if latest is None else latest.id
+
+    def latestOffset(self, start: dict[str, Any], limit: SparkReadLimit) -> dict[str, Any]:
+        """Where a micro-batch from ``start`` ends: the plan up to the read limit (and the
+        AvailableNow snapshot); ``start`` itself when there is nothing new or too little."""
+        admission = self.admission.under(limit)
+        plan = self.source.plan(self._offset(start), admission.read_limit, end_snapshot=self._end_snapshot)
+        if plan.end == plan.start or (plan.splits and self._waits(admission, plan.splits)):
+            return start
+        if plan.splits:
+            self._last_trigger_ms = time.time() * 1000
+        return offset_dict(plan.end)
+
+    def _waits(self, admission: Admission, splits: tuple[ChangeSplit, ...]) -> bool:
+        """Whether to wait for more rows (minRowsPerTrigger), up to the trigger delay after the
+        previous batch; never under AvailableNow, where no more rows come."""
+        if admission.min_rows is None or self._end_snapshot is not None:
+            return False
+        if admission.max_delay_ms is not None and time.time() * 1000 - self._last_trigger_ms > admission.max_delay_ms:
+            return False
+        return sum(s.stop - s.start for s in splits) < admission.min_rows
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        """The splits of ``[start, end)``, whatever limit planned ``end``."""
+        first, last = self._offset(start), self._offset(end)
+        if first == last:
+            return []
+        # An end at the start of a snapshot's changes needs nothing of that snapshot.
+        last_snapshot = last.snapshot_id if last.index or last.scan_snapshot else last.snapshot_id - 1
+        plan = self.source.plan(first, end_snapshot=last_snapshot)
+        return [ChangeSplitPartition(split) for split in before(plan.splits, last)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ChangeSplitPartition)
+        for chunk in self.source.read(partition.split):
+            yield from self.output.batches(chunk.data)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark has the batch up to ``end``: the consumer, if any, records it."""
+        if self.source.consumer_id is not None:
+            self.source.commit(self._offset(end))
+
+
+def before(splits: Iterable[ChangeSplit], end: StreamOffset) -> Iterator[ChangeSplit]:
+    """The parts of ``splits`` (in stream order) before offset ``end``."""
+    for split in splits:
+        if split.snapshot_id > end.snapshot_id or (split.snapshot_id == end.snapshot_id and split.start >= end.index):
+            return
+        if split.snapshot_id == end.snapshot_id and split.stop > end.index:
+            yield dataclasses.replace(split, stop=end.index, end=end)
+        else:
+            yield split

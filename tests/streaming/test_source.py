@@ -1,0 +1,340 @@
+"""The ``changelake`` Spark data source: batch reads (snapshots, tags, pushed filters, a given
+schema), streaming changelog reads (scan modes, read.changelog, admission control,
+AvailableNow, restarts, consumers), and the errors bad input gets. The reader's offset logic is
+driven directly (no Spark job); a few Spark queries show it end to end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.datasource import (
+    CaseInsensitiveDict,
+    EqualTo,
+    GreaterThan,
+    In,
+    InputPartition,
+    IsNotNull,
+    Not,
+    StringStartsWith,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles, ReadMaxRows, ReadMinRows
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+import changelake as cl
+from changelake.errors import (
+    OffsetError,
+    OptionError,
+    ScanError,
+    SchemaError,
+    SnapshotExpiredError,
+    TableNotFoundError,
+)
+from changelake.streaming import register
+from changelake.streaming.source import (
+    BatchReader,
+    ChangelakeDataSource,
+    ChangeSplitPartition,
+    ChangeStreamReader,
+    SplitPartition,
+)
+from changelake.streaming.spark_schema import struct_type
+
+SCHEMA = pa.schema([pa.field("p", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
+                    pa.field("v", pa.string())])
+KINDED = SCHEMA.append(pa.field("rowkind", pa.string()))
+Rows = list[tuple[Any, ...]]
+
+
+def _lookup_table(tmp_path: Path) -> cl.Table:
+    """Four commits of inserts, updates and deletes; lookup changelog; two partitions."""
+    table = cl.Catalog(str(tmp_path / "wh")).create_table(
+        "db.t", SCHEMA, primary_keys=["p", "k"], partition_keys=["p"],
+        options={"bucket": "2", "changelog-producer": "lookup"})
+    _commit(table, [("a", k, f"v{k}", "+I") for k in range(6)] + [("b", k, f"w{k}", "+I") for k in range(4)])
+    _commit(table, [("a", 1, "v1x", "+I"), ("b", 2, "w2x", "+I"), ("a", 7, "v7", "+I")])
+    _commit(table, [("a", 3, None, "-D"), ("b", 0, None, "-D"), ("a", 1, "v1y", "+I")])
+    return table
+
+
+def _commit(table: cl.Table, rows: Rows) -> None:
+    p, k, v, kinds = (list(c) for c in zip(*rows, strict=True))
+    table.write(pa.table({"p": p, "k": k, "v": v, "rowkind": kinds}, schema=KINDED))
+
+
+def _source(table: cl.Table, **options: str) -> ChangelakeDataSource:
+    return ChangelakeDataSource(CaseInsensitiveDict({"path": str(table.location), **options}))
+
+
+def _struct(*fields: tuple[Any, ...]) -> StructType:
+    return StructType([StructField(*field) for field in fields])
+
+
+def _rows(table: pa.Table) -> Rows:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def _changes(table: cl.Table, start: int = 0) -> Rows:
+    latest = table.latest_snapshot()
+    assert latest is not None
+    return _rows(table.changes(start, latest.id).to_arrow())
+
+
+def _read_stream(reader: ChangeStreamReader, limit: Any, start: dict[str, Any] | None = None) -> Iterator[Rows]:
+    """Micro-batches as Spark runs them: latestOffset, then partitions and read of [start, end)."""
+    start = reader.initialOffset() if start is None else start
+    while (end := reader.latestOffset(start, limit)) != start:
+        parts = reader.partitions(json.loads(json.dumps(start)), end)
+        assert all(isinstance(part, ChangeSplitPartition) for part in parts)
+        batch = [b for part in parts for b in reader.read(part)]
+        yield _rows(pa.Table.from_batches(batch, reader.output.schema)) if batch else []
+        reader.commit(end)
+        start = end
+
+
+# -- without Spark jobs ----------------------------------------------------------------------
+
+
+def test_types_map_to_spark_and_schemas_are_checked() -> None:
+    schema = pa.schema([
+        pa.field("i8", pa.int8()), pa.field("i16", pa.int16()), pa.field("i32", pa.int32(), nullable=False),
+        pa.field("i64", pa.int64()), pa.field("f", pa.float32()), pa.field("d", pa.float64()),
+        pa.field("dec", pa.decimal128(12, 3)), pa.field("s", pa.string()), pa.field("b", pa.binary()),
+        pa.field("fb", pa.binary(4)), pa.field("ok", pa.bool_()), pa.field("day", pa.date32()),
+        pa.field("ntz", pa.timestamp("ms")), pa.field("ltz", pa.timestamp("us", tz="UTC")),
+        pa.field("xs", pa.list_(pa.field("element", pa.int32(), nullable=False))),
+        pa.field("m", pa.map_(pa.string(), pa.int64())),
+        pa.field("row", pa.struct([pa.field("x", pa.int32()), pa.field("y", pa.string(), nullable=False)])),
+    ])
+    got = struct_type(schema, table="db.t")
+    assert got.simpleString() == (
+        "struct<i8:tinyint,i16:smallint,i32:int,i64:bigint,f:float,d:double,dec:decimal(12,3),s:string,"
+        "b:binary,fb:binary,ok:boolean,day:date,ntz:timestamp_ntz,ltz:timestamp,xs:array<int>,"
+        "m:map<string,bigint>,row:struct<x:int,y:string>>")
+    assert [f.nullable for f in got.fields][:3] == [True, True, False]
+    assert not got["xs"].dataType.containsNull and not got["row"].dataType["y"].nullable
+    with pytest.raises(SchemaError, match=r"column 'u'.*no Spark equivalent"):
+        struct_type(pa.schema([pa.field("u", pa.uint64())]), table="db.t")
+
+
+def test_batch_reader_pushes_key_and_partition_filters_and_reads_a_given_schema(tmp_path: Path) -> None:
+    table = _lookup_table(tmp_path)
+    reader = _source(table).reader(_struct(("v", StringType()), ("k", LongType())))
+    assert isinstance(reader, BatchReader)
+    filters = [EqualTo(("p",), "a"), GreaterThan(("k",), 2), In(("k",), (3, 4, 5, 7, None)),
+               Not(EqualTo(("k",), 5)), IsNotNull(("p",)), EqualTo(("v",), "v4"),
+               StringStartsWith(("p",), "a"), EqualTo(("k",), "not a number")]
+    left = list(reader.pushFilters(filters))
+    assert left == filters[5:]  # a value column, LIKE, a value that is no BIGINT
+    parts = reader.partitions()
+    assert parts and all(isinstance(p, SplitPartition) for p in parts)
+    assert len(parts) < len(_source(table).reader(_source(table).schema()).partitions())  # partition b pruned
+    got = pa.Table.from_batches([b for p in parts for b in reader.read(p)])
+    assert got.schema == pa.schema([pa.field("v", pa.string()), pa.field("k", pa.int64())])
+    assert _rows(got) == [("v4", 4), ("v7", 7)]
+
+
+def test_batch_reader_picks_the_snapshot(tmp_path: Path) -> None:
+    table = _lookup_table(tmp_path)
+
+    def read(target: cl.Table = table, **options: str) -> Rows:
+        source = _source(target, **options)
+        reader = source.reader(source.schema())
+        return _rows(pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)],
+                                           reader.output.schema))
+
+    assert read() == _rows(table.scan().to_arrow())
+    assert read(**{"scan.snapshot-id": "1"}) == _rows(table.scan(snapshot_id=1).to_arrow())
+    moment = table.snapshots()[1].time_millis
+    assert read(**{"scan.timestamp-millis": str(moment)}) == _rows(table.scan(timestamp_ms=moment).to_arrow())
+    assert read(**{"read.changelog": "true"}) == [("+I", *r) for r in _rows(table.scan().to_arrow())]
+    with pytest.raises(OptionError, match=r"option 'scan\.mode': compacted-full is for streaming reads"):
+        read(**{"scan.mode": "compacted-full"})
+    # An empty table plans nothing, and Spark's placeholder partition reads nothing.
+    empty = cl.Catalog(str(tmp_path / "wh")).create_table("db.empty", SCHEMA, primary_keys=["p", "k"])
+    assert read(empty) == []
+    assert list(_source(empty).reader(_source(empty).schema()).read(InputPartition(None))) == []
+
+
+def test_stream_reader_micro_batches_cover_the_changes_exactly(tmp_path: Path) -> None:
+    table = _lookup_table(tmp_path)
+    source = _source(table, **{"scan.mode": "from-snapshot", "scan.snapshot-id": "1", "read.changelog": "true",
+                                "read.stream.maxRowsPerTrigger": "3", "consumer-id": "c1"})
+    reader = source.streamReader(source.schema())
+    assert reader.getDefaultReadLimit() == ReadMaxRows(3)
+    start = reader.initialOffset()
+    batches = list(_read_stream(reader, reader.getDefaultReadLimit(), start))
+    assert len(batches) > 3 and all(len(b) <= 3 for b in batches)
+    assert sorted(r for b in batches for r in b) == _changes(table)
+    assert {r[0] for b in batches for r in b} == {"+I", "-U", "+U", "-D"}
+    # Offsets of something else are refused.
+    with pytest.raises(OffsetError, match="is not a changelake offset"):
+        reader.partitions({"snapshot": 1}, start)
+    with pytest.raises(OffsetError, match="belongs to another table"):
+        reader.latestOffset({**start, "tableId": "0" * 16}, ReadAllAvailable())
+    with pytest.raises(ScanError, match=r"Spark read limit .* is not supported"):
+        reader.latestOffset(start, ReadMaxBytes(1024))
+    # Files bound batches too; reading everything available is one batch.
+    assert len(list(_read_stream(reader, ReadMaxFiles(1), start))) > 1
+    assert len(list(_read_stream(reader, ReadAllAvailable(), start))) == 1
+    # The consumer recorded its progress; a new stream of it starts at the next snapshot.
+    latest = table.latest_snapshot()
+    assert latest is not None
+    consumer = json.loads((Path(table.location) / "consumer" / "consumer-c1").read_text())
+    assert consumer == {"nextSnapshot": latest.id + 1}
+    assert source.streamReader(source.schema()).initialOffset()["snapshotId"] == latest.id + 1
+
+
+def test_stream_reader_modes_upserts_min_rows_and_available_now(tmp_path: Path) -> None:
+    table = _lookup_table(tmp_path)
+    # Default mode (latest-full) without read.changelog: the latest rows, no rowkind column.
+    full = _source(table)
+    assert full.schema().names == ["p", "k", "v"]
+    assert [r for b in _read_stream(full.streamReader(full.schema()), ReadAllAvailable()) for r in b] \
+        == _rows(table.scan().to_arrow())
+    # latest: nothing until the next commit; then its upserts only (-U and -D left out).
+    latest = _source(table, **{"scan.mode": "latest"})
+    reader = latest.streamReader(latest.schema())
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    before = table.latest_snapshot()
+    assert before is not None
+    _commit(table, [("a", 2, "v2z", "+I"), ("a", 4, None, "-D"), ("b", 9, "w9", "+I")])
+    assert list(_read_stream(reader, ReadAllAvailable(), start)) == [[("a", 2, "v2z"), ("b", 9, "w9")]]
+    assert {r[0] for r in _changes(table, before.id)} == {"-U", "+U", "-D", "+I"}
+    # minRowsPerTrigger waits (until maxTriggerDelayMs) after a batch, but not under AvailableNow.
+    waiting = _source(table, **{"scan.mode": "from-snapshot", "scan.snapshot-id": "1",
+                                "read.stream.maxRowsPerTrigger": "3", "read.stream.minRowsPerTrigger": "1000",
+                                "read.stream.maxTriggerDelayMs": "1 h"})
+    reader = waiting.streamReader(waiting.schema())
+    limit = reader.getDefaultReadLimit()
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, limit)
+    assert first != start  # the first batch never waits
+    assert reader.latestOffset(first, limit) == first
+    assert reader.latestOffset(first, ReadMinRows(1)) != first
+    assert reader.latestOffset(first, ReadAllAvailable()) != first
+    reader.prepareForTriggerAvailableNow()
+    assert reader.latestOffset(first, limit) != first
+    only_min = _source(table, **{"read.stream.minRowsPerTrigger": "5", "read.stream.maxTriggerDelayMs": "10"})
+    assert only_min.streamReader(only_min.schema()).getDefaultReadLimit() == ReadMinRows(5)
+    # AvailableNow: nothing committed after it started is read.
+    now = _source(table, **{"read.changelog": "true", "read.stream.maxRowsPerTrigger": "2"})
+    reader = now.streamReader(now.schema())
+    reader.prepareForTriggerAvailableNow()
+    at_start = table.latest_snapshot()
+    assert at_start is not None
+    _commit(table, [("c", 1, "late", "+I")])
+    batches = list(_read_stream(reader, ReadMaxRows(2)))
+    snapshot = table.scan(snapshot_id=at_start.id).to_arrow()
+    assert len(batches) > 1
+    assert sorted(r for b in batches for r in b) == [("+I", *r) for r in _rows(snapshot)]
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({}, OptionError, "option 'path': no table path"),
+    ({"path": "/nowhere/db.db/t"}, TableNotFoundError, "table db.t: does not exist"),
+    ({"scan.mode": "sometimes"}, OptionError, "option 'scan.mode'.*'sometimes'"),
+    ({"scan.snapshot-idd": "1"}, OptionError, "option 'scan.snapshot-idd'.*did you mean 'scan.snapshot-id'"),
+    ({"read.stream.minRowsPerTrigger": "5"}, OptionError, "option 'read.stream.maxTriggerDelayMs'"),
+    ({"scan.mode": "from-snapshot"}, OptionError, "from-snapshot needs scan.snapshot-id"),
+    ({"scan.mode": "from-snapshot", "scan.snapshot-id": "1"}, SnapshotExpiredError, "snapshot 1 has expired"),
+])
+def test_bad_input_gets_a_clear_error(tmp_path: Path, options: dict[str, str], error: type[Exception],
+                                      message: str) -> None:
+    table = _lookup_table(tmp_path)
+    (Path(table.location) / "snapshot" / "snapshot-1").unlink()  # expired
+    source = ChangelakeDataSource(CaseInsensitiveDict(options)) if not options else _source(table, **options)
+    with pytest.raises(error, match=message):
+        source.streamReader(source.schema()).initialOffset()
+
+
+def test_a_given_schema_must_fit_the_table(tmp_path: Path) -> None:
+    table = _lookup_table(tmp_path)
+    for schema, message in [(_struct(("k", IntegerType())), "column 'k': the given schema has type int, the table "
+                                                          "has bigint"),
+                            (_struct(("x", StringType())), "column 'x'"),
+                            (_struct(("k", LongType()), ("k", LongType())), "column 'k'.*twice"),
+                            (_struct(("k", LongType(), False), ("v", StringType(), False)), "column 'v'.*NOT NULL"),
+                            (_struct(("rowkind", StringType())), "column 'rowkind'")]:
+        with pytest.raises(SchemaError, match=message):
+            _source(table).reader(schema)
+
+
+# -- through Spark ---------------------------------------------------------------------------
+
+
+def test_spark_batch_reads(spark: Any, tmp_path: Path) -> None:
+    register(spark)
+    register(spark)
+    schema = pa.schema([
+        pa.field("k", pa.int32(), nullable=False), pa.field("dec", pa.decimal128(10, 2)),
+        pa.field("f", pa.float64()), pa.field("ok", pa.bool_()), pa.field("day", pa.date32()),
+        pa.field("ntz", pa.timestamp("ms")), pa.field("ltz", pa.timestamp("us", tz="UTC")),
+        pa.field("bin", pa.binary()), pa.field("xs", pa.list_(pa.int64())),
+        pa.field("m", pa.map_(pa.string(), pa.int32())), pa.field("row", pa.struct([pa.field("x", pa.string())])),
+    ])
+    table = cl.Catalog(str(tmp_path)).create_table("db.types", schema, primary_keys=["k"], options={"bucket": "2"})
+    row = {"dec": decimal.Decimal("1.25"), "f": 0.5, "ok": True, "day": dt.date(2024, 2, 29),
+           "ntz": dt.datetime(2024, 1, 1, 12, 30, 1, 123000), "ltz": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+           "bin": b"\x00\x01", "xs": [1, None], "m": [("a", 1)], "row": {"x": "y"}}
+    table.write(pa.Table.from_pylist([{"k": k, **row} for k in range(5)], schema=schema))
+    table.write(pa.Table.from_pylist([{"k": k} for k in range(3, 8)], schema=schema))
+    table.create_tag("first", 1)
+
+    def read(**options: str) -> pa.Table:
+        got = spark.read.format("changelake").options(**options).load(table.location).toArrow()
+        return got.sort_by("k").cast(schema)
+
+    assert read().equals(table.scan().to_arrow().sort_by("k"))
+    assert read(**{"scan.tag-name": "first"}).equals(table.scan(snapshot_id=1).to_arrow().sort_by("k"))
+    # A given schema of fewer columns, and filters on the key pushed down (no Filter left to Spark).
+    given = spark.read.format("changelake").schema("day DATE, k INT").load(table.location).where(
+        "k >= 2 AND k IN (1, 2, 3)")
+    assert not re.search(r"\bFilter\b", given._jdf.queryExecution().executedPlan().toString())
+    assert sorted((tuple(r) for r in given.collect()), key=lambda r: r[1]) == [(dt.date(2024, 2, 29), 2), (None, 3)]
+
+
+def test_spark_streams_the_changelog_in_bounded_batches_and_restarts(spark: Any, tmp_path: Path) -> None:
+    register(spark)
+    table = _lookup_table(tmp_path)
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def run() -> list[Rows]:
+        batches: list[Rows] = []
+        query = (spark.readStream.format("changelake")
+                 .options(**{"scan.mode": "from-snapshot", "scan.snapshot-id": "1", "read.changelog": "true",
+                             "read.stream.maxRowsPerTrigger": "8", "consumer-id": "spark"})
+                 .load(table.location)
+                 .writeStream.foreachBatch(lambda df, _: batches.append([tuple(r) for r in df.collect()]))
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        assert len(query.recentProgress) >= len(batches)
+        return batches
+
+    def consumer() -> int:
+        recorded: int = json.loads((Path(table.location) / "consumer" / "consumer-spark").read_text())["nextSnapshot"]
+        return recorded
+
+    batches = run()
+    assert len(batches) > 1 and sorted(r for b in batches for r in b) == _changes(table)
+    first = table.latest_snapshot()
+    assert first is not None
+    # Spark commits a batch's offsets to the source when it plans the next batch: the consumer
+    # trails by one batch.
+    assert 1 < consumer() <= first.id
+    _commit(table, [("a", 5, "v5x", "+I"), ("b", 1, None, "-D"), ("c", 1, "x1", "+I")])
+    batches = run()
+    assert sorted(r for b in batches for r in b) == _changes(table, first.id)  # the new changes, once each
+    assert consumer() >= first.id + 1
+    failing = (spark.readStream.format("changelake").option("scan.mode", "from-snapshot").load(table.location)
+               .writeStream.format("memory").queryName("failing").trigger(availableNow=True).start())
+    with pytest.raises(Exception, match=r"from-snapshot needs scan\.snapshot-id"):
+        failing.awaitTermination()
