@@ -133,3 +133,10 @@ class ScanError(ChangelakeError):
 
 class OffsetError(ChangelakeError):
     """A stream offset does not belong to this table or points past its history."""
+
+
+class CdcError(ChangelakeError):
+    """A request to decode CDC events cannot be served: an unknown format or malformed-event
+    policy, an input column that is missing or not text, a schema column of a type the decoder
+    cannot read from JSON, or output columns whose names clash. (A malformed event itself fails
+    the Spark task that meets it, with the event's text in the message.)"""
