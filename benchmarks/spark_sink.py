@@ -114,7 +114,7 @@ def main() -> None:
                   f"no-op p50 {statistics.median(noop):.0f} ms   ratio {ratio:.2f} (target <= 2)")
 
         streaming.register(spark)
-        changes = (spark.readStream.format("changelake").option("scan.mode", "from-snapshot")
+        changes = (spark.readStream.format("changelake").option("read.changelog", "true").option("scan.mode", "from-snapshot")
                    .option("scan.snapshot-id", "1").load(table.location))
         start = time.perf_counter()
         query = (changes.writeStream.format("noop").option("checkpointLocation", str(root / "ck-read"))

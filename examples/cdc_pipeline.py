@@ -131,7 +131,7 @@ def main(workdir: Path) -> None:
 
     spark = spark_session()
     streaming.register(spark)
-    changes = (spark.readStream.format("changelake").option("scan.mode", "from-snapshot")
+    changes = (spark.readStream.format("changelake").option("read.changelog", "true").option("scan.mode", "from-snapshot")
                .option("scan.snapshot-id", "1").load(table.location))
 
     def show(batch: Any, batch_id: int) -> None:

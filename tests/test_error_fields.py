@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
+
 from changelake import errors
 
 
@@ -23,8 +25,12 @@ def test_in_table_names_the_table_once() -> None:
     assert named.in_table("db.other") is named
 
 
-def test_errors_pickle_with_their_fields() -> None:
-    error = errors.NullKeyError("has 1 null values", table="db.t", column="id")
+@pytest.mark.parametrize("error", [
+    errors.NullKeyError("has 1 null values", table="db.t", column="id"),
+    errors.CdcError("is 'avro'; expected one of debezium-json, canal-json, maxwell-json", option="format"),
+])  # fmt: skip
+def test_errors_pickle_with_their_fields(error: errors.ChangelakeError) -> None:
     copy = pickle.loads(pickle.dumps(error))
-    assert type(copy) is errors.NullKeyError
-    assert (copy.table, copy.column, str(copy)) == ("db.t", "id", str(error))
+    assert type(copy) is type(error)
+    assert (copy.table, copy.option, copy.column, copy.file, str(copy)) == (
+        error.table, error.option, error.column, error.file, str(error))

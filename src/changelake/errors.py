@@ -137,3 +137,10 @@ class OffsetError(ChangelakeError):
 
 class StreamingError(ChangelakeError):
     """A Spark write or read is used in a way that cannot be exactly once."""
+
+
+class CdcError(ChangelakeError):
+    """A request to decode CDC events cannot be served: an unknown format or malformed-event
+    policy, an input column that is missing or not text, a schema column of a type the decoder
+    cannot read from JSON, or output columns whose names clash. (A malformed event itself fails
+    the Spark task that meets it, with the event's text in the message.)"""
