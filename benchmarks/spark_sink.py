@@ -39,7 +39,7 @@ def session() -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").appName("changelake-bench")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.memory", "2g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -114,8 +114,8 @@ def main() -> None:
                   f"no-op p50 {statistics.median(noop):.0f} ms   ratio {ratio:.2f} (target <= 2)")
 
         streaming.register(spark)
-        changes = (spark.readStream.format("changelake").option("read.changelog", "true").option("scan.mode", "from-snapshot")
-                   .option("scan.snapshot-id", "1").load(table.location))
+        changes = (spark.readStream.format("changelake").option("read.changelog", "true")
+                   .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").load(table.location))
         start = time.perf_counter()
         query = (changes.writeStream.format("noop").option("checkpointLocation", str(root / "ck-read"))
                  .trigger(availableNow=True).start())

@@ -26,8 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
 
 import changelake as cl
+from changelake import streaming
+from changelake.streaming import cdc
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
@@ -60,26 +63,21 @@ FINAL = {1: ("customer-1", 10.0, "shipped"), 2: ("customer-2", 25.0, "paid"), 4:
          5: ("customer-2", 50.0, "new"), 6: ("customer-0", 60.0, "new")}
 
 
-def spark_session() -> Any:
-    from pyspark.sql import SparkSession
-
+def spark_session() -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").appName("changelake-cdc-demo")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 def ingest(workdir: Path) -> None:
     """The ingest query (run in its own process, so that it can be killed): CDC files → table."""
-    from changelake import streaming
-    from changelake.streaming import cdc
-
     spark = spark_session()
     table = cl.open_table(str(workdir / "warehouse" / "shop.db" / "orders"))
     events = spark.readStream.option("maxFilesPerTrigger", 1).text(str(workdir / "events"))
-    rows = cdc.decode(events, "debezium-json", table.schema)
+    rows = cdc.decode(events, "debezium-json", table.schema, event_time_column=None)
     query = streaming.write_stream(rows, table, checkpoint_location=str(workdir / "checkpoints" / "ingest"),
                                    trigger={"availableNow": True})
     query.awaitTermination()
@@ -127,14 +125,12 @@ def main(workdir: Path) -> None:
     print("   = the source database's final state, exactly")
 
     print("3. the table's changelog, streamed by a second query:")
-    from changelake import streaming
-
     spark = spark_session()
     streaming.register(spark)
-    changes = (spark.readStream.format("changelake").option("read.changelog", "true").option("scan.mode", "from-snapshot")
-               .option("scan.snapshot-id", "1").load(table.location))
+    changes = (spark.readStream.format("changelake").option("read.changelog", "true")
+               .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").load(table.location))
 
-    def show(batch: Any, batch_id: int) -> None:
+    def show(batch: DataFrame, batch_id: int) -> None:
         for row in batch.collect():
             print(f"   {row['rowkind']}  id={row['id']}  customer={row['customer']}  amount={row['amount']}  "
                   f"status={row['status']}")
