@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +10,7 @@ from typing import Any
 import pytest
 
 from changelake.table.commit import renumber
+from spark_support import java_reason
 
 
 @pytest.fixture
@@ -30,22 +28,10 @@ def renumber_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return calls
 
 
-def _java_reason() -> str | None:
-    """Why Spark cannot start here (no Java 17 or 21), or None."""
-    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
-    if java is None or not os.access(java, os.X_OK):
-        return "Spark needs Java 17 or 21: none found (JAVA_HOME, PATH); ./dev test installs it where it can"
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
-    match = re.search(r'version "(\d+)', out)
-    if match is None or match.group(1) not in ("17", "21"):
-        return f"Spark needs Java 17 or 21, found {out.splitlines()[0] if out else java!r}"
-    return None
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The one SparkSession of the test run: local[2], loopback, UI off, two shuffle partitions."""
-    reason = _java_reason()
+    reason = java_reason()
     if reason is not None:
         pytest.skip(reason)
     from pyspark.sql import SparkSession

@@ -43,7 +43,8 @@ def test_every_kill_point_is_survived(tmp_path: Path) -> None:
     assert totals.rows.total == 0 and totals.paimon_rows.total == 0 and totals.changelog.total == 0
     assert totals.changelog_rows > 0
     assert totals.kills == KILLS
-    assert {p.value for p in KillPoint} <= set(totals.kills_by_point), totals.kills_by_point
+    expected = {p.value for p in KillPoint if p not in crashtest.SPARK_SINK}
+    assert expected <= set(totals.kills_by_point), totals.kills_by_point
     assert totals.commits_landed >= 5 * len(PLANS)
 
 

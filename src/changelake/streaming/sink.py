@@ -29,6 +29,8 @@ from changelake.errors import SchemaMismatchError, StreamingError
 from changelake.streaming import write_tasks
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.write import landing
 from changelake.table.write.conform import ROWKIND_COLUMN
 
@@ -106,11 +108,14 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
         grouped = bucketed.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
         written = grouped.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary")
     results = [write_tasks.task_result(row[MESSAGE_COLUMN]) for row in written.collect()]
+    killpoints.reached(KillPoint.SINK_WRITTEN)
     messages = [m for r in results for m in r.messages]
     if not messages:
         return []
     views = [r.view for r in results if r.view is not None]
-    return landing.land(ctx, changelog, messages, commit_user, identifier, view=min(views) if views else None)
+    landed = landing.land(ctx, changelog, messages, commit_user, identifier, view=min(views) if views else None)
+    killpoints.reached(KillPoint.SINK_COMMITTED)
+    return landed
 
 
 def _check_columns(table: Table, df: DataFrame) -> None:

@@ -1,0 +1,49 @@
+"""The Spark job that spark_crashtest.py kills: a streaming query on its own local[2]
+SparkSession that writes the JSON change events of an input directory (one file per
+micro-batch, in modification order) into a table through ``changelake.streaming.write_stream``,
+from a fixed checkpoint, until every file present at its start is written; then it exits 0.
+
+Run as ``spark_pipeline.py --input DIR --checkpoint DIR --table LOCATION --schema DDL``; a kill
+point comes in ``CHANGELAKE_KILL_POINT``, which Spark's python workers inherit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pyspark.sql import SparkSession
+
+from changelake import streaming
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--input", required=True, help="directory of JSON-lines event files")
+    parser.add_argument("--checkpoint", required=True, help="the query's checkpoint location")
+    parser.add_argument("--table", required=True, help="the table's location")
+    parser.add_argument("--schema", required=True, help="the events' schema, as a Spark DDL string")
+    args = parser.parse_args(argv)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("changelake-spark-crashtest")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        # A short-lived driver on a small shared machine: JIT compile less, collect serially.
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    events = spark.readStream.schema(args.schema).option("maxFilesPerTrigger", 1).json(args.input)
+    query = streaming.write_stream(events, args.table, checkpoint_location=args.checkpoint,
+                                   trigger={"availableNow": True})
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
