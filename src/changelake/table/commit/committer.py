@@ -200,6 +200,15 @@ def _check_view(ctx: TableContext, view: int, latest: Snapshot | None, entries: 
                         "its levels; this commit's compaction is void", table=ctx.name)
 
 
+def back_off(ctx: TableContext, attempt_number: int) -> None:
+    """Wait before retry ``attempt_number`` (1, 2, ...) after a lost race: doubling from
+    ``commit.min-retry-wait`` up to ``commit.max-retry-wait``, with jitter, so that contending
+    committers spread out instead of racing again at once."""
+    options = ctx.options
+    wait_ms = min(options.commit_max_retry_wait, options.commit_min_retry_wait << (attempt_number - 1))
+    time.sleep(wait_ms * random.uniform(0.5, 1.0) / 1000)
+
+
 def commit(
     ctx: TableContext,
     messages: Sequence[CommitMessage],
@@ -301,10 +310,7 @@ def _land(
     retries = options.commit_max_retries
     for attempt_number in range(retries + 1):
         if attempt_number:
-            # Back off after a lost race (doubling, with jitter) so that contending committers
-            # spread out instead of racing again at once.
-            wait_ms = min(options.commit_max_retry_wait, options.commit_min_retry_wait << (attempt_number - 1))
-            time.sleep(wait_ms * random.uniform(0.5, 1.0) / 1000)
+            back_off(ctx, attempt_number)
         latest = ctx.latest_snapshot()
         if first and already_committed(ctx, commit_user, identifier, latest):
             _remove(ctx, attempt.written)

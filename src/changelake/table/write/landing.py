@@ -78,7 +78,9 @@ def compact_level0_up(ctx: TableContext, changelog: ChangelogHook, buckets: Buck
         buckets = {(e.partition, e.bucket) for e in entries if e.file.level == 0}
         if not buckets:
             return
-    for _ in range(ctx.options.commit_max_retries):
+    for attempt_number in range(ctx.options.commit_max_retries + 1):
+        if attempt_number:
+            commit.back_off(ctx, attempt_number)
         latest = ctx.latest_snapshot()
         view = latest.id if latest is not None else 0
         messages = compaction.compact_table(ctx, full=False, partitions=None, changelog=changelog, buckets=buckets)
