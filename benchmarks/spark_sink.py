@@ -5,7 +5,8 @@
   sink, against the same stream written by ``foreachBatch`` with plain
   ``batch_df.write.parquet`` (target: >= 0.5x its rate).
 * Overhead: 30 micro-batches of 1,000 rows through the sink against a no-op ``foreachBatch``
-  (target: per-batch p50 <= 2x).
+  (target: per-batch p50 <= 2x), with a bare ``mapInArrow`` job that only counts the rows for
+  scale (the floor of any sink whose work runs in Python tasks).
 * Read: ``readStream`` (AvailableNow) of the table's whole changelog against
   ``spark.read.parquet`` of the same changelog files (target: >= 0.25x).
 
@@ -24,9 +25,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from ingest_read import SCHEMA, batches
 from pyspark.sql import DataFrame, SparkSession
@@ -73,6 +76,10 @@ def run_query(df: DataFrame, function: Any, checkpoint: Path) -> tuple[float, li
     return elapsed, durations
 
 
+def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
+
+
 def new_table(root: Path, name: str, producer: str = "lookup") -> cl.Table:
     return cl.Catalog(str(root / "warehouse")).create_table(
         f"bench.{name}", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
@@ -107,6 +114,13 @@ def main() -> None:
 
         small = input_files(root, 30, 1000)
         _, noop = run_query(stream_of(spark, small), lambda df, batch_id: None, root / "ck-noop")
+        # The floor of any sink whose work runs in Python tasks: one mapInArrow job that only
+        # counts the rows, and returns the count to the driver.
+        _, bare = run_query(stream_of(spark, small),
+                            lambda df, batch_id: df.mapInArrow(count_rows, "n long").collect(), root / "ck-bare")
+        floor = statistics.median(bare) / statistics.median(noop)
+        print(f"1,000-row batches, a bare mapInArrow job: p50 {statistics.median(bare):.0f} ms   "
+              f"no-op p50 {statistics.median(noop):.0f} ms   ratio {floor:.2f}")
         for producer in ("none", "lookup"):
             sink = streaming.ForeachBatchSink(new_table(root, producer, producer))
             _, tiny = run_query(stream_of(spark, small), sink, root / f"ck-{producer}")

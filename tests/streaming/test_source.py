@@ -183,6 +183,13 @@ def test_stream_reader_micro_batches_cover_the_changes_exactly(tmp_path: Path) -
         reader.latestOffset(start, ReadMaxBytes(1024))
     # Files bound batches too; reading everything available is one batch.
     assert len(list(_read_stream(reader, ReadMaxFiles(1), start))) > 1
+    # Small changelog files are packed into few tasks (source.split.target-size), in stream order.
+    end = reader.latestOffset(start, ReadAllAvailable())
+    everything = [s for part in reader.partitions(start, end) for s in part.splits]
+    assert len(reader.partitions(start, end)) == 1 and len(everything) > 3
+    one_each = _source(table, **{"scan.mode": "from-snapshot", "scan.snapshot-id": "1", "read.changelog": "true",
+                                 "source.split.target-size": "1 b"}).streamReader(source.schema())
+    assert [p.splits for p in one_each.partitions(start, end)] == [(s,) for s in everything]
     assert len(list(_read_stream(reader, ReadAllAvailable(), start))) == 1
     # The consumer recorded its progress; a new stream of it starts at the next snapshot.
     latest = table.latest_snapshot()

@@ -9,7 +9,8 @@ pushed down (see :mod:`.filters`). A schema the user gives may name fewer column
 order: the read then carries those only (Spark's Python data sources get no column pruning).
 
 Streaming: ``spark.readStream.format("changelake").load(path)`` reads the changes from where
-``scan.mode`` says (or where ``consumer-id`` last got to), every mode of :class:`ChangeSource`.
+``scan.mode`` says (or where ``consumer-id`` last got to), every mode of :class:`ChangeSource`;
+a micro-batch's splits are packed into Spark partitions up to ``source.split.target-size``.
 As in Paimon's Spark source, ``read.changelog`` (default false) decides the rows: with it, a
 ``rowkind`` column (+I, -U, +U, -D) comes first and every change row follows, as
 ``Table.changes`` reads them; without it there is no ``rowkind`` column and only the rows that
@@ -296,9 +297,27 @@ class Admission:
 
 @dataclass(frozen=True)
 class ChangeSplitPartition(InputPartition):
-    """One change split of a micro-batch (names files and row positions, holds no rows)."""
+    """Consecutive change splits of a micro-batch, read in stream order by one task (they
+    name files and row positions, they hold no rows)."""
 
-    split: ChangeSplit
+    splits: tuple[ChangeSplit, ...]
+
+
+def packed(splits: Iterable[ChangeSplit], options: TableOptions) -> Iterator[tuple[ChangeSplit, ...]]:
+    """Consecutive splits packed up to ``source.split.target-size`` (each file weighing at
+    least ``source.split.open-file-cost``), as Paimon packs a scan's files into splits: a
+    micro-batch of many small changelog files is a few Spark tasks, not one per file."""
+    pack: list[ChangeSplit] = []
+    weight = 0
+    for split in splits:
+        size = sum(max(f.file_size, options.split_open_file_cost) for f in split.split.files)
+        if pack and weight + size > options.split_target_size:
+            yield tuple(pack)
+            pack, weight = [], 0
+        pack.append(split)
+        weight += size
+    if pack:
+        yield tuple(pack)
 
 
 def offset_dict(offset: StreamOffset) -> dict[str, Any]:
@@ -375,12 +394,13 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # An end at the start of a snapshot's changes needs nothing of that snapshot.
         last_snapshot = last.snapshot_id if last.index or last.scan_snapshot else last.snapshot_id - 1
         plan = self.source.plan(first, end_snapshot=last_snapshot)
-        return [ChangeSplitPartition(split) for split in before(plan.splits, last)]
+        return [ChangeSplitPartition(pack) for pack in packed(before(plan.splits, last), self.source.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChangeSplitPartition)
-        for chunk in self.source.read(partition.split):
-            yield from self.output.batches(chunk.data)
+        for split in partition.splits:
+            for chunk in self.source.read(split):
+                yield from self.output.batches(chunk.data)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has the batch up to ``end``: the consumer, if any, records it."""
