@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from changelake.table.commit import renumber
-from spark_support import java_reason
+from spark_support import java_reason, session_builder
 
 
 @pytest.fixture
@@ -34,17 +32,8 @@ def spark() -> Iterator[Any]:
     reason = java_reason()
     if reason is not None:
         pytest.skip(reason)
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
-        SparkSession.builder.master("local[2]")
-        .appName("changelake-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        session_builder("changelake-tests")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.stopTimeout", "30s")
         .getOrCreate()

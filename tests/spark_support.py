@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
@@ -27,6 +29,21 @@ def java_reason() -> str | None:
     if match is None or match.group(1) not in ("17", "21"):
         return f"Spark needs Java 17 or 21, found {out.splitlines()[0] if out else java!r}"
     return None
+
+
+def session_builder(app: str, master: str = "local[2]") -> SparkSession.Builder:
+    """A SparkSession builder as every Spark test starts one: on loopback, no UI or progress
+    bars, two shuffle partitions, this interpreter for python workers."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
 
 
 def child_env(**extra: str) -> dict[str, str]:

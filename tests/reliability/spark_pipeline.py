@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-
-from pyspark.sql import SparkSession
+from pathlib import Path
 
 from changelake import streaming
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: on the path under pytest, not as a script
+from spark_support import session_builder
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,12 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--schema", required=True, help="the events' schema, as a Spark DDL string")
     args = parser.parse_args(argv)
     spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("changelake-spark-crashtest")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        session_builder("changelake-spark-crashtest")
         # A short-lived driver on a small shared machine: JIT compile less, collect serially.
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .getOrCreate()

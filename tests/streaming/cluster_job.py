@@ -24,10 +24,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
 import changelake as cl
 from changelake import streaming
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: on the path under pytest, not as a script
+from spark_support import session_builder
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -54,12 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quick_jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # short-lived JVMs on a small shared machine
     spark = (
-        SparkSession.builder.master(args.master)
-        .appName("changelake-cluster-test")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        session_builder("changelake-cluster-test", args.master)
         .config("spark.executor.cores", "1")
         .config("spark.cores.max", "2")
         .config("spark.executor.memory", "512m")  # two executors in the worker's 1g
