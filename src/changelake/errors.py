@@ -135,6 +135,11 @@ class OffsetError(ChangelakeError):
     """A stream offset does not belong to this table or points past its history."""
 
 
+class RolledBackOffsetError(OffsetError):
+    """An offset lies in history a rollback abandoned: the snapshot ids it names were (or
+    will be) reused by newer commits, so reading on would return different data."""
+
+
 class StreamingError(ChangelakeError):
     """A Spark write or read is used in a way that cannot be exactly once."""
 

@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -61,14 +62,21 @@ REACH = {
     KillPoint.COMPACTION: 3,
     KillPoint.MANIFEST_COMPACTION: 2,
     KillPoint.BEFORE_COMPACT_SNAPSHOT: 3,
+    KillPoint.ORPHAN_FILE: 2,
+    KillPoint.ROLLBACK: 3,
 }
+# The mode whose children maintain the table before writing: remove orphans (two strays made
+# for the purpose, and whatever a kill left) and roll back a full compaction made for the
+# purpose (which changes no row, so the model holds).
+MAINTAINED = "compaction"
 # Reached only by the Spark sink's driver: spark_crashtest.py kills there.
 SPARK_SINK = frozenset({KillPoint.SINK_WRITTEN, KillPoint.SINK_COMMITTED})
 
 
 def points_of(mode: Mode) -> list[str]:
     """The kill points a mode reaches, and random kills."""
-    reaches = {KillPoint.SPILL_RUN: "write-buffer-size" in mode.options, KillPoint.CHANGELOG_FILE: mode.input_changelog}
+    reaches = {KillPoint.SPILL_RUN: "write-buffer-size" in mode.options, KillPoint.CHANGELOG_FILE: mode.input_changelog,
+               KillPoint.ORPHAN_FILE: mode.name == MAINTAINED, KillPoint.ROLLBACK: mode.name == MAINTAINED}
     points = [p.value for p in KillPoint if p not in SPARK_SINK and reaches.get(p, True)]
     return [*points, RANDOM, RANDOM]
 
@@ -246,6 +254,8 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
     if spec["verify_only"]:
         return
     run = spec["run"]
+    if mode.name == MAINTAINED:
+        maintain(table)
     writer = None if mode.one_shot else table.writer(commit_user=WRITER_USER)
     for index in range(report.start, spec["end"] + 1):
         expected = None
@@ -267,6 +277,19 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
             sys.exit(4)
     if writer is not None:
         writer.close()
+
+
+def maintain(table: cl.Table) -> None:
+    """Orphan cleanup (with two stray files, as a crashed writer leaves), then a full
+    compaction rolled back; no writer runs meanwhile, so no threshold is needed."""
+    os.makedirs(os.path.join(table.location, "manifest"), exist_ok=True)
+    for name in ("manifest-stray-1", "manifest-stray-2"):
+        with open(os.path.join(table.location, "manifest", name), "wb"):
+            pass
+    table.remove_orphan_files(older_than=timedelta(0))
+    before = table.latest_snapshot()
+    if before is not None and table.compact(full=True) is not None:
+        table.rollback_to(snapshot_id=before.id)
 
 
 # -- the driver -------------------------------------------------------------------------------

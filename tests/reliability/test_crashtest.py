@@ -26,7 +26,7 @@ PLANS = {
     "writer": [KillPoint.MANIFEST, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "write": [KillPoint.MANIFEST_LIST, KillPoint.COMPACTION, crashtest.RANDOM],
     "spill": [KillPoint.SPILL_RUN, KillPoint.DATA_FILE, crashtest.RANDOM],
-    "compaction": [KillPoint.COMPACTION, KillPoint.MANIFEST_COMPACTION, crashtest.RANDOM],
+    "compaction": [KillPoint.ROLLBACK, KillPoint.ORPHAN_FILE, KillPoint.MANIFEST_COMPACTION],
     "partial-update": [KillPoint.COMPACTION, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "aggregation": [KillPoint.SNAPSHOT_BEFORE_LATEST, KillPoint.DATA_FILE, crashtest.RANDOM],
     "first-row": [KillPoint.COMPACTION, KillPoint.MANIFEST, crashtest.RANDOM],

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from changelake.api import system_tables
 from changelake.api.scan import Scan
 from changelake.api.writer import TableWriter
 from changelake.changelog import producers
@@ -20,6 +22,7 @@ from changelake.table.commit import committer
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.lsm import compactor
+from changelake.table.maintenance import orphans, rollback
 from changelake.table.write.writer import TableWrite
 
 if TYPE_CHECKING:
@@ -197,3 +200,28 @@ class Table:
             return None
         landed = committer.commit(self._context, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
         return landed[0] if landed else None
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def remove_orphan_files(self, *, older_than: dt.datetime | dt.timedelta | None = None,
+                            dry_run: bool = False) -> list[str]:
+        """Delete the files no snapshot, tag, changelog or schema names (left by crashed
+        writers) that were modified before ``older_than`` (a time, or an age; default one day,
+        as Paimon's); with ``dry_run`` only list them. Returns their paths. The threshold must
+        exceed the longest commit of any concurrent writer: newer files are never touched."""
+        return orphans.remove_orphan_files(self._context, older_than, dry_run=dry_run)
+
+    def rollback_to(self, *, snapshot_id: int | None = None, tag: str | None = None) -> Snapshot:
+        """Make a snapshot (by id, or a tag's) the latest again: later snapshots and tags go,
+        then the files only they named. Stop writers first. Stream offsets past the target
+        then raise RolledBackOffsetError."""
+        if (snapshot_id is None) == (tag is None):
+            raise ValueError("rollback_to takes exactly one of snapshot_id and tag")
+        target = self._context.snapshot(snapshot_id) if snapshot_id is not None else self.tag(str(tag))
+        return rollback.rollback_to(self._context, target)
+
+    def system(self, name: str) -> pa.Table:
+        """Paimon's system table ``name`` (``snapshots``, ``schemas``, ``options``, ``tags``,
+        ``consumers``, ``manifests``, ``files``, ``partitions``, ``buckets``, ``audit_log``),
+        read now, with Paimon's column names."""
+        return system_tables.system_table(self._context, name)

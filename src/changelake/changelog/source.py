@@ -21,13 +21,14 @@ import pyarrow.compute as pc
 
 from changelake.changelog import consumers, follow_up, starting
 from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
-from changelake.errors import OffsetError, OptionError, ScanError, SnapshotNotFoundError
+from changelake.errors import OffsetError, OptionError, RolledBackOffsetError, ScanError, SnapshotNotFoundError
 from changelake.options import TableOptions
 from changelake.table import metadata
 from changelake.table.context import TableContext
 from changelake.table.format import kv
 from changelake.table.format import snapshot as snapshots
 from changelake.table.format.snapshot import Snapshot
+from changelake.table.maintenance import rollback
 from changelake.table.read import planner, reader
 from changelake.table.read.planner import Split
 
@@ -112,9 +113,16 @@ class ChangeSource:
         return ChangeSource(context, parsed, chosen, row_filter)
 
     @cached_property
-    def table_id(self) -> str:
-        """The table's fingerprint, stored in every offset this source makes."""
+    def identity(self) -> str:
+        """The table's fingerprint (a hash of its first schema)."""
         return metadata.identity(self.context)
+
+    @property
+    def table_id(self) -> str:
+        """What offsets made now carry: :attr:`identity`, then ``.rN`` after N rollbacks (read
+        afresh, so offsets from before a rollback are told apart from those after it)."""
+        rollbacks = len(rollback.records(self.context))
+        return f"{self.identity}.r{rollbacks}" if rollbacks else self.identity
 
     @cached_property
     def schema(self) -> pa.Schema:
@@ -147,8 +155,9 @@ class ChangeSource:
     def check(self, offset: StreamOffset) -> StreamOffset:
         """``offset`` if it can be read from: OffsetError when it belongs to another table or
         lies beyond this table's history, SnapshotExpiredError when its snapshot expired."""
-        if offset.table_id is not None and offset.table_id != self.table_id:
-            raise OffsetError(f"offset {offset.to_json()} belongs to another table", table=self.context.name)
+        current = self.table_id
+        if offset.table_id is not None and offset.table_id != current:
+            self._check_rollbacks(offset)
         try:
             starting.check_follow_up_start(self.context, offset.snapshot_id, None)
         except SnapshotNotFoundError as exc:
@@ -156,7 +165,22 @@ class ChangeSource:
                 raise OffsetError(f"offset {offset.to_json()} is beyond this table's history: {exc.message}",
                                   table=self.context.name) from None
             raise
-        return offset if offset.table_id is not None else offset.model_copy(update={"table_id": self.table_id})
+        return offset if offset.table_id == current else offset.model_copy(update={"table_id": current})
+
+    def _check_rollbacks(self, offset: StreamOffset) -> None:
+        """OffsetError unless ``offset`` (of another table id) is of this table before some
+        rollbacks, and lies at or before each of their targets (the start of the next snapshot
+        after a target is fine: that snapshot is read whole once committed again)."""
+        table, _, generation = (offset.table_id or "").partition(".r")
+        if table != self.identity or not (generation == "" or generation.isdigit()):
+            raise OffsetError(f"offset {offset.to_json()} belongs to another table", table=self.context.name)
+        for record in rollback.records(self.context)[int(generation or 0):]:
+            at_next = offset.snapshot_id == record.snapshot_id + 1 and offset.index == 0 and not offset.scan_snapshot
+            if offset.snapshot_id > record.snapshot_id and not at_next:
+                raise RolledBackOffsetError(
+                    f"offset {offset.to_json()} lies after snapshot {record.snapshot_id}, to which the table was "
+                    f"rolled back (from snapshot {record.latest_before}); start the stream anew",
+                    table=self.context.name)
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -184,7 +208,7 @@ class ChangeSource:
                 break
             kind, unit_splits = units
             if kind is None:  # a snapshot the follow-up scanner skips
-                offset = self.offset(offset.snapshot_id + 1)
+                offset = _at(offset, offset.snapshot_id + 1)
                 continue
             total = sum(u.row_count for u in unit_splits)
             position, unit_start = offset.index, 0
@@ -209,8 +233,8 @@ class ChangeSource:
         """The offset at ``position`` of ``offset``'s snapshot read: the next snapshot's
         changes once the read is done."""
         if position >= total:
-            return self.offset(offset.snapshot_id + 1)
-        return self.offset(offset.snapshot_id, position, full=offset.scan_snapshot)
+            return _at(offset, offset.snapshot_id + 1)
+        return _at(offset, offset.snapshot_id, position, full=offset.scan_snapshot)
 
     def _units(self, offset: StreamOffset) -> tuple[ChangeKind | None, list[Split]] | None:
         """What the read of ``offset``'s snapshot consists of (None: the snapshot is yet to
@@ -254,8 +278,8 @@ class ChangeSource:
         for first in range(0, rows.num_rows, max_rows):
             part = rows.slice(first, max_rows)
             last = first + max_rows >= rows.num_rows
-            offset = split.end if last else self.offset(split.snapshot_id, split.start + first + max_rows,
-                                                         full=split.kind is ChangeKind.FULL)
+            offset = split.end if last else _at(split.end, split.snapshot_id, split.start + first + max_rows,
+                                                full=split.kind is ChangeKind.FULL)
             data = self._output(split.kind, part)
             if data.num_rows:
                 yield ChangeChunk(data, offset)
@@ -290,3 +314,8 @@ class ChangeSource:
         self.check(offset)
         if not offset.scan_snapshot:
             consumers.record(self.context, self.consumer_id, offset.snapshot_id)
+
+
+def _at(offset: StreamOffset, snapshot_id: int, index: int = 0, *, full: bool = False) -> StreamOffset:
+    """A position of the same table as ``offset`` (its table id, checked when it was made)."""
+    return StreamOffset(snapshotId=snapshot_id, index=index, scanSnapshot=full, tableId=offset.table_id)

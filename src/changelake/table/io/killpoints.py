@@ -28,6 +28,8 @@ class KillPoint(enum.StrEnum):
     COMPACTION = "compaction"  # a compaction wrote some of its output files
     BEFORE_COMPACT_SNAPSHOT = "before-compact-snapshot"  # a commit's APPEND landed, its COMPACT not yet
     MANIFEST_COMPACTION = "manifest-compaction"  # manifest compaction wrote some of its manifests
+    ORPHAN_FILE = "orphan-file"  # orphan cleanup is about to delete its next orphan
+    ROLLBACK = "rollback"  # a rollback is about to delete its next tag, snapshot or file
     # The Spark sink's driver (changelake.streaming.sink.commit_batch):
     SINK_WRITTEN = "sink-written"  # the executors wrote the batch's files, nothing committed
     SINK_COMMITTED = "sink-committed"  # our commit landed, Spark's commit log not yet written

@@ -1,0 +1,1 @@
+"""Table maintenance that deletes files: orphan cleanup and rollback."""

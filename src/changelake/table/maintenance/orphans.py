@@ -1,0 +1,121 @@
+"""Orphan-file cleanup (Paimon's ``OrphanFilesClean``): delete the files no snapshot, tag,
+long-lived changelog or schema names, left by writers that crashed or gave up, once they are
+older than a threshold.
+
+What is listed: the manifest directory, every bucket directory (under the partition
+directories), and non-metadata files in ``snapshot/`` and ``changelog/`` (temp files; Paimon's
+rule), plus our own temp files in ``schema/``, ``tag/`` and ``consumer/``. ``index/`` and
+``statistics/`` are left alone: changelake writes neither and does not read index manifests,
+so it cannot tell what they still need. Directories are left in place (removing an empty bucket
+directory races with a writer about to create a file in it).
+
+Concurrent writers: a file newer than the threshold is never deleted, so a writer's files are
+safe while its commit takes less time than the threshold (the default, one day, as Paimon's).
+References are read before the files are listed, so a file committed meanwhile is new.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from typing import Any
+
+from changelake.table.context import TableContext
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
+from changelake.table.maintenance import references
+
+DEFAULT_OLDER_THAN = dt.timedelta(days=1)
+_BUCKET = re.compile(r"^bucket-\d+$")
+_OUR_TEMP = re.compile(r"\.[0-9a-f]{32}\.tmp$")  # FileIO.create_if_absent / overwrite_hint
+
+
+def threshold_ms(older_than: dt.datetime | dt.timedelta | None) -> int:
+    """The cut-off time in epoch milliseconds: files modified before it may go."""
+    now = dt.datetime.now(dt.UTC)
+    if older_than is None:
+        older_than = DEFAULT_OLDER_THAN
+    if isinstance(older_than, dt.timedelta):
+        cutoff = now - older_than
+    else:
+        cutoff = older_than if older_than.tzinfo is not None else older_than.astimezone()
+    return int(cutoff.timestamp() * 1000)
+
+
+def _modified_ms(info: dict[str, Any]) -> int | None:
+    """A listing entry's modification time (None when the filesystem does not say)."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified"):
+        value = info.get(key)
+        if isinstance(value, int | float):
+            return int(value * 1000)
+        if isinstance(value, dt.datetime):
+            return int(value.timestamp() * 1000)
+    return None
+
+
+def _listing(ctx: TableContext, directory: str) -> list[dict[str, Any]]:
+    try:
+        entries: list[dict[str, Any]] = ctx.file_io.fs.ls(directory, detail=True)
+    except FileNotFoundError:
+        return []
+    return entries
+
+
+def _name(info: dict[str, Any]) -> str:
+    return str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _is_dir(info: dict[str, Any]) -> bool:
+    return info.get("type") == "directory"
+
+
+def _bucket_dirs(ctx: TableContext, directory: str, depth: int) -> list[str]:
+    """The bucket directories below ``directory`` with ``depth`` partition levels to go."""
+    found: list[str] = []
+    for info in _listing(ctx, directory):
+        if not _is_dir(info):
+            continue
+        name, path = _name(info), f"{directory}/{_name(info)}"
+        if depth == 0 and _BUCKET.match(name):
+            found.append(path)
+        elif depth > 0 and "=" in name:
+            found.extend(_bucket_dirs(ctx, path, depth - 1))
+    return found
+
+
+def _candidates(ctx: TableContext, used: set[str]) -> list[tuple[str, int | None]]:
+    """Every listed file that nothing names, with its modification time."""
+    root = ctx.paths.root
+    keep_metadata: dict[str, Callable[[str], bool]] = {
+        ctx.paths.snapshot_dir: lambda n: n.startswith("snapshot-") or n in ("EARLIEST", "LATEST"),
+        references.changelog_dir(ctx): lambda n: n.startswith("changelog-") or n in ("EARLIEST", "LATEST"),
+        ctx.paths.schema_dir: lambda n: not _OUR_TEMP.search(n),
+        ctx.paths.tag_dir: lambda n: not _OUR_TEMP.search(n),
+        ctx.paths.consumer_dir: lambda n: not _OUR_TEMP.search(n),
+    }
+    found: list[tuple[str, int | None]] = []
+    for directory, keep in keep_metadata.items():
+        found.extend((f"{directory}/{_name(i)}", _modified_ms(i)) for i in _listing(ctx, directory)
+                     if not _is_dir(i) and not keep(_name(i)))
+    for directory in (ctx.paths.manifest_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))):
+        for info in _listing(ctx, directory):
+            path = f"{directory}/{_name(info)}"
+            if not _is_dir(info) and path not in used:
+                found.append((path, _modified_ms(info)))
+    return found
+
+
+def remove_orphan_files(ctx: TableContext, older_than: dt.datetime | dt.timedelta | None, *,
+                        dry_run: bool) -> list[str]:
+    """Delete (or with ``dry_run`` only list) the orphan files modified before ``older_than``
+    (a time, or an age; default one day); returns their paths, sorted."""
+    cutoff = threshold_ms(older_than)
+    used = references.files_of_all(ctx, references.retained(ctx))
+    orphans = sorted(path for path, modified in _candidates(ctx, used)
+                     if modified is not None and modified < cutoff)
+    if not dry_run:
+        for path in orphans:
+            killpoints.reached(KillPoint.ORPHAN_FILE)
+            ctx.file_io.delete(path)
+    return orphans

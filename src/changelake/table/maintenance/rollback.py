@@ -1,0 +1,100 @@
+"""Rolling a table back to a snapshot or tag (Paimon's ``RollbackHelper``): the later
+snapshots, tags and long-lived changelogs go, then the files only they named.
+
+Order, so that a crash anywhere leaves a readable table: a rollback record first (streams use
+it to refuse offsets from the abandoned history), then later tags and changelogs, then
+``LATEST`` moves back and the later snapshot files are deleted newest first (every state in
+between is a contiguous history ending at some snapshot), and only then the files nothing
+retained names any more. A crash before those files are gone leaves them as orphans for
+:func:`~changelake.table.maintenance.orphans.remove_orphan_files`. Writers must be stopped
+while a table rolls back (as in Paimon).
+
+Unlike Paimon, the record ``rollback/rollback-N`` (N counting from 0) lets a stream tell an
+offset taken before a rollback from one taken after: snapshot ids past the target are reused
+by the next commits, so such an offset would otherwise silently read different data.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from changelake.table import metadata
+from changelake.table.context import TableContext
+from changelake.table.format import snapshot as snapshots
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
+from changelake.table.maintenance import references
+
+_RECORD = re.compile(r"^rollback-(\d+)$")
+
+
+class RollbackRecord(BaseModel):
+    """One rollback: to snapshot ``snapshot_id`` from latest ``latest_before``."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    snapshot_id: int = Field(alias="snapshotId")
+    latest_before: int = Field(alias="latestBefore")
+    time_millis: int = Field(alias="timeMillis")
+
+
+def _record_dir(ctx: TableContext) -> str:
+    return f"{ctx.paths.root}/rollback"
+
+
+def records(ctx: TableContext) -> list[RollbackRecord]:
+    """Every rollback of the table, oldest first."""
+    directory = _record_dir(ctx)
+    ids = sorted(int(m.group(1)) for n in ctx.file_io.list_names(directory) if (m := _RECORD.match(n)))
+    return [RollbackRecord.model_validate_json(ctx.file_io.read_bytes(f"{directory}/rollback-{i}")) for i in ids]
+
+
+def _write_record(ctx: TableContext, record: RollbackRecord) -> None:
+    data = record.model_dump_json(by_alias=True).encode("utf-8")
+    while not ctx.file_io.create_if_absent(f"{_record_dir(ctx)}/rollback-{len(records(ctx))}", data):
+        pass  # another rollback took that number: take the next
+
+
+def _delete(ctx: TableContext, path: str) -> None:
+    killpoints.reached(KillPoint.ROLLBACK)
+    ctx.file_io.delete(path)
+
+
+def rollback_to(ctx: TableContext, target: Snapshot) -> Snapshot:
+    """Make ``target`` (a snapshot, or a tag's snapshot) the latest snapshot again."""
+    # None: a rollback to a tag of an expired snapshot crashed before restoring the snapshot.
+    latest = snapshots.latest_id(ctx.file_io, ctx.paths) or target.id
+    later = [ctx.snapshot(i) for i in snapshots.list_ids(ctx.file_io, ctx.paths) if i > target.id]
+    later_tags = {name: snap for name, snap in metadata.tags(ctx).items() if snap.id > target.id}
+    later_changelogs = [c for c in references.long_lived_changelogs(ctx) if c.id > target.id]
+    if later or later_tags or later_changelogs:
+        _write_record(ctx, RollbackRecord(snapshotId=target.id, latestBefore=latest,
+                                          timeMillis=int(time.time() * 1000)))
+    removed = references.files_of_all(ctx, [*later, *later_tags.values(), *later_changelogs])
+    for name in sorted(later_tags, key=lambda n: later_tags[n].id, reverse=True):
+        _delete(ctx, ctx.paths.tag(name))
+    for changelog in reversed(later_changelogs):
+        _delete(ctx, f"{references.changelog_dir(ctx)}/changelog-{changelog.id}")
+    if later_changelogs:
+        remaining = references.long_lived_changelogs(ctx)
+        hint = f"{references.changelog_dir(ctx)}/LATEST"
+        if remaining:
+            ctx.file_io.overwrite_hint(hint, str(remaining[-1].id))
+        else:
+            ctx.file_io.delete(hint)
+    ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/LATEST", str(target.id))
+    for snap in reversed(later):
+        _delete(ctx, ctx.paths.snapshot(snap.id))
+    if not ctx.file_io.exists(ctx.paths.snapshot(target.id)):
+        # A tag of an expired snapshot: the snapshot comes back from the tag, as in Paimon.
+        ctx.file_io.create_if_absent(ctx.paths.snapshot(target.id), target.to_json().encode("utf-8"))
+        ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(target.id))
+        ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/LATEST", str(target.id))
+    if removed:
+        for path in sorted(removed - references.files_of_all(ctx, references.retained(ctx))):
+            _delete(ctx, path)
+    return ctx.snapshot(target.id)
