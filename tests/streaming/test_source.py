@@ -307,6 +307,10 @@ def test_spark_batch_reads(spark: Any, tmp_path: Path) -> None:
         "k >= 2 AND k IN (1, 2, 3)")
     assert not re.search(r"\bFilter\b", given._jdf.queryExecution().executedPlan().toString())
     assert sorted((tuple(r) for r in given.collect()), key=lambda r: r[1]) == [(dt.date(2024, 2, 29), 2), (None, 3)]
+    # System tables, as Paimon names them: <table>$snapshots.
+    snapshots = spark.read.format("changelake").load(f"{table.location}$snapshots").toArrow()
+    assert snapshots.column("snapshot_id").to_pylist() == [s.id for s in table.snapshots()]
+    assert snapshots.column("commit_kind").to_pylist() == [s.commit_kind.value for s in table.snapshots()]
 
 
 def test_spark_streams_the_changelog_in_bounded_batches_and_restarts(spark: Any, tmp_path: Path) -> None:
@@ -345,3 +349,13 @@ def test_spark_streams_the_changelog_in_bounded_batches_and_restarts(spark: Any,
                .writeStream.format("memory").queryName("failing").trigger(availableNow=True).start())
     with pytest.raises(Exception, match=r"from-snapshot needs scan\.snapshot-id"):
         failing.awaitTermination()
+
+
+def test_system_tables_read_in_batch_only(tmp_path: Path) -> None:
+    table = _lookup_table(tmp_path)
+    source = ChangelakeDataSource({"path": f"{table.location}$tags"})
+    assert source.schema().names == table.system("tags").schema.names
+    with pytest.raises(ScanError, match="read in batch only"):
+        source.streamReader(source.schema())
+    with pytest.raises(ScanError, match="has no system table 'nope'"):
+        ChangelakeDataSource({"path": f"{table.location}$nope"}).schema()

@@ -62,8 +62,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit as SparkReadLimit
 from pyspark.sql.types import StructType
 
+from changelake.api import system_tables
 from changelake.api.catalog import open_table
 from changelake.api.scan import Scan
+from changelake.api.system_tables import SystemTable
 from changelake.api.table import Table
 from changelake.changelog import starting
 from changelake.changelog.offsets import ReadLimit, StreamOffset
@@ -101,6 +103,8 @@ class ReadRequest:
     table: Table
     overrides: Mapping[str, str]
     options: TableOptions
+    # A path ``<table>$<name>`` reads the table's system table ``name`` (batch only).
+    system: SystemTable | None = None
 
     @staticmethod
     def of(options: Mapping[str, str]) -> ReadRequest:
@@ -108,17 +112,24 @@ class ReadRequest:
         path = options.get("path")
         if not path:
             raise OptionError("no table path: give it to load(path)", option="path")
-        table = open_table(path)
+        location, system_name = path, ""
+        if "$" in path.rstrip("/").rsplit("/", 1)[-1]:
+            location, _, system_name = path.rstrip("/").rpartition("$")
+        table = open_table(location)
+        system = system_tables.parse_name(table.context, system_name) if system_name else None
         overrides = {canonical_key(key, table=table.name): value for key, value in options.items() if key != "path"}
         parsed = TableOptions.parse({**table.options, **overrides}, table=table.name)
-        if parsed.read_changelog and ROWKIND in table.schema.names:
+        if parsed.read_changelog and ROWKIND in table.schema.names and system is None:
             raise SchemaError(f"read.changelog adds a {ROWKIND!r} column, and the table has one", table=table.name,
                               column=ROWKIND)
-        return ReadRequest(table, overrides, parsed)
+        return ReadRequest(table, overrides, parsed, system)
 
     @cached_property
     def schema(self) -> pa.Schema:
-        """What the read offers: ``rowkind`` first with ``read.changelog``, then the columns."""
+        """What the read offers: the system table's columns; else ``rowkind`` first with
+        ``read.changelog``, then the columns."""
+        if self.system is not None:
+            return self.table.system(self.system).schema
         columns = self.table.schema
         if not self.options.read_changelog:
             return columns
@@ -168,14 +179,18 @@ class ChangelakeDataSource(DataSource):
     def schema(self) -> StructType:
         return struct_type(self.request.schema, table=self.request.table.name)
 
-    def reader(self, schema: StructType) -> BatchReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         request = self.request
+        if request.system is not None:
+            return SystemTableReader(request.table, request.system, Output(arrow_schema(schema)))
         scan = batch_scan(request.table, request.options).select(*request.columns(schema))
         searchable = frozenset((*request.table.partition_keys, *request.table.primary_keys))
         return BatchReader(scan, searchable, Output(arrow_schema(schema)), kinds=request.options.read_changelog)
 
     def streamReader(self, schema: StructType) -> ChangeStreamReader:
         request = self.request
+        if request.system is not None:
+            raise ScanError(f"system table {request.system.value!r} is read in batch only", table=request.table.name)
         source = ChangeSource.of(request.table.context, request.overrides, request.columns(schema))
         output = Output(arrow_schema(schema), upserts_only=not request.options.read_changelog)
         return ChangeStreamReader(source, Admission.of(request.options), output)
@@ -238,6 +253,19 @@ class BatchReader(DataSourceReader):
         if self.kinds:
             rows = rows.add_column(0, ROWKIND, pa.repeat(pa.scalar(RowKind.INSERT.symbol), rows.num_rows))
         yield from self.output.batches(rows)
+
+
+class SystemTableReader(DataSourceReader):
+    """Reads a system table (``<table>$snapshots`` and the like): one partition, read when
+    Spark reads it."""
+
+    def __init__(self, table: Table, system: SystemTable, output: Output) -> None:
+        self.table = table
+        self.system = system
+        self.output = output
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from self.output.batches(self.table.system(self.system))
 
 
 # -- streaming ------------------------------------------------------------------------------
