@@ -135,8 +135,9 @@ class ChangeSource:
 
     def initial_offset(self) -> StreamOffset:
         """Where a new stream starts: the consumer's next snapshot when ``consumer-id`` names
-        one that has recorded progress, else by ``scan.mode``."""
-        if self.consumer_id is not None:
+        one that has recorded progress (unless ``consumer.ignore-progress``), else by
+        ``scan.mode``."""
+        if self.consumer_id is not None and not self.options.consumer_ignore_progress:
             recorded = consumers.next_snapshot(self.context, self.consumer_id)
             if recorded is not None:
                 starting.check_follow_up_start(self.context, recorded, "consumer-id")

@@ -28,6 +28,8 @@ class KillPoint(enum.StrEnum):
     COMPACTION = "compaction"  # a compaction wrote some of its output files
     BEFORE_COMPACT_SNAPSHOT = "before-compact-snapshot"  # a commit's APPEND landed, its COMPACT not yet
     MANIFEST_COMPACTION = "manifest-compaction"  # manifest compaction wrote some of its manifests
+    EXPIRE_SNAPSHOTS = "expire-snapshots"  # expiry deleted some expired snapshot files, EARLIEST not updated
+    EXPIRE_FILES = "expire-files"  # expiry deleted some files only expired snapshots referenced
     # The Spark sink's driver (changelake.streaming.sink.commit_batch):
     SINK_WRITTEN = "sink-written"  # the executors wrote the batch's files, nothing committed
     SINK_COMMITTED = "sink-committed"  # our commit landed, Spark's commit log not yet written
