@@ -47,8 +47,11 @@ def _files(table: cl.Table) -> tuple[set[str], set[str]]:
         needed.update(ctx.paths.manifest(m.file_name) for m in metas)
         return [e for m in metas for e in manifest.read_entries(ctx.file_io, ctx.paths.manifest(m.file_name))]
 
-    for snap in [*table.snapshots(), *table.tags().values()]:
-        live = manifest.merge_entries([*entries(snap.base_manifest_list), *entries(snap.delta_manifest_list)])
+    kept = [cl.Snapshot.model_validate_json(p.read_text())
+            for p in (Path(table.location) / "changelog").glob("changelog-*")]
+    for snap in [*table.snapshots(), *table.tags().values(), *kept]:
+        live = {} if snap in kept else manifest.merge_entries(
+            [*entries(snap.base_manifest_list), *entries(snap.delta_manifest_list)])
         changelog = entries(snap.changelog_manifest_list) if snap.changelog_manifest_list else []
         needed.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
                       for e in [*live.values(), *changelog])
@@ -182,6 +185,39 @@ def test_a_stream_behind_expiry_gets_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(cl.errors.SnapshotExpiredError):
         table.changes(1, 4).to_arrow()
     assert table.changes(2, 4).to_arrow().num_rows == 6
+
+
+def test_changelog_outlives_its_snapshots_when_retained_longer(tmp_path: Path) -> None:
+    table = _table(tmp_path, {"changelog-producer": "input", "snapshot.num-retained.min": "2",
+                              "snapshot.num-retained.max": "2", "changelog.num-retained.max": "5"})
+    for value in range(8):
+        _write(table, value, range(value, value + 2))
+    assert _ids(table) == [7, 8]
+    kept = sorted(p.name for p in (Path(table.location) / "changelog").glob("changelog-*"))
+    assert kept == ["changelog-4", "changelog-5", "changelog-6"]  # 5 ids retained in all
+    _assert_exact(table)
+    changes = table.stream(mode="from-snapshot", snapshot_id=4)
+    assert [(b.snapshot_id, b.data.column("v").to_pylist()) for b in changes] == [
+        (i, [i - 1, i - 1]) for i in range(4, 9)]
+    assert table.changes(3, 8).to_arrow().num_rows == 10
+    with pytest.raises(cl.errors.SnapshotExpiredError, match="snapshot 3 has expired"):
+        table.stream(mode="from-snapshot", snapshot_id=3)
+    # the changelogs expire once the snapshots pass them by more than changelog.num-retained.max
+    _write(table, 8, range(8, 10))
+    assert sorted(p.name for p in (Path(table.location) / "changelog").glob("changelog-*")) == [
+        "changelog-5", "changelog-6", "changelog-7"]
+    _assert_exact(table)
+
+
+def test_without_decoupling_a_stream_behind_expiry_gets_an_error(tmp_path: Path) -> None:
+    table = _table(tmp_path, {"changelog-producer": "input", "snapshot.num-retained.min": "2",
+                              "snapshot.num-retained.max": "2"})
+    for value in range(4):
+        _write(table, value)
+    assert not (Path(table.location) / "changelog").exists()
+    with pytest.raises(cl.errors.SnapshotExpiredError):
+        table.changes(1, 4).to_arrow()
+    _assert_exact(table)
 
 
 def test_ignore_progress_starts_a_consumer_by_scan_mode(tmp_path: Path) -> None:

@@ -18,13 +18,14 @@ removes), never a snapshot that names a deleted file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from changelake.errors import SnapshotNotFoundError
-from changelake.table import metadata
+from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
 from changelake.table.format import snapshot as snapshots
 from changelake.table.format.manifest import FileKind, ManifestEntry
@@ -45,6 +46,7 @@ class ExpireResult:
     changelog_files: int = 0
     manifests: int = 0  # manifests and manifest lists
     consumers: tuple[str, ...] = ()  # consumers dropped by ``consumer.expiration-time``
+    changelogs: tuple[int, ...] = ()  # decoupled changelogs (``changelog/changelog-N``) removed
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,26 @@ def expire(ctx: TableContext, retention: Retention) -> ExpireResult:
     if latest is None or earliest is None:
         return ExpireResult(consumers=dropped)
     end = _end(ctx, retention, earliest, latest)
-    if end <= earliest:
-        return ExpireResult(consumers=dropped)
-    return _expire_until(ctx, earliest, end, dropped)
+    result = ExpireResult(consumers=dropped) if end <= earliest else _expire_until(ctx, earliest, end, dropped)
+    return _expire_changelogs(ctx, result)
+
+
+def _expire_changelogs(ctx: TableContext, result: ExpireResult) -> ExpireResult:
+    """Remove the decoupled changelogs past the changelog retention: the ``changelog-N`` file
+    first, then its changelog files and manifests."""
+    gone = decoupled_changelog.expired(ctx, min_next_snapshot(ctx))
+    if not gone:
+        return result
+    files = sorted({_data_path(ctx, e) for c in gone for e in _entries(ctx, c.changelog_manifest_list)})
+    manifests = sorted({n for c in gone if c.changelog_manifest_list is not None
+                        for n in (c.changelog_manifest_list,
+                                  *(m.file_name for m in live_files.manifest_list(ctx, c.changelog_manifest_list)))})
+    decoupled_changelog.drop(ctx, gone)
+    _delete(ctx, files)
+    _delete(ctx, [ctx.paths.manifest(name) for name in manifests])
+    return dataclasses.replace(result, changelogs=tuple(c.id for c in gone),
+                               changelog_files=result.changelog_files + len(files),
+                               manifests=result.manifests + len(manifests))
 
 
 def _end(ctx: TableContext, retention: Retention, earliest: int, latest: int) -> int:
@@ -130,12 +149,28 @@ def _manifest_names(ctx: TableContext, snapshot: Snapshot) -> set[str]:
     return {*lists, *(meta.file_name for name in lists for meta in live_files.manifest_list(ctx, name))}
 
 
+def _removed(ctx: TableContext, deltas: Iterable[Snapshot]) -> set[str]:
+    """Files the deltas of these snapshots (in order) removed and did not add back: a DELETE
+    entry removes a file, a later ADD of the same file (a compaction that only moved it to
+    another level) keeps it (Paimon's ``SnapshotDeletion.cleanUnusedDataFiles``)."""
+    removed: set[str] = set()
+    for s in deltas:
+        for e in _entries(ctx, s.delta_manifest_list):
+            if e.kind == FileKind.DELETE:
+                removed.add(_data_path(ctx, e))
+            else:
+                removed.discard(_data_path(ctx, e))
+    return removed
+
+
 def _kept(ctx: TableContext, retained: Snapshot, tagged: Iterable[Snapshot]) -> tuple[set[str], set[str]]:
-    """Data file paths and manifest names still needed: those of the first retained snapshot
-    and of the tagged snapshots (a tag protects its snapshot's files, as in Paimon)."""
-    keep = [retained, *tagged]
-    paths = {_data_path(ctx, e) for s in keep for e in live_files.live_entries(ctx, s)}
-    names = {n for s in keep for n in _manifest_names(ctx, s)}
+    """Data file paths and manifest names still needed: the live files of the tagged snapshots
+    (a tag protects its snapshot's files, as in Paimon), the manifests of those and of the
+    first retained snapshot. (The retained snapshot's own live files need no listing: no
+    delta up to it removed them.)"""
+    tags = list(tagged)
+    paths = {_data_path(ctx, e) for s in tags for e in live_files.live_entries(ctx, s)}
+    names = {n for s in [retained, *tags] for n in _manifest_names(ctx, s)}
     return paths, names
 
 
@@ -145,20 +180,21 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
     # Only tags of expiring snapshots matter: whatever a later snapshot lists, the first
     # retained one lists too (files are never added back once removed).
     kept_paths, kept_manifests = _kept(ctx, retained, [t for t in metadata.tags(ctx).values() if t.id < end])
-    # Files removed by the deltas up to the first retained snapshot: live before it, not in it.
-    removed = {_data_path(ctx, e) for s in [*expired[1:], retained] for e in _entries(ctx, s.delta_manifest_list)
-               if e.kind == FileKind.DELETE}
-    data_files = sorted(removed - kept_paths)
-    changelog_files = sorted({_data_path(ctx, e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)}
-                             - kept_paths)
+    data_files = sorted(_removed(ctx, [*expired[1:], retained]) - kept_paths)
+    # A decoupled changelog keeps the changelog files and manifests of the expiring snapshots.
+    keep_changelog = decoupled_changelog.decoupled(ctx)
+    changelog_files = [] if keep_changelog else sorted(
+        {_data_path(ctx, e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)} - kept_paths)
     manifests: set[str] = set()
     for s in expired:
         manifests |= _manifest_names(ctx, s)
-        if s.changelog_manifest_list is not None:
+        if s.changelog_manifest_list is not None and not keep_changelog:
             manifests.add(s.changelog_manifest_list)
             manifests.update(m.file_name for m in live_files.manifest_list(ctx, s.changelog_manifest_list))
     manifests -= kept_manifests
 
+    if keep_changelog:
+        decoupled_changelog.keep(ctx, expired)
     # Metadata first: once the snapshot files are gone, nothing names the files below.
     for position, s in enumerate(expired):
         ctx.file_io.delete(ctx.paths.snapshot(s.id))
@@ -241,7 +277,9 @@ def release_tag(ctx: TableContext, tagged: Snapshot) -> ExpireResult:
     earliest_id = snapshots.earliest_id(ctx.file_io, ctx.paths)
     if earliest_id is None or tagged.id >= earliest_id:
         return ExpireResult()  # the snapshot is still there: its own expiry deletes its files
-    kept_paths, kept_manifests = _kept(ctx, ctx.snapshot(earliest_id), metadata.tags(ctx).values())
+    earliest = ctx.snapshot(earliest_id)
+    kept_paths, kept_manifests = _kept(ctx, earliest, metadata.tags(ctx).values())
+    kept_paths |= {_data_path(ctx, e) for e in live_files.live_entries(ctx, earliest)}
     data_files = sorted({_data_path(ctx, e) for e in live_files.live_entries(ctx, tagged)} - kept_paths)
     manifests = sorted(_manifest_names(ctx, tagged) - kept_manifests)
     _delete(ctx, data_files)
