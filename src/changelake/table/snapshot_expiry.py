@@ -79,7 +79,12 @@ def expire_after_commit(ctx: TableContext) -> ExpireResult:
     ``snapshot.expire.execution-mode``); ``write-only`` writers skip it, as in Paimon."""
     if ctx.options.write_only:
         return ExpireResult()
-    return expire(ctx, Retention.of(ctx))
+    try:
+        return expire(ctx, Retention.of(ctx))
+    except (SnapshotNotFoundError, FileNotFoundError):
+        # Another writer's expiry got ahead and removed what this one was reading: the files
+        # are its to delete, and this commit has landed either way.
+        return ExpireResult()
 
 
 def expire(ctx: TableContext, retention: Retention) -> ExpireResult:
