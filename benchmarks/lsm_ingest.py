@@ -5,7 +5,13 @@ compaction.
 four partitions, default compaction settings, written by one long-lived writer (one commit per
 batch, as a streaming job does). Also runs the same workload at 2,500,000 rows.
 
-Run: ./dev bench lsm_ingest [--commits 100] [--batch 100000] [--no-small]
+Issue 11: the big run is made twice, with snapshot expiry off (``snapshot.num-retained.min`` at
+its maximum: nothing expires) and on (Paimon's defaults but ``snapshot.time-retained``, which
+``--time-retained`` shortens to the scale of a benchmark: with the default 1 h nothing written
+in a few minutes would expire), to compare ingest rates and the files left on disk against the
+live data.
+
+Run: ./dev bench lsm_ingest [--commits 100] [--batch 100000] [--no-small] [--time-retained "1 s"]
 """
 
 from __future__ import annotations
@@ -43,11 +49,15 @@ def disk_usage(path: str) -> tuple[int, int]:
     return count, size
 
 
-def run(commits: int, size: int) -> dict[str, float]:
+EXPIRY_OFF = {"snapshot.num-retained.min": str(2**31 - 1)}
+
+
+def run(commits: int, size: int, options: dict[str, str]) -> dict[str, float]:
     work = tempfile.mkdtemp(prefix="changelake-lsm-")
     try:
         table = cl.Catalog(work).create_table(
-            "bench.orders", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"], options={"bucket": "4"}
+            "bench.orders", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+            options={"bucket": "4", **options}
         )
         stop = table.context.options.stop_trigger
         durations: list[float] = []
@@ -73,6 +83,8 @@ def run(commits: int, size: int) -> dict[str, float]:
         snapshots = len(table.snapshots())
         total = commits * size
         files, nbytes = disk_usage(table.location)
+        live = live_files.live_entries(table.context, table.latest_snapshot())
+        live_bytes = sum(e.file.file_size for e in live)
         start = time.perf_counter()
         rows = table.scan().to_arrow().num_rows
         read_s = time.perf_counter() - start
@@ -87,7 +99,8 @@ def run(commits: int, size: int) -> dict[str, float]:
         return {
             "rows": total, "live": rows, "ingest": total / sum(durations),
             "first_p50": first[0], "first_p95": first[1], "last_p50": last[0], "last_p95": last[1],
-            "files": files, "mb": nbytes / 2**20, "read": rows / read_s, "read_s": read_s,
+            "files": files, "mb": nbytes / 2**20, "live_files": len(live), "live_mb": live_bytes / 2**20,
+            "read": rows / read_s, "read_s": read_s,
             "compact_s": compact_s, "read_full": rows / read_full_s, "read_full_s": read_full_s,
             "max_runs": max_runs, "stop": stop, "manifests": manifests, "snapshots": snapshots,
             "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -102,8 +115,9 @@ def report(r: dict[str, float]) -> None:
     print(f"  per commit, first 10: p50 {r['first_p50']:.0f} ms, p95 {r['first_p95']:.0f} ms; "
           f"last 10: p50 {r['last_p50']:.0f} ms, p95 {r['last_p95']:.0f} ms "
           f"(ratio {r['last_p50'] / r['first_p50']:.2f}, target <= 1.5)")
-    print(f"  on disk: {int(r['files'])} data files, {r['mb']:.0f} MB (no snapshot expiry yet: compacted-away "
-          "files stay for time travel)")
+    print(f"  on disk: {int(r['files'])} data files, {r['mb']:.0f} MB; live in the latest snapshot: "
+          f"{int(r['live_files'])} files, {r['live_mb']:.0f} MB (x{r['mb'] / r['live_mb']:.2f} on disk, "
+          "target <= 2 with expiry)")
     print(f"  planning the latest of {int(r['snapshots'])} snapshots reads {int(r['manifests'])} manifests")
     print(f"  sorted runs per bucket, max after any commit: {int(r['max_runs'])} (stop-trigger {int(r['stop'])})")
     print(f"  latest read without full compaction: {r['read']:,.0f} live rows/s "
@@ -118,11 +132,20 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--no-small", action="store_true", help="skip the 2.5M-row comparison run")
+    parser.add_argument("--time-retained", default="1 s", help="snapshot.time-retained of the runs with expiry")
     args = parser.parse_args()
-    big = run(args.commits, args.batch)
+    expiry = {"snapshot.time-retained": args.time_retained}
+    print("snapshot expiry off:")
+    off = run(args.commits, args.batch, EXPIRY_OFF)
+    report(off)
+    print(f"snapshot expiry on (default retention, snapshot.time-retained {args.time_retained}):")
+    big = run(args.commits, args.batch, expiry)
     report(big)
+    print(f"expiry: ingest rate x{big['ingest'] / off['ingest']:.3f} of expiry off (target >= 0.9); "
+          f"on disk {int(big['files'])} data files, {big['mb']:.0f} MB against {int(off['files'])}, "
+          f"{off['mb']:.0f} MB without")
     if not args.no_small:
-        small = run(args.commits // 4, args.batch)
+        small = run(args.commits // 4, args.batch, expiry)
         report(small)
         print("scaling 4x rows: ingest rate x{:.2f}, last-10 p50 x{:.2f}, read x{:.2f}, full read x{:.2f}".format(
             big["ingest"] / small["ingest"], big["last_p50"] / small["last_p50"],

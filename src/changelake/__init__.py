@@ -14,6 +14,7 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.format.kv import RowKind
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.read.planner import Split
+from changelake.table.snapshot_expiry import ExpireResult
 
 __all__ = [
     "Catalog",
@@ -28,6 +29,7 @@ __all__ = [
     "Changes",
     "CommitKind",
     "CommitMessage",
+    "ExpireResult",
     "MergeEngineKind",
     "ReadLimit",
     "RowKind",

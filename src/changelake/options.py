@@ -199,7 +199,7 @@ class TableOptions:
     )
     spill_compression: str = _option("spill-compression", values.text_value, "zstd", "Compression of spill files.")
     # compaction
-    write_only: bool = _option("write-only", values.parse_bool, "false", "Writers never compact.")
+    write_only: bool = _option("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.")
     compaction_trigger: int = _option(
         "num-sorted-run.compaction-trigger", values.positive_int, "5", "Sorted runs that trigger a compaction."
     )
@@ -355,6 +355,10 @@ class TableOptions:
     consumer_expiration_time: int | None = _option(
         "consumer.expiration-time", values.parse_duration_ms, None, "Consumers idle this long are dropped."
     )
+    consumer_ignore_progress: bool = _option(
+        "consumer.ignore-progress", values.parse_bool, "false",
+        "A new stream with `consumer-id` starts by `scan.mode`, not where the consumer left off.",
+    )
     # Spark streaming reads (Paimon's Spark connector options)
     read_changelog: bool = _option(
         "read.changelog", values.parse_bool, "false",
@@ -390,6 +394,14 @@ class TableOptions:
     )
     snapshot_expire_limit: int = _option(
         "snapshot.expire.limit", values.positive_int, "50", "Snapshots expired at most per run."
+    )
+    snapshot_expire_execution_mode: str = _option(
+        "snapshot.expire.execution-mode",
+        values.choice("sync", "async"),
+        "sync",
+        "Writers expire snapshots after each commit, in the committing thread (`write-only` writers do not).",
+        supports=lambda v: v == "sync",
+        unsupported="changelake expires snapshots synchronously after each commit",
     )
     changelog_num_retained_min: int | None = _option(
         "changelog.num-retained.min", values.positive_int, None, "Changelogs always kept."

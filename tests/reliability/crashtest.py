@@ -13,6 +13,8 @@ fresh child first verifies the table against that log:
   missing before the newest landed one, and no logged result disagrees with the table;
 * every snapshot reads as the model of exactly the commits that landed up to it;
 * no file referenced by any snapshot is missing (files nobody references are counted: orphans);
+  with expiry (mode ``expire``) the snapshots left run without a gap up to the newest, and the
+  commits before the oldest one matched count as landed;
 * with ``changelog-producer=input``: each APPEND snapshot's changelog is exactly the rows of its
   commit (row kinds included), other snapshots carry none, and the changelog folded from the
   first snapshot equals the table at every snapshot (nothing emitted twice, nothing lost);
@@ -64,6 +66,8 @@ REACH = {
     KillPoint.BEFORE_COMPACT_SNAPSHOT: 3,
     KillPoint.ORPHAN_FILE: 2,
     KillPoint.ROLLBACK: 3,
+    KillPoint.EXPIRE_SNAPSHOTS: 4,
+    KillPoint.EXPIRE_FILES: 8,
 }
 # The mode whose children maintain the table before writing: remove orphans (two strays made
 # for the purpose, and whatever a kill left) and roll back a full compaction made for the
@@ -76,7 +80,8 @@ SPARK_SINK = frozenset({KillPoint.SINK_WRITTEN, KillPoint.SINK_COMMITTED})
 def points_of(mode: Mode) -> list[str]:
     """The kill points a mode reaches, and random kills."""
     reaches = {KillPoint.SPILL_RUN: "write-buffer-size" in mode.options, KillPoint.CHANGELOG_FILE: mode.input_changelog,
-               KillPoint.ORPHAN_FILE: mode.name == MAINTAINED, KillPoint.ROLLBACK: mode.name == MAINTAINED}
+               KillPoint.ORPHAN_FILE: mode.name == MAINTAINED, KillPoint.ROLLBACK: mode.name == MAINTAINED,
+               KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires}
     points = [p.value for p in KillPoint if p not in SPARK_SINK and reaches.get(p, True)]
     return [*points, RANDOM, RANDOM]
 
@@ -111,8 +116,9 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     snapshots = table.snapshots()
     report.snapshots = len(snapshots)
     ids = [s.id for s in snapshots]
-    if ids != list(range(1, len(ids) + 1)):
-        errors.append(f"snapshot ids are not 1..{len(ids)}: {ids}")
+    first = ids[0] if ids and mode.expires else 1
+    if ids != list(range(first, first + len(ids))):
+        errors.append(f"snapshot ids are not {first}..{first + len(ids) - 1}: {ids}")
     latest = table.latest_snapshot()
     if (latest.id if latest else None) != (ids[-1] if ids else None):
         errors.append(f"latest snapshot is {latest.id if latest else None}, the newest file {ids[-1:]}")
@@ -146,16 +152,23 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
             errors.append(f"commit {index} landed after commit {last} (snapshot {snap.id})")
         assigned[index] = snap.id
         last = max(last, index)
-    report.landed = sorted(assigned)
-    gaps = [i for i in range(1, last + 1) if i not in assigned]
+    # With expiry, the commits before the oldest one matched landed in expired snapshots.
+    landed_before = 1
+    if mode.expires and first > 1:
+        landed_before = min(assigned) if assigned else max(
+            (r["commit"] for r in results if r["snapshots"]), default=0) + 1
+    report.landed = sorted({*assigned, *range(1, landed_before)})
+    gaps = [i for i in range(landed_before, last + 1) if i not in assigned]
     if gaps:
         errors.append(f"commits {gaps} were lost (commit {last} landed)")
     for r in results:
         index = r["commit"]
         if r["snapshots"]:
+            if r["snapshots"][0] < first:
+                continue  # expired
             if assigned.get(index) != r["snapshots"][0]:
                 errors.append(f"commit {index} logged snapshot {r['snapshots'][0]}, table has {assigned.get(index)}")
-        elif index not in assigned:
+        elif index not in assigned and index >= landed_before:
             errors.append(f"commit {index} was skipped as already committed but never landed")
         if r.get("expected") is not None and r["expected"] != bool(r["snapshots"]):
             errors.append(f"re-run of commit {index} {'landed' if r['snapshots'] else 'was skipped'}, "
@@ -177,6 +190,8 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     by_snapshot = {snapshot_id: index for index, snapshot_id in assigned.items()}
     model = workload.Model(mode.engine)
     folded = workload.Model(mode.engine)  # the changelog folded from the first snapshot
+    for index in range(1, landed_before):
+        model.apply([r for call in workload.commit_rows(mode, seed, 0, index) for r in call])
     diff = Diff()
     changelog_diff = Diff()
     for snap in snapshots:

@@ -25,7 +25,8 @@ from typing import Any
 import pyarrow as pa
 
 import changelake as cl
-from changelake.table.format import data_file, kv
+from changelake.table.format import data_file, kv, manifest
+from changelake.table.format.manifest import ManifestEntry
 from changelake.table.read import live_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
@@ -49,6 +50,7 @@ BASE_OPTIONS = {
 }
 COMPACTION = {"target-file-size": "2 kb", "num-sorted-run.compaction-trigger": "2"}
 INPUT_CHANGELOG = {"changelog-producer": "input"}
+EXPIRY = {"snapshot.num-retained.min": "3", "snapshot.num-retained.max": "3"}
 
 Row = dict[str, Any]
 Key = tuple[str, int]
@@ -91,6 +93,11 @@ class Mode:
         checked against the changelog folded from the first snapshot."""
         return self.options.get("changelog-producer") == "lookup"
 
+    @property
+    def expires(self) -> bool:
+        """Whether writers expire snapshots (the oldest retained one is then not snapshot 1)."""
+        return "snapshot.num-retained.max" in self.options
+
 
 MODES = {m.name: m for m in (
     Mode("lookup", one_shot=False, engine="deduplicate", options={"changelog-producer": "lookup"}),
@@ -102,6 +109,8 @@ MODES = {m.name: m for m in (
     Mode("partial-update", one_shot=False, engine="partial-update", options=COMPACTION),
     Mode("aggregation", one_shot=True, engine="aggregation", options=COMPACTION),
     Mode("first-row", one_shot=False, engine="first-row", options=COMPACTION),
+    # Writers expire all but the newest three snapshots after every commit.
+    Mode("expire", one_shot=False, engine="deduplicate", options=COMPACTION | EXPIRY),
     Mode("changelog", one_shot=False, engine="deduplicate",
          options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
 )}
@@ -282,26 +291,36 @@ def has_level0(table: cl.Table, snap: cl.Snapshot) -> bool:
 
 
 def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
+    """Files the snapshots need that are missing (their manifests, live data files and changelog
+    files; a file a DELETE entry names is no longer needed, expiry may have deleted it), and
+    files present that no snapshot names (orphans)."""
     ctx = table.context
     referenced: set[str] = set()
+    needed: set[str] = set()
     missing: list[str] = []
-    for snap in snapshots:
-        lists = (snap.base_manifest_list, snap.delta_manifest_list, snap.changelog_manifest_list)
-        for list_name in filter(None, lists):
-            referenced.add(ctx.paths.manifest(list_name))
+
+    def entries(list_name: str) -> list[ManifestEntry]:
+        referenced.add(ctx.paths.manifest(list_name))
+        try:
+            metas = live_files.manifest_list(ctx, list_name)
+        except (OSError, cl.errors.ChangelakeError):
+            missing.append(ctx.paths.manifest(list_name))
+            return []
+        found = []
+        for meta in metas:
+            referenced.add(ctx.paths.manifest(meta.file_name))
             try:
-                metas = live_files.manifest_list(ctx, list_name)
+                found += live_files.manifest_entries(ctx, meta.file_name)
             except (OSError, cl.errors.ChangelakeError):
-                missing.append(ctx.paths.manifest(list_name))
-                continue
-            for meta in metas:
-                referenced.add(ctx.paths.manifest(meta.file_name))
-                try:
-                    entries = live_files.manifest_entries(ctx, meta.file_name)
-                except (OSError, cl.errors.ChangelakeError):
-                    missing.append(ctx.paths.manifest(meta.file_name))
-                    continue
-                referenced.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}" for e in entries)
+                missing.append(ctx.paths.manifest(meta.file_name))
+        referenced.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}" for e in found)
+        return found
+
+    for snap in snapshots:
+        live = manifest.merge_entries([*entries(snap.base_manifest_list), *entries(snap.delta_manifest_list)])
+        changelog = entries(snap.changelog_manifest_list) if snap.changelog_manifest_list else []
+        needed.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
+                      for e in [*live.values(), *changelog])
     present: set[str] = set()
     for directory, _, names in os.walk(table.location):
         for name in names:
@@ -310,7 +329,7 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
                     name in _HINTS or name.startswith("snapshot-"))):
                 continue
             present.add(path)
-    missing += sorted(p for p in referenced if not os.path.exists(p))
+    missing += sorted(p for p in needed if not os.path.exists(p))
     return FileCheck(missing=sorted(set(missing)), orphans=sorted(present - referenced))
 
 

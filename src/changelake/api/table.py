@@ -17,12 +17,13 @@ from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import ScanMode
-from changelake.table import metadata
+from changelake.table import metadata, snapshot_expiry
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.lsm import compactor
 from changelake.table.maintenance import orphans, rollback
+from changelake.table.snapshot_expiry import ExpireResult, Retention
 from changelake.table.write.writer import TableWrite
 
 if TYPE_CHECKING:
@@ -116,8 +117,31 @@ class Table:
         return metadata.tags(self._context)
 
     def delete_tag(self, name: str) -> None:
-        """Remove a tag (the snapshot it named is unaffected)."""
+        """Remove a tag (the snapshot it named is unaffected). When that snapshot has expired,
+        the files only the tag kept are deleted too."""
+        tagged = metadata.tag(self._context, name)
         metadata.delete_tag(self._context, name)
+        snapshot_expiry.release_tag(self._context, tagged)
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def expire_snapshots(
+        self,
+        *,
+        older_than_ms: int | None = None,
+        retain_min: int | None = None,
+        retain_max: int | None = None,
+        max_deletes: int | None = None,
+    ) -> ExpireResult:
+        """Expire snapshots now, as writers do after each commit: keep at least ``retain_min``
+        (``snapshot.num-retained.min``) and at most ``retain_max``
+        (``snapshot.num-retained.max``) snapshots, and between the two those committed at or
+        after ``older_than_ms`` (default: now minus ``snapshot.time-retained``); expire at most
+        ``max_deletes`` (``snapshot.expire.limit``). Consumers hold back the snapshots they
+        have yet to read; tags keep their snapshots' files. Returns what was removed."""
+        retention = Retention.of(self._context, older_than_ms=older_than_ms, retain_min=retain_min,
+                                 retain_max=retain_max, max_deletes=max_deletes)
+        return snapshot_expiry.expire(self._context, retention)
 
     # -- reads and writes -------------------------------------------------------------------
 
@@ -199,6 +223,8 @@ class Table:
         if not messages:
             return None
         landed = committer.commit(self._context, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
+        if landed:
+            snapshot_expiry.expire_after_commit(self._context)
         return landed[0] if landed else None
 
     # -- maintenance ------------------------------------------------------------------------

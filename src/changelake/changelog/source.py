@@ -21,9 +21,16 @@ import pyarrow.compute as pc
 
 from changelake.changelog import consumers, follow_up, starting
 from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
-from changelake.errors import OffsetError, OptionError, RolledBackOffsetError, ScanError, SnapshotNotFoundError
+from changelake.errors import (
+    OffsetError,
+    OptionError,
+    RolledBackOffsetError,
+    ScanError,
+    SnapshotExpiredError,
+    SnapshotNotFoundError,
+)
 from changelake.options import TableOptions
-from changelake.table import metadata
+from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
 from changelake.table.format import kv
 from changelake.table.format import snapshot as snapshots
@@ -143,8 +150,9 @@ class ChangeSource:
 
     def initial_offset(self) -> StreamOffset:
         """Where a new stream starts: the consumer's next snapshot when ``consumer-id`` names
-        one that has recorded progress, else by ``scan.mode``."""
-        if self.consumer_id is not None:
+        one that has recorded progress (unless ``consumer.ignore-progress``), else by
+        ``scan.mode``."""
+        if self.consumer_id is not None and not self.options.consumer_ignore_progress:
             recorded = consumers.next_snapshot(self.context, self.consumer_id)
             if recorded is not None:
                 starting.check_follow_up_start(self.context, recorded, "consumer-id")
@@ -239,7 +247,7 @@ class ChangeSource:
     def _units(self, offset: StreamOffset) -> tuple[ChangeKind | None, list[Split]] | None:
         """What the read of ``offset``'s snapshot consists of (None: the snapshot is yet to
         come; kind None: the snapshot has nothing to read)."""
-        snapshot = self._snapshot(offset.snapshot_id)
+        snapshot = self._snapshot(offset.snapshot_id, full=offset.scan_snapshot)
         if snapshot is None:
             return None
         if offset.scan_snapshot:
@@ -250,11 +258,22 @@ class ChangeSource:
             return None, []
         return kind, follow_up.change_splits(self.context, snapshot, kind, self.row_filter)
 
-    def _snapshot(self, snapshot_id: int) -> Snapshot | None:
+    def _snapshot(self, snapshot_id: int, *, full: bool = False) -> Snapshot | None:
+        """The snapshot whose changes (or, ``full``, whose rows) come next; its kept
+        changelog when it expired (changes only), None when it is yet to come."""
         try:
             return self.context.snapshot(snapshot_id)
         except SnapshotNotFoundError:
+            kept = None if full else decoupled_changelog.read(self.context, snapshot_id)
+            if kept is not None:
+                return kept
             # Gone because it expired (raises), or not committed yet (None).
+            if full and snapshot_id <= (snapshots.latest_id(self.context.file_io, self.context.paths) or 0):
+                try:  # committed between the read and the listing, or expired: its rows are gone
+                    return self.context.snapshot(snapshot_id)
+                except SnapshotNotFoundError:
+                    raise SnapshotExpiredError(f"snapshot {snapshot_id} expired during its full read",
+                                               table=self.context.name) from None
             starting.check_follow_up_start(self.context, snapshot_id, None)
             latest = snapshots.latest_id(self.context.file_io, self.context.paths)
             if latest is None or snapshot_id > latest:

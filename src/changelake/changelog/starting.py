@@ -12,7 +12,7 @@ from collections.abc import Callable
 from changelake.errors import OptionError, SnapshotExpiredError, SnapshotNotFoundError
 from changelake.option_values import ChangelogProducer, ScanMode
 from changelake.options import TableOptions
-from changelake.table import metadata
+from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
 from changelake.table.format import snapshot as snapshots
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
@@ -80,13 +80,16 @@ def full_read_levels(options: TableOptions) -> Callable[[int], bool] | None:
 
 
 def check_follow_up_start(ctx: TableContext, snapshot_id: int, option: str | None) -> None:
-    """Raise unless the changes of ``snapshot_id`` can be read: it is not expired, and it exists
-    or is the next snapshot to come."""
+    """Raise unless the changes of ``snapshot_id`` can be read: it is not expired (or its
+    changelog is kept under ``changelog/``), and it exists or is the next snapshot to come."""
     latest = snapshots.latest_id(ctx.file_io, ctx.paths) or 0
     if snapshot_id > latest + 1:
         raise SnapshotNotFoundError(f"snapshot {snapshot_id} does not exist (the latest is {latest})",
                                     table=ctx.name, option=option)
     earliest = snapshots.earliest_id(ctx.file_io, ctx.paths)
+    kept = decoupled_changelog.earliest_id(ctx)  # changelog of expired snapshots, still readable
+    if kept is not None and earliest is not None:
+        earliest = min(earliest, kept)
     if earliest is not None and snapshot_id < earliest:
         raise SnapshotExpiredError(f"snapshot {snapshot_id} has expired (the earliest is {earliest})",
                                    table=ctx.name, option=option)

@@ -139,6 +139,12 @@ class FileIO:
             return []
         return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
 
+    def modified_ms(self, path: str) -> float:
+        """When the file was last modified, in epoch milliseconds (FileNotFoundError if absent)."""
+        if self.is_local:
+            return os.stat(path).st_mtime * 1000
+        return float(self.fs.modified(path).timestamp() * 1000)
+
     def delete(self, path: str) -> None:
         """Remove a file if it exists."""
         with contextlib.suppress(FileNotFoundError):

@@ -30,6 +30,8 @@ class KillPoint(enum.StrEnum):
     MANIFEST_COMPACTION = "manifest-compaction"  # manifest compaction wrote some of its manifests
     ORPHAN_FILE = "orphan-file"  # orphan cleanup is about to delete its next orphan
     ROLLBACK = "rollback"  # a rollback is about to delete its next tag, snapshot or file
+    EXPIRE_SNAPSHOTS = "expire-snapshots"  # expiry deleted some expired snapshot files, EARLIEST not updated
+    EXPIRE_FILES = "expire-files"  # expiry deleted some files only expired snapshots referenced
     # The Spark sink's driver (changelake.streaming.sink.commit_batch):
     SINK_WRITTEN = "sink-written"  # the executors wrote the batch's files, nothing committed
     SINK_COMMITTED = "sink-committed"  # our commit landed, Spark's commit log not yet written

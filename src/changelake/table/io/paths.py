@@ -139,6 +139,14 @@ class TablePaths:
         return f"{self.root}/tag/tag-{name}"
 
     @property
+    def changelog_dir(self) -> str:
+        return f"{self.root}/changelog"
+
+    def changelog(self, snapshot_id: int) -> str:
+        """A decoupled changelog: the JSON of an expired snapshot whose changelog is kept."""
+        return f"{self.root}/changelog/changelog-{snapshot_id}"
+
+    @property
     def consumer_dir(self) -> str:
         return f"{self.root}/consumer"
 

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from changelake.errors import CommitConflictError
+from changelake.table import snapshot_expiry
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit import committer as commit
 from changelake.table.commit.message import CommitMessage
@@ -61,11 +62,13 @@ def land(
     landed ([] when the identifier was committed already: the messages' files are deleted).
     ``view`` is the oldest snapshot the messages' compactions looked up. A compaction lost to
     another committer is not fatal: the new files land, and level 0 is moved up again when every
-    commit must move it."""
+    commit must move it. Then snapshots expire as the table's retention options say."""
     landed = commit.commit(ctx, messages, commit_user, identifier, compact_conflicts_fatal=False,
                            on_renumber=on_renumber, view=view)
     if landed and landed[-1].commit_kind is CommitKind.APPEND and level0_goes_up(ctx, changelog):
         compact_level0_up(ctx, changelog, {(m.partition, m.bucket) for m in messages})
+    if landed:
+        snapshot_expiry.expire_after_commit(ctx)
     return landed
 
 

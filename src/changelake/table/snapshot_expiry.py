@@ -1,0 +1,292 @@
+"""Snapshot expiry: which snapshots a table lets go (Paimon's ``snapshot.num-retained.min`` /
+``.max``, ``snapshot.time-retained``, ``snapshot.expire.limit``, held back by consumers), and
+deleting what only they needed: their data files, changelog files, manifests and manifest lists.
+
+Semantics follow Paimon's ``ExpireSnapshotsImpl`` and ``SnapshotDeletion``: the snapshots
+``[earliest, end)`` expire, where ``end`` (the first retained one) is never past the latest.
+A data file is deleted when a DELETE entry in the delta of a snapshot in ``(earliest, end]``
+removed it (it was live in an expired snapshot and is not in the first retained one), never
+because it merely looks unreferenced: files of commits still in flight are referenced by no
+snapshot, and are left alone. Files live in the first retained snapshot or in a tagged
+snapshot are kept, and so are the manifests those snapshots list.
+
+The order differs from Paimon's, to make a crash harmless: the expired snapshot files go first
+(oldest first, so the snapshots left stay contiguous), then ``EARLIEST``, and only then the
+files they alone referenced. A crash leaves unreferenced files (orphans, which orphan cleanup
+removes), never a snapshot that names a deleted file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from changelake.errors import SnapshotNotFoundError
+from changelake.table import decoupled_changelog, metadata
+from changelake.table.context import TableContext
+from changelake.table.format import snapshot as snapshots
+from changelake.table.format.manifest import FileKind, ManifestEntry
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
+from changelake.table.read import live_files
+
+_CONSUMER_PREFIX = "consumer-"
+
+
+@dataclass(frozen=True)
+class ExpireResult:
+    """What one expiry run removed."""
+
+    snapshots: tuple[int, ...] = ()  # ids of the expired snapshots, ascending
+    data_files: int = 0
+    changelog_files: int = 0
+    manifests: int = 0  # manifests and manifest lists
+    consumers: tuple[str, ...] = ()  # consumers dropped by ``consumer.expiration-time``
+    changelogs: tuple[int, ...] = ()  # decoupled changelogs (``changelog/changelog-N``) removed
+
+
+@dataclass(frozen=True)
+class Retention:
+    """The bounds of one run: keep at least ``retain_min`` snapshots and at most
+    ``retain_max``; between them, expire snapshots committed before ``older_than_ms``;
+    expire at most ``max_deletes`` snapshots."""
+
+    retain_min: int
+    retain_max: int
+    older_than_ms: int
+    max_deletes: int
+
+    @staticmethod
+    def of(ctx: TableContext, *, older_than_ms: int | None = None, retain_min: int | None = None,
+           retain_max: int | None = None, max_deletes: int | None = None) -> Retention:
+        """The table's options, with the given arguments over them."""
+        options = ctx.options
+        return Retention(
+            retain_min=max(1, options.snapshot_num_retained_min if retain_min is None else retain_min),
+            retain_max=options.snapshot_num_retained_max if retain_max is None else retain_max,
+            older_than_ms=(int(time.time() * 1000) - options.snapshot_time_retained
+                           if older_than_ms is None else older_than_ms),
+            max_deletes=options.snapshot_expire_limit if max_deletes is None else max_deletes,
+        )
+
+
+def expire_after_commit(ctx: TableContext) -> ExpireResult:
+    """The expiry every writer runs after a commit lands (Paimon's synchronous
+    ``snapshot.expire.execution-mode``); ``write-only`` writers skip it, as in Paimon."""
+    if ctx.options.write_only:
+        return ExpireResult()
+    try:
+        return expire(ctx, Retention.of(ctx))
+    except (SnapshotNotFoundError, FileNotFoundError):
+        # Another writer's expiry got ahead and removed what this one was reading: the files
+        # are its to delete, and this commit has landed either way.
+        return ExpireResult()
+
+
+def expire(ctx: TableContext, retention: Retention) -> ExpireResult:
+    """Drop stale consumers, then expire the snapshots ``retention`` lets go."""
+    dropped = expire_consumers(ctx)
+    latest = snapshots.latest_id(ctx.file_io, ctx.paths)
+    earliest = snapshots.earliest_id(ctx.file_io, ctx.paths)
+    if latest is None or earliest is None:
+        return ExpireResult(consumers=dropped)
+    end = _end(ctx, retention, earliest, latest)
+    result = ExpireResult(consumers=dropped) if end <= earliest else _expire_until(ctx, earliest, end, dropped)
+    return _expire_changelogs(ctx, result)
+
+
+def _expire_changelogs(ctx: TableContext, result: ExpireResult) -> ExpireResult:
+    """Remove the decoupled changelogs past the changelog retention: the ``changelog-N`` file
+    first, then its changelog files and manifests."""
+    gone = decoupled_changelog.expired(ctx, min_next_snapshot(ctx))
+    if not gone:
+        return result
+    files = sorted({_data_path(ctx, e) for c in gone for e in _entries(ctx, c.changelog_manifest_list)})
+    manifests = sorted({n for c in gone if c.changelog_manifest_list is not None
+                        for n in (c.changelog_manifest_list,
+                                  *(m.file_name for m in live_files.manifest_list(ctx, c.changelog_manifest_list)))})
+    decoupled_changelog.drop(ctx, gone)
+    _delete(ctx, files)
+    _delete(ctx, [ctx.paths.manifest(name) for name in manifests])
+    return dataclasses.replace(result, changelogs=tuple(c.id for c in gone),
+                               changelog_files=result.changelog_files + len(files),
+                               manifests=result.manifests + len(manifests))
+
+
+def _end(ctx: TableContext, retention: Retention, earliest: int, latest: int) -> int:
+    """The first snapshot to retain (Paimon's ``ExpireSnapshotsImpl.expire``): snapshots past
+    ``retain_max`` go whatever their age, the others only when older than the threshold; never
+    one that ``retain_min``, a consumer or ``max_deletes`` holds back."""
+    max_exclusive = latest - retention.retain_min + 1
+    protected = min_next_snapshot(ctx)
+    if protected is not None:
+        max_exclusive = min(max_exclusive, protected)
+    max_exclusive = min(max_exclusive, earliest + retention.max_deletes)
+    first_in_time = max(latest - retention.retain_max + 1, earliest)
+    for snapshot_id in range(first_in_time, max_exclusive):
+        try:
+            young = ctx.snapshot(snapshot_id).time_millis >= retention.older_than_ms
+        except SnapshotNotFoundError:
+            continue
+        if young:
+            return snapshot_id
+    return max_exclusive
+
+
+def _data_path(ctx: TableContext, entry: ManifestEntry) -> str:
+    return f"{ctx.bucket_dir(entry.partition, entry.bucket)}/{entry.file.file_name}"
+
+
+def _entries(ctx: TableContext, manifest_list: str | None) -> list[ManifestEntry]:
+    if manifest_list is None:
+        return []
+    return [e for meta in live_files.manifest_list(ctx, manifest_list)
+            for e in live_files.manifest_entries(ctx, meta.file_name)]
+
+
+def _manifest_names(ctx: TableContext, snapshot: Snapshot) -> set[str]:
+    """The snapshot's data manifest lists and the manifests they name."""
+    lists = (snapshot.base_manifest_list, snapshot.delta_manifest_list)
+    return {*lists, *(meta.file_name for name in lists for meta in live_files.manifest_list(ctx, name))}
+
+
+def _removed(ctx: TableContext, deltas: Iterable[Snapshot]) -> set[str]:
+    """Files the deltas of these snapshots (in order) removed and did not add back: a DELETE
+    entry removes a file, a later ADD of the same file (a compaction that only moved it to
+    another level) keeps it (Paimon's ``SnapshotDeletion.cleanUnusedDataFiles``)."""
+    removed: set[str] = set()
+    for s in deltas:
+        for e in _entries(ctx, s.delta_manifest_list):
+            if e.kind == FileKind.DELETE:
+                removed.add(_data_path(ctx, e))
+            else:
+                removed.discard(_data_path(ctx, e))
+    return removed
+
+
+def _kept(ctx: TableContext, retained: Snapshot, tagged: Iterable[Snapshot]) -> tuple[set[str], set[str]]:
+    """Data file paths and manifest names still needed: the live files of the tagged snapshots
+    (a tag protects its snapshot's files, as in Paimon), the manifests of those and of the
+    first retained snapshot. (The retained snapshot's own live files need no listing: no
+    delta up to it removed them.)"""
+    tags = list(tagged)
+    paths = {_data_path(ctx, e) for s in tags for e in live_files.live_entries(ctx, s)}
+    names = {n for s in [retained, *tags] for n in _manifest_names(ctx, s)}
+    return paths, names
+
+
+def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str, ...]) -> ExpireResult:
+    expired = [s for s in (_present(ctx, i) for i in range(earliest, end)) if s is not None]
+    retained = ctx.snapshot(end)
+    # Only tags of expiring snapshots matter: whatever a later snapshot lists, the first
+    # retained one lists too (files are never added back once removed).
+    kept_paths, kept_manifests = _kept(ctx, retained, [t for t in metadata.tags(ctx).values() if t.id < end])
+    data_files = sorted(_removed(ctx, [*expired[1:], retained]) - kept_paths)
+    # A decoupled changelog keeps the changelog files and manifests of the expiring snapshots.
+    keep_changelog = decoupled_changelog.decoupled(ctx)
+    changelog_files = [] if keep_changelog else sorted(
+        {_data_path(ctx, e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)} - kept_paths)
+    manifests: set[str] = set()
+    for s in expired:
+        manifests |= _manifest_names(ctx, s)
+        if s.changelog_manifest_list is not None and not keep_changelog:
+            manifests.add(s.changelog_manifest_list)
+            manifests.update(m.file_name for m in live_files.manifest_list(ctx, s.changelog_manifest_list))
+    manifests -= kept_manifests
+
+    if keep_changelog:
+        decoupled_changelog.keep(ctx, expired)
+    # Metadata first: once the snapshot files are gone, nothing names the files below.
+    for position, s in enumerate(expired):
+        ctx.file_io.delete(ctx.paths.snapshot(s.id))
+        if position == 0:
+            killpoints.reached(KillPoint.EXPIRE_SNAPSHOTS)
+    ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(end))
+    _delete(ctx, [*data_files, *changelog_files])
+    _delete(ctx, [ctx.paths.manifest(name) for name in sorted(manifests)])
+    return ExpireResult(tuple(s.id for s in expired), len(data_files), len(changelog_files), len(manifests), dropped)
+
+
+def _present(ctx: TableContext, snapshot_id: int) -> Snapshot | None:
+    """The snapshot, or None when a concurrent expiry removed it first."""
+    try:
+        return ctx.snapshot(snapshot_id)
+    except SnapshotNotFoundError:
+        return None
+
+
+def _delete(ctx: TableContext, paths: Iterable[str]) -> None:
+    for position, path in enumerate(paths):
+        ctx.file_io.delete(path)
+        if position == 0:
+            killpoints.reached(KillPoint.EXPIRE_FILES)
+
+
+# -- consumers --------------------------------------------------------------------------------
+
+
+def _consumer_ids(ctx: TableContext) -> list[str]:
+    return sorted(n[len(_CONSUMER_PREFIX):] for n in ctx.file_io.list_names(ctx.paths.consumer_dir)
+                  if n.startswith(_CONSUMER_PREFIX) and not n.endswith(".tmp"))
+
+
+def min_next_snapshot(ctx: TableContext) -> int | None:
+    """The oldest snapshot a consumer still has to read (Paimon's
+    ``ConsumerManager.minNextSnapshot``), or None without consumers. A consumer file that
+    cannot be read protects everything: expiry must not guess."""
+    found: int | None = None
+    for consumer_id in _consumer_ids(ctx):
+        try:
+            value = json.loads(ctx.file_io.read_text(ctx.paths.consumer(consumer_id)))["nextSnapshot"]
+        except FileNotFoundError:
+            continue  # dropped meanwhile
+        except (ValueError, KeyError, TypeError):
+            return 0
+        if not isinstance(value, int) or isinstance(value, bool):
+            return 0
+        found = value if found is None else min(found, value)
+    return found
+
+
+def expire_consumers(ctx: TableContext) -> tuple[str, ...]:
+    """Delete the consumers not updated for ``consumer.expiration-time`` (Paimon's
+    ``ConsumerManager.expire``, by the file's modification time); their ids."""
+    expiration = ctx.options.consumer_expiration_time
+    if expiration is None:
+        return ()
+    threshold = time.time() * 1000 - expiration
+    dropped = []
+    for consumer_id in _consumer_ids(ctx):
+        path = ctx.paths.consumer(consumer_id)
+        try:
+            stale = ctx.file_io.modified_ms(path) < threshold
+        except FileNotFoundError:
+            continue
+        if stale:
+            ctx.file_io.delete(path)
+            dropped.append(consumer_id)
+    return tuple(dropped)
+
+
+# -- tags -------------------------------------------------------------------------------------
+
+
+def release_tag(ctx: TableContext, tagged: Snapshot) -> ExpireResult:
+    """After a tag was deleted: when its snapshot has expired, delete the data files and
+    manifests only it still held (Paimon's ``TagManager.deleteTag`` with ``TagDeletion``),
+    keeping those of the earliest snapshot and of the other tags."""
+    earliest_id = snapshots.earliest_id(ctx.file_io, ctx.paths)
+    if earliest_id is None or tagged.id >= earliest_id:
+        return ExpireResult()  # the snapshot is still there: its own expiry deletes its files
+    earliest = ctx.snapshot(earliest_id)
+    kept_paths, kept_manifests = _kept(ctx, earliest, metadata.tags(ctx).values())
+    kept_paths |= {_data_path(ctx, e) for e in live_files.live_entries(ctx, earliest)}
+    data_files = sorted({_data_path(ctx, e) for e in live_files.live_entries(ctx, tagged)} - kept_paths)
+    manifests = sorted(_manifest_names(ctx, tagged) - kept_manifests)
+    _delete(ctx, data_files)
+    _delete(ctx, [ctx.paths.manifest(name) for name in manifests])
+    return ExpireResult(data_files=len(data_files), manifests=len(manifests))
