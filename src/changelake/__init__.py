@@ -3,6 +3,7 @@
 from changelake import errors
 from changelake.api.catalog import Catalog, open_table
 from changelake.api.scan import Scan
+from changelake.api.schema_update import UpdateSchema
 from changelake.api.table import Table
 from changelake.api.writer import TableWriter
 from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
@@ -41,6 +42,7 @@ __all__ = [
     "Table",
     "TableOptions",
     "TableWriter",
+    "UpdateSchema",
     "errors",
     "open_table",
 ]

@@ -11,13 +11,14 @@ import pyarrow as pa
 
 from changelake.api import system_tables
 from changelake.api.scan import Scan
+from changelake.api.schema_update import UpdateSchema
 from changelake.api.writer import TableWriter
 from changelake.changelog import producers
 from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import ScanMode
-from changelake.table import metadata, snapshot_expiry
+from changelake.table import metadata, schema_update, snapshot_expiry
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
@@ -83,6 +84,31 @@ class Table:
     def location(self) -> str:
         """The table directory (a path inside its filesystem)."""
         return self._context.paths.root
+
+    # -- schema evolution -----------------------------------------------------------------
+
+    def update_schema(self) -> UpdateSchema:
+        """Column changes as a block: ``with table.update_schema() as u: u.add_column(...)``.
+        They land as one new schema when the block ends; this Table then works on it (readers
+        and writers opened before keep their schema: files carry theirs, and reads map every
+        file to the reader's schema by field id)."""
+        return UpdateSchema(self._context, self._use)
+
+    def set_options(self, options: Mapping[str, str]) -> None:
+        """Change table options as a new schema; OptionError for an option Paimon (or
+        changelake) cannot change on an existing table, or an unknown or invalid one."""
+        self._use(schema_update.commit(self._context, [schema_update.SetOptions(dict(options))]))
+
+    def reset_options(self, keys: Sequence[str]) -> None:
+        """Remove table options (back to their defaults) as a new schema."""
+        self._use(schema_update.commit(self._context, [schema_update.ResetOptions(tuple(keys))]))
+
+    def refresh(self) -> None:
+        """Move to the table's newest schema (after another process changed it)."""
+        self._use(metadata.open_context(self._context.file_io, self._context.paths.root, self._context.name))
+
+    def _use(self, context: TableContext) -> None:
+        self._context = context
 
     # -- snapshots --------------------------------------------------------------------------
 

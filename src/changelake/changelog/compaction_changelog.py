@@ -37,9 +37,7 @@ _ADDS = (kv.INSERT, kv.UPDATE_AFTER)
 
 def file_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, f: DataFileMeta) -> pa.Table:
     """All rows of a data file, through the lookup cache."""
-    schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    path = f"{bucket_dir}/{f.file_name}"
-    return cache.get(path, lambda: data_file.read(ctx.file_io, path, schema))
+    return cache.get(f"{bucket_dir}/{f.file_name}", lambda: ctx.read_file(bucket_dir, f))
 
 
 def incoming_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str,

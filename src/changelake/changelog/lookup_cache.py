@@ -101,16 +101,20 @@ class LookupCache:
             self._spilled[path] = local
 
 
-_CACHES: dict[str, LookupCache] = {}
+_CACHES: dict[tuple[str, int], LookupCache] = {}
 _CACHES_LOCK = threading.Lock()
 
 
-def cache_for(location: str, max_memory: int) -> LookupCache:
+def cache_for(location: str, max_memory: int, schema_id: int) -> LookupCache:
     """The process's lookup cache of the table at ``location`` (one per table, shared by its
-    writers and compactions; its limit follows the latest ``lookup.cache-max-memory-size``)."""
+    writers and compactions; its limit follows the latest ``lookup.cache-max-memory-size``).
+    Files are cached in the layout of a schema, so each schema has its own cache; a newer
+    schema's cache replaces the older ones (writers still on an older schema keep theirs)."""
     with _CACHES_LOCK:
-        cache = _CACHES.get(location)
+        cache = _CACHES.get((location, schema_id))
         if cache is None:
-            cache = _CACHES[location] = LookupCache(max_memory)
+            for key in [k for k in _CACHES if k[0] == location and k[1] < schema_id]:
+                del _CACHES[key]
+            cache = _CACHES[(location, schema_id)] = LookupCache(max_memory)
         cache.max_memory = max_memory
         return cache

@@ -28,7 +28,7 @@ from changelake.changelog.lookup_cache import LookupCache, cache_for
 from changelake.option_values import ChangelogProducer
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.context import TableContext
-from changelake.table.format import data_file, kv
+from changelake.table.format import data_file
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.lsm.levels import Levels
 from changelake.table.lsm.universal import CompactUnit
@@ -56,8 +56,7 @@ class NoChangelog:
 
     def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
         """The file, from the table's storage."""
-        schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-        return data_file.read(ctx.file_io, f"{bucket_dir}/{f.file_name}", schema)
+        return ctx.read_file(bucket_dir, f)
 
 
 @dataclass(frozen=True)
@@ -134,7 +133,7 @@ class FullCompactionChangelog(NoChangelog):
 
 def lookup_cache(ctx: TableContext) -> LookupCache:
     """The process's lookup cache of the table (hits, misses, ``hit_rate``, ``clear()``)."""
-    return cache_for(ctx.paths.root, ctx.options.lookup_cache_max_memory_size)
+    return cache_for(ctx.paths.root, ctx.options.lookup_cache_max_memory_size, ctx.schema.id)
 
 
 def for_table(ctx: TableContext) -> ChangelogHook:

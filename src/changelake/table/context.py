@@ -8,6 +8,7 @@ and schema JSON, so Spark tasks get it by value and rebuild the derived parts la
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -15,10 +16,11 @@ from typing import Any
 import pyarrow as pa
 
 from changelake.options import TableOptions
-from changelake.table.format import binary_row, kv, snapshot
+from changelake.table.format import binary_row, data_file, kv, snapshot
 from changelake.table.format.data_file import FileSettings
 from changelake.table.format.kv import KeyCodec
-from changelake.table.format.schema import TableSchema
+from changelake.table.format.manifest import DataFileMeta
+from changelake.table.format.schema import SchemaHistory, TableSchema
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
@@ -48,6 +50,28 @@ class TableContext:
     def arrow_schema(self) -> pa.Schema:
         """Arrow schema of the table's rows."""
         return self.schema.arrow_schema()
+
+    @cached_property
+    def file_schema(self) -> pa.Schema:
+        """Arrow schema of the table's data files in the full key-value layout."""
+        return kv.file_schema(self.arrow_schema, self.key_names)
+
+    @cached_property
+    def schemas(self) -> SchemaHistory:
+        """Every schema of the table by id, read once (what older data files were written with)."""
+        return SchemaHistory(self.file_io, self.paths, self.name)
+
+    def read_file(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str] | None = None,
+                  rows: tuple[int, int] | None = None) -> pa.Table:
+        """Rows of a data (or changelog) file in this schema's key-value layout, whatever schema
+        the file was written with: its columns are matched to this schema's by field id, so a
+        dropped column is left out, a renamed one read under its old name, an added one is all
+        nulls and a widened one cast (Paimon's schema evolution on read)."""
+        renames = None
+        if meta.schema_id != self.schema.id:
+            renames = self.schema.names_in(self.schemas.get(meta.schema_id))
+        return data_file.read(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns, rows,
+                              renames)
 
     @property
     def primary_keys(self) -> tuple[str, ...]:

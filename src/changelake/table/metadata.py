@@ -33,12 +33,17 @@ _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
 _TAG_FILE = re.compile(r"^tag-(.+)$")
 
 
-def read_latest_schema(file_io: FileIO, paths: TablePaths, name: str) -> TableSchema:
-    """The newest schema of the table at ``paths``; TableNotFoundError when there is none."""
+def latest_schema_id(file_io: FileIO, paths: TablePaths, name: str) -> int:
+    """Id of the newest schema of the table at ``paths``; TableNotFoundError when there is none."""
     ids = [int(m.group(1)) for n in file_io.list_names(paths.schema_dir) if (m := _SCHEMA_FILE.match(n))]
     if not ids:
         raise TableNotFoundError(f"does not exist (no schema under {paths.schema_dir})", table=name)
-    path = paths.schema(max(ids))
+    return max(ids)
+
+
+def read_latest_schema(file_io: FileIO, paths: TablePaths, name: str) -> TableSchema:
+    """The newest schema of the table at ``paths``; TableNotFoundError when there is none."""
+    path = paths.schema(latest_schema_id(file_io, paths, name))
     try:
         return TableSchema.model_validate_json(file_io.read_text(path))
     except (ValidationError, ValueError) as exc:

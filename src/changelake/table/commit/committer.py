@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from changelake.errors import CommitConflictError, SnapshotNotFoundError
+from changelake.table import metadata
 from changelake.table.commit import manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -345,7 +346,9 @@ def _land(
         delta_count = sum(e.file.row_count if e.kind == FileKind.ADD else -e.file.row_count for e in entries)
         new = Snapshot(
             id=(latest.id + 1) if latest is not None else 1,
-            schemaId=ctx.schema.id,
+            # Paimon's FileStoreCommitImpl stamps the table's newest schema, also when the
+            # writer works on an older one (its files carry their own schema id)
+            schemaId=metadata.latest_schema_id(ctx.file_io, ctx.paths, ctx.name),
             baseManifestList=base_name,
             baseManifestListSize=base_size,
             deltaManifestList=delta_name,

@@ -75,8 +75,7 @@ def _shift(ctx: TableContext, message: CommitMessage, base: int, offset: int) ->
 
 def _rewrite(ctx: TableContext, bucket_dir: str, f: DataFileMeta, base: int, offset: int,
              settings: FileSettings) -> DataFileMeta:
-    schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    rows = data_file.read(ctx.file_io, f"{bucket_dir}/{f.file_name}", schema)
+    rows = ctx.read_file(bucket_dir, f)
     index = rows.schema.get_field_index(kv.SEQUENCE)
     sequence = rows.column(index)
     shifted = pc.if_else(pc.greater_equal(sequence, base), pc.add(sequence, pa.scalar(offset, pa.int64())), sequence)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -184,17 +184,23 @@ def read(
     schema: pa.Schema,
     columns: Sequence[str] | None = None,
     rows: tuple[int, int] | None = None,
+    renames: Mapping[str, str | None] | None = None,
 ) -> pa.Table:
     """Rows of a data file in ``schema``'s types (a subset of columns when given), in the full
     key-value layout whatever the file's: a thin file (Paimon's ``data-file.thin-mode``, which
     pypaimon-rust always writes) has no ``_KEY_<k>`` columns, and ``_KEY_<k>`` is read as its
     value column ``<k>`` (the same array under the key's name). ``rows`` = (start, stop) reads
-    only those rows, decoding only the row groups that hold them."""
+    only those rows, decoding only the row groups that hold them. ``renames`` maps columns the
+    file stores under another name (a file of an older schema) to that name, or to None for a
+    column the file lacks, read as all nulls."""
     names = list(schema.names if columns is None else columns)
+    renamed = renames or {}
+    absent = [n for n in names if n in renamed and renamed[n] is None]
+    present = [n for n in names if n not in absent]
     try:
         with file_io.arrow_fs.open_input_file(path) as source:
             parquet = pq.ParquetFile(source)
-            stored = _stored_columns(names, parquet.schema_arrow.names, path)
+            stored = _stored_columns([renamed.get(n) or n for n in present], parquet.schema_arrow.names, path)
             # A thin file's <k> is read once, for both <k> and _KEY_<k>.
             read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
             table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
@@ -203,7 +209,9 @@ def read(
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
     if stored != names:
-        table = pa.Table.from_arrays([table.column(c) for c in stored], names=names)
+        arrays = dict(zip(present, (table.column(c) for c in stored), strict=True))
+        arrays.update({n: pa.nulls(table.num_rows, schema.field(n).type) for n in absent})
+        table = pa.Table.from_arrays([arrays[n] for n in names], names=names)
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
     if table.schema.equals(wanted):
         return table

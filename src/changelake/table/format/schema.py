@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from typing import Any
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from changelake.errors import SchemaError
+from changelake.errors import CorruptMetadataError, SchemaError
 from changelake.table.format import types
+from changelake.table.io.fileio import FileIO
+from changelake.table.io.paths import TablePaths
 
 SCHEMA_VERSION = 3
 
@@ -64,6 +67,53 @@ class TableSchema(BaseModel):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)
+
+    def names_in(self, older: TableSchema) -> dict[str, str | None]:
+        """For each of this schema's columns, its name in ``older`` (matched by field id, so a
+        renamed column maps to its old name), or None for a column ``older`` lacks (added
+        since); only the columns whose name differs are listed."""
+        by_id = {f.id: f.name for f in older.fields}
+        return {f.name: by_id.get(f.id) for f in self.fields if by_id.get(f.id) != f.name}
+
+
+def parse(text: str, path: str, table: str) -> TableSchema:
+    """A schema file's contents; CorruptMetadataError when they do not parse."""
+    try:
+        return TableSchema.model_validate_json(text)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise CorruptMetadataError(f"schema file is corrupt: {exc}", table=table, file=path) from None
+
+
+class SchemaHistory:
+    """The table's schemas by id, each read once: data files name the schema they were written
+    with, and readers map old files to the current schema through it. Schema files never change
+    once written, so the cache needs clearing only to bound memory."""
+
+    def __init__(self, file_io: FileIO, paths: TablePaths, table: str) -> None:
+        self._file_io = file_io
+        self._paths = paths
+        self._table = table
+        self._schemas: dict[int, TableSchema] = {}
+        self._lock = threading.Lock()
+
+    def get(self, schema_id: int) -> TableSchema:
+        """Schema ``schema_id`` (CorruptMetadataError when its file is missing or corrupt)."""
+        found = self._schemas.get(schema_id)
+        if found is None:
+            path = self._paths.schema(schema_id)
+            try:
+                text = self._file_io.read_text(path)
+            except FileNotFoundError:
+                raise CorruptMetadataError("schema file is missing", table=self._table, file=path) from None
+            found = parse(text, path, self._table)
+            with self._lock:
+                self._schemas[schema_id] = found
+        return found
+
+    def clear(self) -> None:
+        """Forget the schemas read so far."""
+        with self._lock:
+            self._schemas.clear()
 
 
 def from_arrow(

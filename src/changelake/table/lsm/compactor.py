@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.errors import ScanError
+from changelake.errors import ScanError, SchemaError
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -150,11 +150,7 @@ class _Task:
                        if ctx.key_of(f.min_key) <= last and ctx.key_of(f.max_key) >= first]
         if not overlapping:
             return merged
-        schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-        older = pa.concat_tables(
-            data_file.read(ctx.file_io, f"{self.bucket_dir}/{f.file_name}", schema, key_columns)
-            for f in overlapping
-        )
+        older = pa.concat_tables(ctx.read_file(self.bucket_dir, f, key_columns) for f in overlapping)
         indexed = merged.select(key_columns).append_column("__row", pa.array(range(merged.num_rows), pa.int64()))
         found = indexed.join(older, keys=key_columns, join_type="left semi").column("__row")
         keep = pc.invert(pc.is_in(indexed.column("__row"), value_set=found.combine_chunks()))
@@ -165,6 +161,12 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
             changelog: ChangelogHook) -> CompactResult:
     """Run one picked compaction of a bucket (deletes are dropped only into the top level), with
     the changelog the table's producer writes for it."""
+    newer = next((f for f in unit.files if f.schema_id > ctx.schema.id), None)
+    if newer is not None:
+        # Rewriting it in this older schema would lose the columns added since.
+        raise SchemaError(f"was written with schema {newer.schema_id}, newer than this writer's schema "
+                          f"{ctx.schema.id}; reopen the table (table.refresh()) to compact it",
+                          table=ctx.name, file=f"{bucket_dir}/{newer.file_name}")
     output = unit.output_level
     drop_delete = output != 0 and output >= levels.highest_non_empty_level()
     lookup: tuple[DataFileMeta, ...] = ()

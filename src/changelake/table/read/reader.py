@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from changelake.errors import ScanError
 from changelake.table.context import TableContext
 from changelake.table.executor import WORKERS, executor
-from changelake.table.format import data_file, kv
+from changelake.table.format import kv
 from changelake.table.read.planner import Split
 
 
@@ -32,9 +32,7 @@ def read_split(
     value_columns = list(ctx.arrow_schema.names) if expression is not None else \
         ctx.merge_engine.required_columns(columns)
     wanted = [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
-    file_schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    parts = [data_file.read(ctx.file_io, f"{split.bucket_dir}/{f.file_name}", file_schema, wanted)
-             for f in split.files]
+    parts = [ctx.read_file(split.bucket_dir, f, wanted) for f in split.files]
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     # Raw splits hold no deletes by their metadata; dropping retractions anyway guards
     # against writers whose delete counts are wrong.
@@ -59,9 +57,7 @@ def read_changes(ctx: TableContext, split: Split, columns: Sequence[str],
     """The rows of a one-file split as stored, not merged: ``_VALUE_KIND`` (each row's kind)
     then ``columns``, in file order; ``rows`` = (start, stop) reads only those rows."""
     (meta,) = split.files
-    file_schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    return data_file.read(ctx.file_io, f"{split.bucket_dir}/{meta.file_name}", file_schema,
-                          [kv.VALUE_KIND, *columns], rows)
+    return ctx.read_file(split.bucket_dir, meta, [kv.VALUE_KIND, *columns], rows)
 
 
 def read_splits(

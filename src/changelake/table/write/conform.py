@@ -80,6 +80,15 @@ def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:
     return pa.types.is_null(source) or _kind(source) == _kind(target)
 
 
+def _added_nullable(ctx: TableContext, missing: list[str]) -> list[str]:
+    """The columns of ``missing`` a schema change added (nullable, with a field id above every
+    id of the table's first schema)."""
+    if not missing or ctx.schema.id == 0:
+        return []
+    first = ctx.schemas.get(0).highest_field_id
+    return [n for n in missing if (f := ctx.schema.field(n)).nullable and f.id > first]
+
+
 def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """Rows cast to the table's schema (column order too) and each row's value kind.
 
@@ -93,6 +102,12 @@ def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
         kinds = row_kinds(data.column(ROWKIND_COLUMN), ctx.name, ROWKIND_COLUMN)
         data = data.drop_columns([ROWKIND_COLUMN])
     missing = [n for n in schema.names if n not in data.column_names]
+    fill = _added_nullable(ctx, missing)
+    if fill:
+        # Input shaped like the schema before columns were added: they are null, as Paimon fills them.
+        nulls = [pa.nulls(data.num_rows, schema.field(n).type) for n in fill]
+        data = pa.Table.from_arrays([*data.columns, *nulls], names=[*data.column_names, *fill])
+        missing = [n for n in missing if n not in fill]
     if missing:
         raise SchemaMismatchError(f"input is missing columns {missing}", table=ctx.name)
     extra = [n for n in data.column_names if n not in names]

@@ -1,0 +1,225 @@
+"""Schema evolution: column and option changes landing as one new ``schema/schema-<N+1>``.
+
+The rules follow Paimon's ``SchemaManager``: a new column is nullable and takes the id after
+``highestFieldId``; key and partition columns cannot be dropped, renamed or retyped; a type
+changes only to one that holds every old value (a widening); options in Paimon's
+``CoreOptions.IMMUTABLE_OPTIONS`` cannot change once the table has a snapshot. Every change of
+a batch is validated before anything is written, and the batch lands as one schema file created
+atomically; when another writer created that schema id first, the batch is re-applied to the
+newer schema (Paimon's ``commitChanges`` loop).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from changelake.errors import OptionError, SchemaError
+from changelake.options import TableOptions
+from changelake.table import metadata
+from changelake.table.context import TableContext
+from changelake.table.format import kv, snapshot, types
+from changelake.table.format.schema import DataField, TableSchema
+from changelake.table.merge.parse import merge_engine
+
+# Paimon's CoreOptions.IMMUTABLE_OPTIONS, refused once the table has a snapshot ...
+_PAIMON_IMMUTABLE = frozenset({
+    "type", "bucket-key", "bucket-function.type", "data-file.path-directory", "merge-engine",
+    "sequence.snapshot-ordering", "aggregation.remove-record-on-delete",
+    "partial-update.remove-record-on-delete", "partial-update.remove-record-on-sequence-group",
+    "rowkind.field", "primary-key", "primary-key.nullable", "partition", "dynamic-bucket.initial-buckets",
+    "force-lookup", "row-tracking.enabled", "data-evolution.enabled", "index-file-in-data-file-dir",
+})
+# ... and what changelake cannot follow on existing data: Paimon changes ``bucket`` only with a
+# rescale overwrite, which changelake does not do; the sequence field orders rows already
+# written; the partition directory names place files already written.
+IMMUTABLE_OPTIONS = _PAIMON_IMMUTABLE | {"bucket", "sequence.field", "partition.default-name",
+                                         "partition.legacy-name", "path"}
+# Options whose value names columns: those columns are not renamed or dropped under them.
+_COLUMN_OPTIONS = ("sequence.field", "rowkind.field", "bucket-key")
+_FIELDS_OPTION = re.compile(r"^fields\.([^.]+)\.")
+_RETRIES = 20
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    """A new nullable column, at the end or after column ``after``."""
+
+    name: str
+    type: pa.DataType
+    after: str | None = None
+    doc: str | None = None
+
+
+@dataclass(frozen=True)
+class DropColumn:
+    """Remove a value column (its data in older files is no longer read)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class RenameColumn:
+    """Give a value column a new name (older files keep the old one; reads map it by id)."""
+
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class WidenColumn:
+    """Change a value column's type to one that holds every value of the old type."""
+
+    name: str
+    type: pa.DataType
+
+
+@dataclass(frozen=True)
+class SetOptions:
+    """Set table options."""
+
+    values: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ResetOptions:
+    """Remove table options (back to Paimon's defaults)."""
+
+    keys: tuple[str, ...]
+
+
+SchemaChange = AddColumn | DropColumn | RenameColumn | WidenColumn | SetOptions | ResetOptions
+
+
+def commit(ctx: TableContext, changes: Sequence[SchemaChange]) -> TableContext:
+    """Apply ``changes`` to the table's newest schema as one new schema file and return the
+    context at that schema; nothing is written when any change is refused."""
+    if not changes:
+        return ctx
+    for _ in range(_RETRIES):
+        latest = metadata.read_latest_schema(ctx.file_io, ctx.paths, ctx.name)
+        has_snapshot = snapshot.latest_id(ctx.file_io, ctx.paths) is not None
+        evolved = evolve(latest, changes, table=ctx.name, has_snapshot=has_snapshot)
+        if ctx.file_io.create_if_absent(ctx.paths.schema(evolved.id), evolved.to_json().encode("utf-8")):
+            return TableContext(ctx.name, ctx.file_io, ctx.paths, evolved)
+    raise SchemaError(f"schema changes kept racing other schema changes ({_RETRIES} attempts); try again",
+                      table=ctx.name)
+
+
+def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, has_snapshot: bool) -> TableSchema:
+    """The schema after ``changes`` (applied in order), validated as a whole."""
+    fields = list(schema.fields)
+    options = dict(schema.options)
+    highest = schema.highest_field_id
+    for change in changes:
+        match change:
+            case AddColumn():
+                # the column takes the next id, nested types the ids after it (as Paimon does)
+                ids = itertools.count(highest + 1)
+                field = _new_field(fields, change, ids, table)
+                highest = next(ids) - 1
+                at = len(fields) if change.after is None else _index(fields, change.after, table) + 1
+                fields.insert(at, field)
+            case DropColumn():
+                _check_value_column(schema, options, change.name, "dropped", table)
+                fields.pop(_index(fields, change.name, table))
+                if not fields:
+                    raise SchemaError("cannot drop every column", table=table, column=change.name)
+            case RenameColumn():
+                _check_value_column(schema, options, change.old, "renamed", table)
+                _check_new_name(fields, change.new, table)
+                i = _index(fields, change.old, table)
+                fields[i] = fields[i].model_copy(update={"name": change.new})
+            case WidenColumn():
+                _check_value_column(schema, options, change.name, "retyped", table)
+                i = _index(fields, change.name, table)
+                fields[i] = _widened(fields[i], change.type, table)
+            case SetOptions():
+                for key, value in change.values.items():
+                    if options.get(key) != value:
+                        _check_mutable(key, table, has_snapshot=has_snapshot)
+                        options[key] = value
+                # unknown keys, unparsable or unsupported values: as for a new table
+                TableOptions.parse(dict(change.values), table=table, new=True)
+            case ResetOptions():
+                for key in change.keys:
+                    if key in options:
+                        _check_mutable(key, table, has_snapshot=has_snapshot)
+                        del options[key]
+    evolved = schema.model_copy(update={
+        "id": schema.id + 1, "fields": tuple(fields), "highest_field_id": highest, "options": options,
+        "time_millis": int(time.time() * 1000),
+    })
+    merge_engine(evolved, TableOptions.parse(options, table=table))  # the engine still fits the columns
+    return evolved
+
+
+def _index(fields: list[DataField], name: str, table: str) -> int:
+    for i, f in enumerate(fields):
+        if f.name == name:
+            return i
+    raise SchemaError(f"is not a column of the table {[f.name for f in fields]}", table=table, column=name)
+
+
+def _check_new_name(fields: list[DataField], name: str, table: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise SchemaError(f"column name {name!r} is not a non-empty string", table=table)
+    if any(f.name == name for f in fields):
+        raise SchemaError("is already a column of the table", table=table, column=name)
+    if name.startswith(kv.KEY_PREFIX) or name in (kv.SEQUENCE, kv.VALUE_KIND):
+        raise SchemaError("is a name Paimon reserves for its system columns", table=table, column=name)
+
+
+def _new_field(fields: list[DataField], change: AddColumn, ids: itertools.count[int], table: str) -> DataField:
+    _check_new_name(fields, change.name, table)
+    if not isinstance(change.type, pa.DataType):
+        raise SchemaError(f"type {change.type!r} is not a pyarrow DataType", table=table, column=change.name)
+    field_id = next(ids)
+    # Paimon adds nullable columns only: rows already written have no value for them.
+    paimon = types.to_paimon(change.type, ids, nullable=True)
+    return DataField(id=field_id, name=change.name, type=paimon, description=change.doc)
+
+
+def _check_value_column(schema: TableSchema, options: Mapping[str, str], name: str, verb: str, table: str) -> None:
+    if name in schema.primary_keys or name in schema.partition_keys:
+        role = "partition" if name in schema.partition_keys else "primary-key"
+        raise SchemaError(f"is a {role} column and cannot be {verb}", table=table, column=name)
+    for key in _COLUMN_OPTIONS:
+        if name in [c.strip() for c in options.get(key, "").split(",")]:
+            raise SchemaError(f"is named by option {key!r} and cannot be {verb}", table=table, column=name)
+    for key, value in options.items():
+        match = _FIELDS_OPTION.match(key)
+        if match and (name in match.group(1).split(",") or name in [c.strip() for c in value.split(",")]):
+            raise SchemaError(f"is named by option {key!r} and cannot be {verb}", table=table, column=name)
+
+
+def _check_mutable(key: str, table: str, *, has_snapshot: bool) -> None:
+    if key in IMMUTABLE_OPTIONS and has_snapshot:
+        raise OptionError("cannot be changed on a table that holds data", table=table, option=key)
+
+
+def _widened(field: DataField, new: pa.DataType, table: str) -> DataField:
+    old = types.to_arrow(field.type)
+    if not isinstance(new, pa.DataType) or not _widens(old, new):
+        raise SchemaError(f"of type {old} cannot change to {new}: only widenings are allowed (int8 -> int16 "
+                          "-> int32 -> int64, float32 -> float64, a decimal's precision up at the same scale)",
+                          table=table, column=field.name)
+    return field.model_copy(update={"type": types.to_paimon(new, iter(()), nullable=field.nullable)})
+
+
+_INTEGERS = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+
+
+def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+    if old in _INTEGERS and new in _INTEGERS:
+        return _INTEGERS.index(new) > _INTEGERS.index(old)
+    if old == pa.float32():
+        return bool(new == pa.float64())
+    if pa.types.is_decimal128(old) and pa.types.is_decimal128(new):
+        return bool(new.scale == old.scale and new.precision > old.precision)
+    return False

@@ -1,0 +1,261 @@
+"""Schema evolution: column changes and option changes as new schema files, and every read
+path (merge-on-read, compaction, lookup changelog, change streams) mapping files of older
+schemas to the current one by field id."""
+
+from __future__ import annotations
+
+import json
+import os
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import changelake
+from changelake.errors import OptionError, SchemaError, SchemaMismatchError
+
+SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("a", pa.int32()), ("b", pa.string()),
+                    ("c", pa.float32()), ("d", pa.decimal128(5, 2))])
+
+
+def _table(tmp_path: Path, **options: str) -> changelake.Table:
+    return changelake.Catalog(str(tmp_path)).create_table(
+        "db.t", SCHEMA, primary_keys=["id", "p"], partition_keys=["p"], options={"bucket": "1", **options})
+
+
+def _first_rows() -> pa.Table:
+    return pa.table({"id": [1, 2, 3], "p": ["x", "x", "y"], "a": pa.array([1, 2, 3], pa.int32()),
+                     "b": ["b1", "b2", "b3"], "c": pa.array([1.5, 2.5, 3.5], pa.float32()),
+                     "d": pa.array([1, 2, 3], pa.decimal128(5, 2))})
+
+
+def _evolve(table: changelake.Table) -> None:
+    with table.update_schema() as u:
+        u.add_column("e", pa.string(), after="a", doc="added")
+        u.drop_column("b")
+        u.rename_column("c", "cc")
+        u.update_column("a", pa.int64())
+        u.update_column("cc", pa.float64())
+        u.update_column("d", pa.decimal128(9, 2))
+
+
+def _schema_files(table: changelake.Table) -> list[str]:
+    return sorted(n for n in os.listdir(f"{table.location}/schema") if n.startswith("schema-"))
+
+
+def _rows(table: changelake.Table, **kwargs: Any) -> list[dict[str, Any]]:
+    return sorted(table.scan(**kwargs).to_arrow().to_pylist(), key=lambda r: r["id"])
+
+
+EVOLVED = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("p", pa.string(), nullable=False),
+                     ("a", pa.int64()), ("e", pa.string()), ("cc", pa.float64()), ("d", pa.decimal128(9, 2))])
+
+
+def _old_rows_evolved() -> list[dict[str, Any]]:
+    old = _first_rows().to_pylist()
+    return [{"id": r["id"], "p": r["p"], "a": r["a"], "e": None, "cc": r["c"], "d": r["d"]} for r in old]
+
+
+def test_one_block_lands_as_one_schema_with_paimon_field_ids(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    table.write(_first_rows())
+    _evolve(table)
+    assert _schema_files(table) == ["schema-0", "schema-1"]
+    stored = json.loads(Path(f"{table.location}/schema/schema-1").read_text())
+    assert stored["id"] == 1
+    assert [(f["id"], f["name"], f["type"]) for f in stored["fields"]] == [
+        (0, "id", "BIGINT NOT NULL"), (1, "p", "STRING NOT NULL"), (2, "a", "BIGINT"), (6, "e", "STRING"),
+        (4, "cc", "DOUBLE"), (5, "d", "DECIMAL(9, 2)")]
+    assert stored["fields"][3]["description"] == "added"
+    assert stored["highestFieldId"] == 6
+    assert stored["primaryKeys"] == ["id", "p"] and stored["partitionKeys"] == ["p"]
+    assert table.schema == EVOLVED
+    # the user's Table works on the new schema; another handle sees it after refresh
+    assert _rows(table) == _old_rows_evolved()
+    other = changelake.Catalog(str(tmp_path)).get_table("db.t")
+    assert other.schema == EVOLVED
+
+
+def test_merge_on_read_compaction_and_old_shaped_writes(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"write-only": "true"})
+    table.write(_first_rows())
+    _evolve(table)
+    table.write(pa.table({"id": [2, 4], "p": ["x", "y"], "a": [20, 2**40], "e": ["e2", "e4"],
+                          "cc": [9.25, 1e300], "d": pa.array([1, 2], pa.decimal128(9, 2))}))
+    # an input without the added column: it is null, as Paimon fills it
+    table.write(pa.table({"id": [5], "p": ["x"], "a": [50], "cc": [0.5], "d": pa.array([5], pa.decimal128(9, 2))}))
+    files = [f for split in table.scan().plan() for f in split.files]
+    assert sorted({f.schema_id for f in files}) == [0, 1]  # old and new files merged on read
+    expected = {r["id"]: r for r in _old_rows_evolved()}
+    expected[2] = {**expected[2], "a": 20, "e": "e2", "cc": 9.25, "d": Decimal("1.00")}
+    expected[4] = {"id": 4, "p": "y", "a": 2**40, "e": "e4", "cc": 1e300, "d": Decimal("2.00")}
+    expected[5] = {"id": 5, "p": "x", "a": 50, "e": None, "cc": 0.5, "d": Decimal("5.00")}
+    want = [expected[k] for k in sorted(expected)]
+    assert _rows(table) == want
+    assert table.compact(full=True) is not None
+    assert {f.schema_id for split in table.scan().plan() for f in split.files} == {1}
+    assert _rows(table) == want
+    # time travel to a snapshot of the old schema reads it in the current schema
+    assert _rows(table, snapshot_id=1) == _old_rows_evolved()
+
+
+def test_writes_shaped_wrongly_name_the_difference(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    table.write(_first_rows())
+    _evolve(table)
+    with pytest.raises(SchemaMismatchError, match=r"not in the table: \['b'\]") as dropped:
+        table.write(_first_rows().rename_columns(["id", "p", "a", "b", "cc", "d"]))
+    assert dropped.value.table == "db.t"
+    with pytest.raises(SchemaMismatchError, match=r"missing columns \['cc'\]"):
+        table.write(pa.table({"id": [9], "p": ["x"], "a": [1], "e": ["v"], "d": pa.array([1], pa.decimal128(9, 2))}))
+
+
+def test_writer_opened_before_the_change_keeps_its_schema(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    writer = table.writer(commit_user="early")
+    _evolve(table)
+    writer.write(_first_rows())
+    [landed] = writer.commit(1)
+    writer.close()
+    assert landed.schema_id == 1  # as Paimon, the snapshot names the newest schema
+    assert {f.schema_id for split in table.scan().plan() for f in split.files} == {0}
+    assert _rows(table) == _old_rows_evolved()
+
+
+def test_failing_block_writes_nothing(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    table.write(_first_rows())
+    with pytest.raises(SchemaError, match="primary-key column") as refused, table.update_schema() as u:
+        u.add_column("e", pa.string())
+        u.rename_column("id", "key")
+    assert refused.value.column == "id"
+    with pytest.raises(RuntimeError, match="boom"), table.update_schema() as u:
+        u.add_column("e", pa.string())
+        raise RuntimeError("boom")
+    assert _schema_files(table) == ["schema-0"]
+    assert table.schema == SCHEMA.set(0, SCHEMA.field(0).with_nullable(False)).set(
+        1, SCHEMA.field(1).with_nullable(False))
+
+
+@pytest.mark.parametrize(("change", "message", "column"), [
+    (lambda u: u.drop_column("id"), "primary-key column", "id"),
+    (lambda u: u.drop_column("p"), "partition column", "p"),
+    (lambda u: u.rename_column("p", "q"), "partition column", "p"),
+    (lambda u: u.update_column("id", pa.int32()), "primary-key column", "id"),
+    (lambda u: u.drop_column("nope"), "is not a column", "nope"),
+    (lambda u: u.rename_column("a", "b"), "already a column", "b"),
+    (lambda u: u.add_column("a", pa.int64()), "already a column", "a"),
+    (lambda u: u.add_column("_KEY_x", pa.int64()), "reserves", "_KEY_x"),
+    (lambda u: u.update_column("a", pa.int16()), "only widenings", "a"),
+    (lambda u: u.update_column("a", pa.float64()), "only widenings", "a"),
+    (lambda u: u.update_column("b", pa.int64()), "only widenings", "b"),
+    (lambda u: u.update_column("d", pa.decimal128(9, 3)), "only widenings", "d"),
+    (lambda u: u.update_column("c", pa.float32()), "only widenings", "c"),
+])
+def test_refused_column_changes(tmp_path: Path, change: Any, message: str, column: str) -> None:
+    table = _table(tmp_path)
+    with pytest.raises(SchemaError, match=message) as refused, table.update_schema() as u:
+        change(u)
+    assert refused.value.column == column
+    assert _schema_files(table) == ["schema-0"]
+
+
+def test_columns_named_by_options_stay(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"sequence.field": "a"})
+    with pytest.raises(SchemaError, match=r"option 'sequence\.field'"), table.update_schema() as u:
+        u.drop_column("a")
+    with pytest.raises(SchemaError, match=r"option 'sequence\.field'"), table.update_schema() as u:
+        u.rename_column("a", "z")
+    assert _schema_files(table) == ["schema-0"]
+
+
+def test_set_and_reset_options(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    table.write(_first_rows())
+    table.set_options({"file.compression": "lz4", "target-file-size": "64 mb"})
+    assert table.options["file.compression"] == "lz4"
+    table.write(_first_rows())
+    table.reset_options(["file.compression"])
+    assert "file.compression" not in table.options and table.options["target-file-size"] == "64 mb"
+    assert _schema_files(table) == ["schema-0", "schema-1", "schema-2"]
+    for options, option in (({"bucket": "4"}, "bucket"), ({"merge-engine": "first-row"}, "merge-engine"),
+                            ({"sequence.field": "a"}, "sequence.field"), ({"bucket-key": "id"}, "bucket-key"),
+                            ({"no-such-option": "1"}, "no-such-option"), ({"file.format": "orc"}, "file.format"),
+                            ({"target-file-size": "lots"}, "target-file-size")):
+        with pytest.raises(OptionError) as refused:
+            table.set_options(options)
+        assert refused.value.option == option
+    with pytest.raises(OptionError) as refused:
+        table.reset_options(["bucket"])
+    assert refused.value.option == "bucket"
+    assert _schema_files(table) == ["schema-0", "schema-1", "schema-2"]
+    assert _rows(table) == sorted(_first_rows().to_pylist(), key=lambda r: r["id"])
+
+
+def test_immutable_options_change_while_the_table_is_empty(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    table.set_options({"merge-engine": "first-row"})
+    assert table.options["merge-engine"] == "first-row"
+
+
+def test_concurrent_schema_changes_both_land(tmp_path: Path) -> None:
+    first = _table(tmp_path)
+    second = changelake.Catalog(str(tmp_path)).get_table("db.t")
+    with first.update_schema() as u:
+        u.add_column("x", pa.int64())
+    with second.update_schema() as u:  # written on top of schema-1, which it had not seen
+        u.add_column("y", pa.int64())
+    assert _schema_files(first) == ["schema-0", "schema-1", "schema-2"]
+    assert second.schema.names[-2:] == ["x", "y"]
+    assert "y" not in first.schema.names
+    first.refresh()
+    assert first.schema == second.schema
+
+
+def test_change_stream_across_the_change(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    before = table.write(_first_rows())
+    assert before is not None
+    _evolve(table)
+    table.write(pa.table({"id": [2], "p": ["x"], "a": [20], "e": ["e2"], "cc": [9.0],
+                          "d": pa.array([1], pa.decimal128(9, 2))}))
+    latest = table.latest_snapshot()
+    assert latest is not None
+    changes = table.changes(0, latest.id).to_arrow()
+    assert changes.schema.names == ["rowkind", *EVOLVED.names]
+    rows = changes.to_pylist()
+    assert {(r["rowkind"], r["id"], r["e"], r["cc"]) for r in rows} == {
+        ("+I", 1, None, 1.5), ("+I", 2, None, 2.5), ("+I", 3, None, 3.5), ("+I", 2, "e2", 9.0)}
+
+
+def test_lookup_changelog_reads_old_files_in_the_new_schema(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"changelog-producer": "lookup"})
+    start = table.write(_first_rows())
+    assert start is not None
+    _evolve(table)
+    table.write(pa.table({"id": [2], "p": ["x"], "a": [20], "e": ["e2"], "cc": [2.5],
+                          "d": pa.array([2], pa.decimal128(9, 2))}))
+    latest = table.latest_snapshot()
+    assert latest is not None
+    rows = table.changes(start.id, latest.id).to_arrow().to_pylist()
+    by_kind = {r["rowkind"]: r for r in rows if r["id"] == 2}
+    assert by_kind["-U"]["a"] == 2 and by_kind["-U"]["e"] is None and by_kind["-U"]["cc"] == 2.5
+    assert by_kind["+U"]["a"] == 20 and by_kind["+U"]["e"] == "e2"
+
+
+def test_a_writer_on_an_older_schema_does_not_compact_newer_files(tmp_path: Path) -> None:
+    stale = _table(tmp_path, **{"write-only": "true"})
+    stale.write(_first_rows())
+    current = changelake.Catalog(str(tmp_path)).get_table("db.t")
+    _evolve(current)
+    current.write(pa.table({"id": [1], "p": ["x"], "a": [10], "e": ["e1"], "cc": [1.0],
+                            "d": pa.array([1], pa.decimal128(9, 2))}))
+    with pytest.raises(SchemaError, match="newer than this writer's schema 0") as refused:
+        stale.compact(full=True)
+    assert refused.value.file is not None and refused.value.table == "db.t"
+    stale.refresh()
+    stale.compact(full=True)
+    assert [r for r in _rows(stale) if r["id"] == 1] == [{"id": 1, "p": "x", "a": 10, "e": "e1", "cc": 1.0,
+                                                          "d": Decimal("1.00")}]
