@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 
@@ -108,8 +109,13 @@ def identity(ctx: TableContext) -> str:
 
 
 def snapshots(ctx: TableContext) -> list[Snapshot]:
-    """Every snapshot still present, oldest first."""
-    return [ctx.snapshot(i) for i in snapshot.list_ids(ctx.file_io, ctx.paths)]
+    """Every snapshot still present, oldest first (one that expires between the listing and
+    its reading is left out)."""
+    found = []
+    for snapshot_id in snapshot.list_ids(ctx.file_io, ctx.paths):
+        with contextlib.suppress(SnapshotNotFoundError):
+            found.append(ctx.snapshot(snapshot_id))
+    return found
 
 
 def snapshot_at(ctx: TableContext, timestamp_ms: int) -> Snapshot:

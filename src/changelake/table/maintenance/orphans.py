@@ -111,7 +111,7 @@ def remove_orphan_files(ctx: TableContext, older_than: dt.datetime | dt.timedelt
     """Delete (or with ``dry_run`` only list) the orphan files modified before ``older_than``
     (a time, or an age; default one day); returns their paths, sorted."""
     cutoff = threshold_ms(older_than)
-    used = references.files_of_all(ctx, references.retained(ctx))
+    used = references.files_in_use(ctx)
     orphans = sorted(path for path, modified in _candidates(ctx, used)
                      if modified is not None and modified < cutoff)
     if not dry_run:

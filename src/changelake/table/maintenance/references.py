@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from changelake.errors import CorruptMetadataError
 from changelake.table import metadata
 from changelake.table.context import TableContext
 from changelake.table.format import snapshot as snapshots
@@ -32,6 +33,23 @@ def long_lived_changelogs(ctx: TableContext) -> list[Snapshot]:
 def retained(ctx: TableContext) -> list[Snapshot]:
     """Every snapshot, tag and long-lived changelog: what decides which files must stay."""
     return [*metadata.snapshots(ctx), *metadata.tags(ctx).values(), *long_lived_changelogs(ctx)]
+
+
+def files_in_use(ctx: TableContext) -> set[str]:
+    """The files of :func:`retained`, read while writers may expire snapshots and changelogs:
+    one whose metadata vanishes while it is read has been expired meanwhile, and what it alone
+    named is being deleted with it (or is an orphan already), so it is passed over. Tags are
+    never passed over: a tag whose metadata is missing is an error."""
+    used = files_of_all(ctx, metadata.tags(ctx).values())
+    expirable = [(snap, ctx.paths.snapshot(snap.id)) for snap in metadata.snapshots(ctx)]
+    expirable += [(c, f"{changelog_dir(ctx)}/changelog-{c.id}") for c in long_lived_changelogs(ctx)]
+    for snap, path in expirable:
+        try:
+            used |= files_of(ctx, snap)
+        except CorruptMetadataError:
+            if ctx.file_io.exists(path):
+                raise
+    return used
 
 
 def files_of(ctx: TableContext, snapshot: Snapshot) -> set[str]:
