@@ -15,6 +15,7 @@ import pytest
 
 import changelake as cl
 from changelake.table.format import manifest
+from stream_follow import fold_until_done
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 FAR_FUTURE = 2**62  # an ``older_than_ms`` every snapshot is older than
@@ -262,18 +263,7 @@ def test_expiry_under_two_writers_and_a_stream(tmp_path: Path) -> None:
                for user, keys in (("a", range(0, 70)), ("b", range(100, 170)))]
     for thread in threads:
         thread.start()
-    folded: dict[object, object] = {}
-    while True:
-        done = not any(t.is_alive() for t in threads)
-        for batch in stream:
-            for row in batch.data.to_pylist():
-                if row["rowkind"] in ("+I", "+U"):
-                    folded[row["k"]] = row["v"]
-                else:
-                    folded.pop(row["k"], None)
-        stream.commit()
-        if done:
-            break
+    folded = fold_until_done(stream, threads)
     for thread in threads:
         thread.join()
     assert not errors, errors

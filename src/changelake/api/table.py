@@ -167,7 +167,7 @@ class Table:
         have yet to read; tags keep their snapshots' files. Returns what was removed."""
         retention = Retention.of(self._context, older_than_ms=older_than_ms, retain_min=retain_min,
                                  retain_max=retain_max, max_deletes=max_deletes)
-        return snapshot_expiry.expire(self._context, retention)
+        return snapshot_expiry.expire_alongside_others(self._context, retention)
 
     # -- reads and writes -------------------------------------------------------------------
 

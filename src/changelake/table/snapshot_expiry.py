@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from changelake.errors import SnapshotNotFoundError
+from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
 from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
 from changelake.table.format import snapshot as snapshots
@@ -79,11 +79,19 @@ def expire_after_commit(ctx: TableContext) -> ExpireResult:
     ``snapshot.expire.execution-mode``); ``write-only`` writers skip it, as in Paimon."""
     if ctx.options.write_only:
         return ExpireResult()
+    return expire_alongside_others(ctx, Retention.of(ctx))
+
+
+def expire_alongside_others(ctx: TableContext, retention: Retention) -> ExpireResult:
+    """:func:`expire` where other writers may expire the same snapshots at the same time: a
+    run that finds what it reads gone because another run expired it meanwhile (the earliest
+    snapshot moved) stops there; what it was about to delete is the other run's to delete."""
+    earliest = snapshots.earliest_id(ctx.file_io, ctx.paths)
     try:
-        return expire(ctx, Retention.of(ctx))
-    except (SnapshotNotFoundError, FileNotFoundError):
-        # Another writer's expiry got ahead and removed what this one was reading: the files
-        # are its to delete, and this commit has landed either way.
+        return expire(ctx, retention)
+    except (SnapshotNotFoundError, CorruptMetadataError, FileNotFoundError):
+        if snapshots.earliest_id(ctx.file_io, ctx.paths) == earliest:
+            raise
         return ExpireResult()
 
 
