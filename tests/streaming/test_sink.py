@@ -144,3 +144,18 @@ def test_bad_batches_fail_clearly_and_commit_nothing(spark: Any, tmp_path: Path)
         streaming.write(spark.createDataFrame([("d0", 3, 2**40, "b")], "dt string, id long, v long, name string"),
                         table)
     assert table.latest_snapshot() == latest
+
+
+def test_an_evolved_table_is_written_and_read_through_spark(spark: Any, tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    table.write(pa.table({"dt": ["d0"], "id": [1], "v": [1], "name": ["a"]}))
+    with table.update_schema() as update:
+        update.add_column("score", pa.float64())
+        update.rename_column("name", "label")
+    df = spark.createDataFrame([("d0", 2, 2, "b", 0.5)], "dt string, id long, v int, label string, score double")
+    streaming.write(df, str(table.location))  # opened afresh: the new schema
+    streaming.register(spark)
+    got = spark.read.format("changelake").load(table.location).toArrow().sort_by("id").to_pylist()
+    # The old file is read by field id: its name under the new label, no score.
+    assert got == [{"dt": "d0", "id": 1, "v": 1, "label": "a", "score": None},
+                   {"dt": "d0", "id": 2, "v": 2, "label": "b", "score": 0.5}]
