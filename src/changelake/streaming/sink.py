@@ -25,14 +25,13 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from changelake.api.catalog import open_table
 from changelake.api.table import Table
 from changelake.changelog import producers
-from changelake.errors import SchemaMismatchError, StreamingError
+from changelake.errors import StreamingError
 from changelake.streaming import write_tasks
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.write import landing
-from changelake.table.write.conform import ROWKIND_COLUMN
+from changelake.table.write import conform, landing
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
@@ -95,7 +94,8 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     changelog = producers.for_table(ctx)
     if landing.replayed(ctx, changelog, commit_user, identifier):
         return []
-    _check_columns(table, df)
+    # A clear error on the driver, before any task runs (the tasks check the values).
+    conform.check_columns(ctx, df.columns)
     write_groups = functools.partial(write_tasks.write_groups, ctx, commit_user)
     if df.rdd.getNumPartitions() == 1:
         # One task holds every row (a small micro-batch, typically): each bucket is whole in
@@ -116,16 +116,3 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     landed = landing.land(ctx, changelog, messages, commit_user, identifier, view=min(views) if views else None)
     killpoints.reached(KillPoint.SINK_COMMITTED)
     return landed
-
-
-def _check_columns(table: Table, df: DataFrame) -> None:
-    """The DataFrame's columns are the table's (plus ``rowkind``): a clear error on the driver
-    before any task runs, naming what is missing or extra."""
-    names = list(table.schema.names)
-    given = [c for c in df.columns if c != ROWKIND_COLUMN or ROWKIND_COLUMN in names]
-    missing = [c for c in names if c not in given]
-    if missing:
-        raise SchemaMismatchError(f"the DataFrame is missing columns {missing}", table=table.name)
-    extra = [c for c in given if c not in names]
-    if extra:
-        raise SchemaMismatchError(f"the DataFrame has columns not in the table: {extra}", table=table.name)

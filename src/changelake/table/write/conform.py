@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -89,32 +90,48 @@ def _added_nullable(ctx: TableContext, missing: list[str]) -> list[str]:
     return [n for n in missing if (f := ctx.schema.field(n)).nullable and f.id > first]
 
 
+def _takes_rowkind(ctx: TableContext, names: Sequence[str]) -> bool:
+    """Whether the input's row kinds come from a ``rowkind`` column that is not stored."""
+    return (ctx.options.rowkind_field is None and ROWKIND_COLUMN in names
+            and ROWKIND_COLUMN not in ctx.arrow_schema.names)
+
+
+def check_columns(ctx: TableContext, names: Sequence[str]) -> list[str]:
+    """Check input column ``names`` (a ``rowkind`` column aside) against the table's: a
+    SchemaMismatchError names missing, extra or duplicate columns. Returns the missing columns
+    a schema change added, which the input may leave out (they are null)."""
+    if _takes_rowkind(ctx, names):
+        names = [n for n in names if n != ROWKIND_COLUMN]
+    table_names = ctx.arrow_schema.names
+    missing = [n for n in table_names if n not in names]
+    fill = _added_nullable(ctx, missing)
+    missing = [n for n in missing if n not in fill]
+    if missing:
+        raise SchemaMismatchError(f"input is missing columns {missing}", table=ctx.name)
+    extra = [n for n in names if n not in table_names]
+    if extra:
+        raise SchemaMismatchError(f"input has columns not in the table: {extra}", table=ctx.name)
+    if len(set(names)) != len(names):
+        raise SchemaMismatchError(f"input has duplicate column names {list(names)}", table=ctx.name)
+    return fill
+
+
 def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """Rows cast to the table's schema (column order too) and each row's value kind.
 
     Raises a DataError naming the table and column for anything that does not fit.
     """
     schema = ctx.arrow_schema
-    names = set(schema.names)
     kind_field = ctx.options.rowkind_field
     kinds: np.ndarray | None = None
-    if kind_field is None and ROWKIND_COLUMN in data.column_names and ROWKIND_COLUMN not in names:
+    if _takes_rowkind(ctx, data.column_names):
         kinds = row_kinds(data.column(ROWKIND_COLUMN), ctx.name, ROWKIND_COLUMN)
         data = data.drop_columns([ROWKIND_COLUMN])
-    missing = [n for n in schema.names if n not in data.column_names]
-    fill = _added_nullable(ctx, missing)
+    fill = check_columns(ctx, data.column_names)
     if fill:
         # Input shaped like the schema before columns were added: they are null, as Paimon fills them.
         nulls = [pa.nulls(data.num_rows, schema.field(n).type) for n in fill]
         data = pa.Table.from_arrays([*data.columns, *nulls], names=[*data.column_names, *fill])
-        missing = [n for n in missing if n not in fill]
-    if missing:
-        raise SchemaMismatchError(f"input is missing columns {missing}", table=ctx.name)
-    extra = [n for n in data.column_names if n not in names]
-    if extra:
-        raise SchemaMismatchError(f"input has columns not in the table: {extra}", table=ctx.name)
-    if len(set(data.column_names)) != len(data.column_names):
-        raise SchemaMismatchError(f"input has duplicate column names {data.column_names}", table=ctx.name)
     columns = []
     for field in schema:
         column = data.column(field.name)
