@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from changelake import streaming
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -44,6 +47,16 @@ def session_builder(app: str, master: str = "local[2]") -> SparkSession.Builder:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
     )
+
+
+def write_event_stream(spark: SparkSession, events: str, schema: str, table: str, checkpoint: str) -> StreamingQuery:
+    """Stream the JSON change-event files of directory ``events`` (one micro-batch per file,
+    in modification order) into ``table`` through the exactly-once sink, until every file
+    present at the start is written (AvailableNow); the finished query."""
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(events)
+    query = streaming.write_stream(df, table, checkpoint_location=checkpoint, trigger={"availableNow": True})
+    query.awaitTermination()
+    return query
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -14,10 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from changelake import streaming
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: on the path under pytest, not as a script
-from spark_support import session_builder
+from spark_support import session_builder, write_event_stream
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,10 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    events = spark.readStream.schema(args.schema).option("maxFilesPerTrigger", 1).json(args.input)
-    query = streaming.write_stream(events, args.table, checkpoint_location=args.checkpoint,
-                                   trigger={"availableNow": True})
-    query.awaitTermination()
+    write_event_stream(spark, args.input, args.schema, args.table, args.checkpoint)
     spark.stop()
     return 0
 
