@@ -71,11 +71,33 @@ class InputChangelog(NoChangelog):
 
 
 @dataclass(frozen=True)
-class LookupChangelog(NoChangelog):
-    """``lookup``: the changes of the keys of a compaction's level-0 files, against the merged
-    files above level 0 before and after it (Paimon's LookupMergeTreeCompactRewriter)."""
+class _CompactionChangelog(NoChangelog):
+    """What ``lookup`` and ``full-compaction`` share: compactions read their files through the
+    lookup cache, where the changelog of the same compaction finds them, and a compaction's
+    changelog is the diff of the bucket's state before and after it."""
 
     cache: LookupCache | None = None
+
+    def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
+        """The file, through the cache."""
+        if self.cache is None:
+            return super().read_file(ctx, bucket_dir, f)
+        return changes.file_rows(ctx, self.cache, bucket_dir, f)
+
+    def _changelog(self, ctx: TableContext, bucket_dir: str, cache: LookupCache, before: Levels, after: Levels,
+                   state: list[DataFileMeta], incoming: tuple[DataFileMeta, ...], level: int) -> list[DataFileMeta]:
+        """The changelog files (at ``level``) of the keys of ``incoming`` between the ``state``
+        files before the compaction and after it; files the compaction removed leave the cache."""
+        old, new = changes.before_and_after(ctx, cache, bucket_dir, state, incoming)
+        removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
+        cache.discard(f"{bucket_dir}/{name}" for name in removed)
+        return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), level)
+
+
+@dataclass(frozen=True)
+class LookupChangelog(_CompactionChangelog):
+    """``lookup``: the changes of the keys of a compaction's level-0 files, against the merged
+    files above level 0 before and after it (Paimon's LookupMergeTreeCompactRewriter)."""
 
     def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
                       unit: CompactUnit) -> list[DataFileMeta]:
@@ -83,32 +105,21 @@ class LookupChangelog(NoChangelog):
         level0 = tuple(f for f in unit.files if f.level == 0)
         if not level0 or self.cache is None:
             return []
-        cache = self.cache
         state = [f for f in before.files if f.level > 0]
-        old, new = changes.before_and_after(ctx, cache, bucket_dir, state, level0)
-        removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
-        cache.discard(f"{bucket_dir}/{name}" for name in removed)
-        return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), unit.output_level)
+        return self._changelog(ctx, bucket_dir, self.cache, before, after, state, level0, unit.output_level)
 
     def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
         """Keep the file in the cache: the next compaction of the bucket looks its keys up."""
         if self.cache is not None:
             self.cache.put(f"{bucket_dir}/{f.file_name}", rows)
 
-    def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
-        """The file, through the cache (where its changelog is made from it next)."""
-        if self.cache is None:
-            return super().read_file(ctx, bucket_dir, f)
-        return changes.file_rows(ctx, self.cache, bucket_dir, f)
-
 
 @dataclass(frozen=True)
-class FullCompactionChangelog(NoChangelog):
+class FullCompactionChangelog(_CompactionChangelog):
     """``full-compaction``: the changes of the keys a compaction into the top level brings
     there, between the previous top level and the new one (Paimon's
     FullChangelogMergeTreeCompactRewriter)."""
 
-    cache: LookupCache | None = None
     top_level: int = 0
 
     def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
@@ -118,12 +129,8 @@ class FullCompactionChangelog(NoChangelog):
         incoming = tuple(f for f in unit.files if f.level < top)
         if unit.output_level != top or not incoming or self.cache is None:
             return []
-        cache = self.cache
         state = [f for f in before.files if f.level == top]
-        old, new = changes.before_and_after(ctx, cache, bucket_dir, state, incoming)
-        removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
-        cache.discard(f"{bucket_dir}/{name}" for name in removed)
-        return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), top)
+        return self._changelog(ctx, bucket_dir, self.cache, before, after, state, incoming, top)
 
     def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
         """Keep a new top-level file in the cache: the next full compaction diffs against it."""
