@@ -232,6 +232,7 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     report.diff = asdict(diff)
     report.changelog_diff = asdict(changelog_diff)
 
+    _check_kept_changelogs(table, mode, seed, errors)
     files = workload.check_files(table, snapshots)
     report.missing_files = files.missing
     report.orphans = len(files.orphans)
@@ -244,6 +245,24 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
         if theirs.total:
             errors.append(f"pypaimon reads snapshot {oracle.id} differently from the model: {theirs}")
     return report
+
+
+def _check_kept_changelogs(table: cl.Table, mode: Mode, seed: int, errors: list[str]) -> None:
+    """Without a producer, a kept changelog of an APPEND snapshot reads as the keys its commit
+    wrote (its data files outlived the snapshot); streams read it like a snapshot's."""
+    for kept in workload.kept_changelogs(table):
+        if kept.commit_kind != cl.CommitKind.APPEND or kept.commit_user != WRITER_USER:
+            continue
+        try:
+            got = table.changes(kept.id - 1, kept.id).to_arrow()
+        except cl.errors.ChangelakeError as exc:
+            errors.append(f"kept changelog {kept.id} is unreadable: {exc}")
+            continue
+        keys = set(zip(got.column("p").to_pylist(), got.column("k").to_pylist(), strict=True))
+        wrote = {(r["p"], r["k"]) for call in workload.commit_rows(mode, seed, 0, kept.commit_identifier)
+                 for r in call}
+        if keys != wrote:
+            errors.append(f"kept changelog {kept.id} has keys {len(keys)}, its commit wrote {len(wrote)}")
 
 
 def _counted(rows: Sequence[dict[str, Any]]) -> Counter[tuple[Any, ...]]:

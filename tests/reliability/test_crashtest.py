@@ -32,6 +32,7 @@ PLANS = {
     "first-row": [KillPoint.COMPACTION, KillPoint.MANIFEST, crashtest.RANDOM],
     "changelog": [KillPoint.CHANGELOG_FILE, KillPoint.SPILL_RUN, crashtest.RANDOM],
     "expire": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
+    "decoupled": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
     "lookup": [KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.CHANGELOG_FILE, crashtest.RANDOM],
 }
 KILLS = sum(len(p) for p in PLANS.values())

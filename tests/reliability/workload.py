@@ -51,6 +51,8 @@ BASE_OPTIONS = {
 COMPACTION = {"target-file-size": "2 kb", "num-sorted-run.compaction-trigger": "2"}
 INPUT_CHANGELOG = {"changelog-producer": "input"}
 EXPIRY = {"snapshot.num-retained.min": "3", "snapshot.num-retained.max": "3"}
+# Changelog outlives its snapshots: expired APPEND snapshots keep their data files for streams.
+DECOUPLED = EXPIRY | {"changelog.num-retained.max": "7"}
 
 Row = dict[str, Any]
 Key = tuple[str, int]
@@ -111,6 +113,7 @@ MODES = {m.name: m for m in (
     Mode("first-row", one_shot=False, engine="first-row", options=COMPACTION),
     # Writers expire all but the newest three snapshots after every commit.
     Mode("expire", one_shot=False, engine="deduplicate", options=COMPACTION | EXPIRY),
+    Mode("decoupled", one_shot=False, engine="deduplicate", options=COMPACTION | DECOUPLED),
     Mode("changelog", one_shot=False, engine="deduplicate",
          options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
 )}
@@ -290,10 +293,18 @@ def has_level0(table: cl.Table, snap: cl.Snapshot) -> bool:
     return any(e.file.level == 0 for e in live_files.live_entries(table.context, snap))
 
 
+def kept_changelogs(table: cl.Table) -> list[cl.Snapshot]:
+    """The changelogs expired snapshots left under ``changelog/``, oldest first."""
+    directory = Path(table.location) / "changelog"
+    found = [cl.Snapshot.model_validate_json(p.read_text()) for p in directory.glob("changelog-*")]
+    return sorted(found, key=lambda c: c.id)
+
+
 def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
-    """Files the snapshots need that are missing (their manifests, live data files and changelog
-    files; a file a DELETE entry names is no longer needed, expiry may have deleted it), and
-    files present that no snapshot names (orphans)."""
+    """Files the snapshots and kept changelogs need that are missing (their manifests, live
+    data files, changelog files, and the files a kept APPEND changelog without producer added;
+    a file a DELETE entry names is no longer needed, expiry may have deleted it), and files
+    present that none of them names (orphans)."""
     ctx = table.context
     referenced: set[str] = set()
     needed: set[str] = set()
@@ -316,19 +327,33 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
         referenced.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}" for e in found)
         return found
 
+    def path(e: ManifestEntry) -> str:
+        return f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
+
     for snap in snapshots:
         live = manifest.merge_entries([*entries(snap.base_manifest_list), *entries(snap.delta_manifest_list)])
         changelog = entries(snap.changelog_manifest_list) if snap.changelog_manifest_list else []
-        needed.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
-                      for e in [*live.values(), *changelog])
+        needed.update(path(e) for e in [*live.values(), *changelog])
+    for kept in kept_changelogs(table):
+        if kept.changelog_manifest_list:
+            needed.update(path(e) for e in entries(kept.changelog_manifest_list))
+        if os.path.exists(ctx.paths.manifest(kept.delta_manifest_list)):
+            delta = entries(kept.delta_manifest_list)
+            if kept.commit_kind == cl.CommitKind.APPEND:
+                needed.update(path(e) for e in delta if e.kind == manifest.FileKind.ADD)
+            # the base list stays with its changelog (the older changelogs' expiry deleted the
+            # manifests they shared)
+            referenced.add(ctx.paths.manifest(kept.base_manifest_list))
+            referenced.update(ctx.paths.manifest(m.file_name)
+                              for m in live_files.manifest_list(ctx, kept.base_manifest_list))
     present: set[str] = set()
     for directory, _, names in os.walk(table.location):
         for name in names:
-            path = os.path.join(directory, name)
-            if directory == ctx.paths.schema_dir or (directory == ctx.paths.snapshot_dir and (
-                    name in _HINTS or name.startswith("snapshot-"))):
+            full = os.path.join(directory, name)
+            if directory in (ctx.paths.schema_dir, ctx.paths.changelog_dir) or (
+                    directory == ctx.paths.snapshot_dir and (name in _HINTS or name.startswith("snapshot-"))):
                 continue
-            present.add(path)
+            present.add(full)
     missing += sorted(p for p in needed if not os.path.exists(p))
     return FileCheck(missing=sorted(set(missing)), orphans=sorted(present - referenced))
 

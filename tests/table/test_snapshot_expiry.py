@@ -51,12 +51,25 @@ def _files(table: cl.Table) -> tuple[set[str], set[str]]:
 
     kept = [cl.Snapshot.model_validate_json(p.read_text())
             for p in (Path(table.location) / "changelog").glob("changelog-*")]
-    for snap in [*table.snapshots(), *table.tags().values(), *kept]:
-        live = {} if snap in kept else manifest.merge_entries(
-            [*entries(snap.base_manifest_list), *entries(snap.delta_manifest_list)])
+    for snap in [*table.snapshots(), *table.tags().values()]:
+        live = manifest.merge_entries([*entries(snap.base_manifest_list), *entries(snap.delta_manifest_list)])
         changelog = entries(snap.changelog_manifest_list) if snap.changelog_manifest_list else []
         needed.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
                       for e in [*live.values(), *changelog])
+    for c in kept:  # its changelog files; without a producer, its delta's files (ADD or DELETE)
+        changes = entries(c.changelog_manifest_list) if c.changelog_manifest_list else []
+        if Path(ctx.paths.manifest(c.delta_manifest_list)).exists():
+            delta = entries(c.delta_manifest_list)
+            # the files it added are the changes streams read; compacted files and files it
+            # removed may have gone already (only appended ones wait for the changelog's expiry)
+            changes += [e for e in delta if e.kind == manifest.FileKind.ADD and e.file.file_source == 0]
+            needed.update(p for e in delta
+                          if Path(p := f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}").exists())
+            # the base list stays with it; older changelogs' expiry deleted the manifests they shared
+            needed.add(ctx.paths.manifest(c.base_manifest_list))
+            needed.update(p for m in manifest.read_manifest_list(ctx.file_io, ctx.paths.manifest(c.base_manifest_list))
+                          if Path(p := ctx.paths.manifest(m.file_name)).exists())
+        needed.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}" for e in changes)
     present = {os.path.join(d, n) for d, _, names in os.walk(table.location) for n in names
                if n.endswith(".parquet") or os.path.basename(d) == "manifest"}
     return needed, present
@@ -209,6 +222,35 @@ def test_changelog_outlives_its_snapshots_when_retained_longer(tmp_path: Path) -
     assert sorted(p.name for p in (Path(table.location) / "changelog").glob("changelog-*")) == [
         "changelog-5", "changelog-6", "changelog-7"]
     _assert_exact(table)
+
+
+@pytest.mark.parametrize("trigger", ["50", "2"])
+def test_without_producer_a_decoupled_changelog_keeps_the_appended_files(tmp_path: Path, trigger: str) -> None:
+    """Paimon's decoupled changelog for ``changelog-producer=none``: expired snapshots keep their
+    data manifests and appended files (also when compaction removed them: trigger 2), so
+    streams read their writes; changelog expiry then deletes them."""
+    table = _table(tmp_path, {"snapshot.num-retained.min": "2", "snapshot.num-retained.max": "2",
+                              "changelog.num-retained.max": "6", "num-sorted-run.compaction-trigger": trigger})
+    for value in range(8):
+        _write(table, value, range(value, value + 2))
+        _assert_exact(table)
+    earliest = table.snapshots()[0].id
+    kept = sorted(int(p.name.split("-")[1]) for p in (Path(table.location) / "changelog").glob("changelog-*"))
+    assert kept and kept[-1] == earliest - 1 and kept == list(range(kept[0], earliest))
+    writes = [(b.snapshot_id, b.data.column("v").to_pylist()) for b in table.stream(mode="from-snapshot",
+                                                                                      snapshot_id=kept[0])]
+    first_value = {v for _, vs in writes[:1] for v in vs}.pop()
+    assert [vs for _, vs in writes] == [[v, v] for v in range(first_value, 8)]
+    assert table.changes(kept[0] - 1, table.latest_snapshot().id).to_arrow().num_rows == 2 * (8 - first_value)
+    with pytest.raises(cl.errors.SnapshotExpiredError):
+        table.changes(kept[0] - 2, table.latest_snapshot().id).to_arrow()
+    assert _rows(table) == [{"k": k, "v": max(v for v in range(8) if v <= k <= v + 1)} for k in range(9)]
+    for value in range(8, 14):  # the changelogs move on and take their files with them
+        _write(table, value, range(value, value + 2))
+    _assert_exact(table)
+    assert min(int(p.name.split("-")[1]) for p in (Path(table.location) / "changelog").glob("changelog-*")) > kept[-1]
+    orphans = table.remove_orphan_files(older_than=datetime.timedelta(0), dry_run=True)
+    assert list(orphans) == []
 
 
 def test_without_decoupling_a_stream_behind_expiry_gets_an_error(tmp_path: Path) -> None:

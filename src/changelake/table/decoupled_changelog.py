@@ -6,10 +6,10 @@ the snapshot settings, a snapshot that expires leaves its JSON under ``changelog
 manifests stay, so change streams still read its changes. Changelog expiry (Paimon's
 ``ExpireChangelogImpl``) later removes those beyond the changelog retention.
 
-changelake keeps changelog this way for tables with a ``changelog-producer`` only: with
-``none`` a stream reads the data files an APPEND snapshot added, which compaction and snapshot
-expiry remove (Paimon keeps them for this case; changelake does not, and such a stream gets
-SnapshotExpiredError instead).
+With ``changelog-producer=none`` a stream reads the data files an APPEND snapshot added, so
+(as Paimon's ``SnapshotDeletion`` does when ``produceChangelog`` is false) snapshot expiry then
+keeps the expiring snapshots' data manifest lists and the appended (``fileSource`` APPEND)
+files their successors removed; changelog expiry deletes them with the changelog.
 """
 
 from __future__ import annotations
@@ -57,11 +57,15 @@ def decoupled(ctx: TableContext) -> bool:
     its changelog retention exceeds its snapshot retention (Paimon's
     ``changelogLifecycleDecoupled``)."""
     o = ctx.options
-    if o.changelog_producer is ChangelogProducer.NONE:
-        return False
     kept = ChangelogRetention.of(ctx)
     return (kept.retain_min > o.snapshot_num_retained_min or kept.retain_max > o.snapshot_num_retained_max
             or kept.time_retained_ms > o.snapshot_time_retained)
+
+
+def keeps_deltas(ctx: TableContext) -> bool:
+    """Whether expiring snapshots keep their data manifests and appended files: the changelog
+    is decoupled and, without a producer, consists of the appended data files."""
+    return ctx.options.changelog_producer is ChangelogProducer.NONE and decoupled(ctx)
 
 
 def ids(ctx: TableContext) -> list[int]:
@@ -87,13 +91,13 @@ def earliest_id(ctx: TableContext) -> int | None:
 
 
 def keep(ctx: TableContext, expiring: Sequence[Snapshot]) -> None:
-    """Write the changelog of each expiring snapshot that has one, before the snapshot file
-    goes (so a crash in between leaves both, never neither)."""
-    kept = [s for s in expiring if s.changelog_manifest_list is not None]
-    for s in kept:
+    """Write the changelog of every expiring snapshot (Paimon's ``commitChangelog``: one per
+    snapshot, so the kept ids stay contiguous), before the snapshot file goes (so a crash in
+    between leaves both, never neither)."""
+    for s in expiring:
         ctx.file_io.create_if_absent(ctx.paths.changelog(s.id), s.to_json().encode("utf-8"))
-    if kept:
-        ctx.file_io.overwrite_hint(f"{ctx.paths.changelog_dir}/LATEST", str(kept[-1].id))
+    if expiring:
+        ctx.file_io.overwrite_hint(f"{ctx.paths.changelog_dir}/LATEST", str(expiring[-1].id))
 
 
 def expired(ctx: TableContext, min_next_snapshot: int | None, now_ms: int | None = None) -> list[Snapshot]:

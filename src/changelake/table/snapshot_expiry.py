@@ -28,7 +28,7 @@ from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
 from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
 from changelake.table.format import snapshot as snapshots
-from changelake.table.format.manifest import FileKind, ManifestEntry
+from changelake.table.format.manifest import FileKind, FileSource, ManifestEntry
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
@@ -109,17 +109,28 @@ def expire(ctx: TableContext, retention: Retention) -> ExpireResult:
 
 def _expire_changelogs(ctx: TableContext, result: ExpireResult) -> ExpireResult:
     """Remove the decoupled changelogs past the changelog retention: the ``changelog-N`` file
-    first, then its changelog files and manifests."""
+    first, then its changelog files and manifests; for changelogs that kept their data
+    manifests (no producer), also the files their deltas removed and those manifests, except
+    what the earliest snapshot and the tags still need (Paimon's ``ChangelogDeletion``)."""
     gone = decoupled_changelog.expired(ctx, min_next_snapshot(ctx))
     if not gone:
         return result
-    files = sorted({_data_path(ctx, e) for c in gone for e in _entries(ctx, c.changelog_manifest_list)})
-    manifests = sorted({n for c in gone if c.changelog_manifest_list is not None
-                        for n in (c.changelog_manifest_list,
-                                  *(m.file_name for m in live_files.manifest_list(ctx, c.changelog_manifest_list)))})
+    files = {_data_path(ctx, e) for c in gone for e in _entries(ctx, c.changelog_manifest_list)}
+    manifests = {n for c in gone if c.changelog_manifest_list is not None
+                 for n in (c.changelog_manifest_list,
+                           *(m.file_name for m in live_files.manifest_list(ctx, c.changelog_manifest_list)))}
+    with_data = [c for c in gone if ctx.file_io.exists(ctx.paths.manifest(c.delta_manifest_list))]
+    if with_data:
+        # Changelogs expire only below the earliest snapshot: whatever a later snapshot or
+        # changelog needs, the earliest snapshot or a later delta names.
+        earliest = ctx.snapshot(snapshots.earliest_id(ctx.file_io, ctx.paths) or gone[-1].id + 1)
+        kept_paths, kept_manifests = _kept(ctx, earliest, [t for t in metadata.tags(ctx).values()
+                                                           if t.id < earliest.id])
+        files |= _removed(ctx, with_data) - kept_paths
+        manifests |= {n for c in with_data for n in _manifest_names(ctx, c)} - kept_manifests
     decoupled_changelog.drop(ctx, gone)
-    _delete(ctx, files)
-    _delete(ctx, [ctx.paths.manifest(name) for name in manifests])
+    _delete(ctx, sorted(files))
+    _delete(ctx, [ctx.paths.manifest(name) for name in sorted(manifests)])
     return dataclasses.replace(result, changelogs=tuple(c.id for c in gone),
                                changelog_files=result.changelog_files + len(files),
                                manifests=result.manifests + len(manifests))
@@ -162,15 +173,18 @@ def _manifest_names(ctx: TableContext, snapshot: Snapshot) -> set[str]:
     return {*lists, *(meta.file_name for name in lists for meta in live_files.manifest_list(ctx, name))}
 
 
-def _removed(ctx: TableContext, deltas: Iterable[Snapshot]) -> set[str]:
+def _removed(ctx: TableContext, deltas: Iterable[Snapshot], *, keep_appended: bool = False) -> set[str]:
     """Files the deltas of these snapshots (in order) removed and did not add back: a DELETE
     entry removes a file, a later ADD of the same file (a compaction that only moved it to
-    another level) keeps it (Paimon's ``SnapshotDeletion.cleanUnusedDataFiles``)."""
+    another level) keeps it (Paimon's ``SnapshotDeletion.cleanUnusedDataFiles``).
+    ``keep_appended`` leaves out appended files (an unknown source counts as appended, as in
+    Paimon): a decoupled changelog without producer still needs them."""
     removed: set[str] = set()
     for s in deltas:
         for e in _entries(ctx, s.delta_manifest_list):
             if e.kind == FileKind.DELETE:
-                removed.add(_data_path(ctx, e))
+                if not (keep_appended and e.file.file_source in (FileSource.APPEND, None)):
+                    removed.add(_data_path(ctx, e))
             else:
                 removed.discard(_data_path(ctx, e))
     return removed
@@ -193,14 +207,17 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
     # Only tags of expiring snapshots matter: whatever a later snapshot lists, the first
     # retained one lists too (files are never added back once removed).
     kept_paths, kept_manifests = _kept(ctx, retained, [t for t in metadata.tags(ctx).values() if t.id < end])
-    data_files = sorted(_removed(ctx, [*expired[1:], retained]) - kept_paths)
-    # A decoupled changelog keeps the changelog files and manifests of the expiring snapshots.
+    # A decoupled changelog keeps the changelog files and manifests of the expiring snapshots;
+    # without a producer, their appended files and data manifests (the changes a stream reads).
     keep_changelog = decoupled_changelog.decoupled(ctx)
+    keep_deltas = decoupled_changelog.keeps_deltas(ctx)
+    data_files = sorted(_removed(ctx, [*expired[1:], retained], keep_appended=keep_deltas) - kept_paths)
     changelog_files = [] if keep_changelog else sorted(
         {_data_path(ctx, e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)} - kept_paths)
     manifests: set[str] = set()
     for s in expired:
-        manifests |= _manifest_names(ctx, s)
+        if not keep_deltas:
+            manifests |= _manifest_names(ctx, s)
         if s.changelog_manifest_list is not None and not keep_changelog:
             manifests.add(s.changelog_manifest_list)
             manifests.update(m.file_name for m in live_files.manifest_list(ctx, s.changelog_manifest_list))

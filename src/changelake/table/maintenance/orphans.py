@@ -89,7 +89,7 @@ def _candidates(ctx: TableContext, used: set[str]) -> list[tuple[str, int | None
     root = ctx.paths.root
     keep_metadata: dict[str, Callable[[str], bool]] = {
         ctx.paths.snapshot_dir: lambda n: n.startswith("snapshot-") or n in ("EARLIEST", "LATEST"),
-        references.changelog_dir(ctx): lambda n: n.startswith("changelog-") or n in ("EARLIEST", "LATEST"),
+        ctx.paths.changelog_dir: lambda n: n.startswith("changelog-") or n in ("EARLIEST", "LATEST"),
         ctx.paths.schema_dir: lambda n: not _OUR_TEMP.search(n),
         ctx.paths.tag_dir: lambda n: not _OUR_TEMP.search(n),
         ctx.paths.consumer_dir: lambda n: not _OUR_TEMP.search(n),

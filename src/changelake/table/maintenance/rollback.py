@@ -74,14 +74,16 @@ def rollback_to(ctx: TableContext, target: Snapshot) -> Snapshot:
     if later or later_tags or later_changelogs:
         _write_record(ctx, RollbackRecord(snapshotId=target.id, latestBefore=latest,
                                           timeMillis=int(time.time() * 1000)))
-    removed = references.files_of_all(ctx, [*later, *later_tags.values(), *later_changelogs])
+    removed = references.files_of_all(ctx, [*later, *later_tags.values()])
+    for changelog in later_changelogs:
+        removed |= references.files_of_changelog(ctx, changelog)
     for name in sorted(later_tags, key=lambda n: later_tags[n].id, reverse=True):
         _delete(ctx, ctx.paths.tag(name))
     for changelog in reversed(later_changelogs):
-        _delete(ctx, f"{references.changelog_dir(ctx)}/changelog-{changelog.id}")
+        _delete(ctx, ctx.paths.changelog(changelog.id))
     if later_changelogs:
         remaining = references.long_lived_changelogs(ctx)
-        hint = f"{references.changelog_dir(ctx)}/LATEST"
+        hint = f"{ctx.paths.changelog_dir}/LATEST"
         if remaining:
             ctx.file_io.overwrite_hint(hint, str(remaining[-1].id))
         else:
@@ -95,6 +97,6 @@ def rollback_to(ctx: TableContext, target: Snapshot) -> Snapshot:
         ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(target.id))
         ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/LATEST", str(target.id))
     if removed:
-        for path in sorted(removed - references.files_of_all(ctx, references.retained(ctx))):
+        for path in sorted(removed - references.files_in_use(ctx)):
             _delete(ctx, path)
     return ctx.snapshot(target.id)
