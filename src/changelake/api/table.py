@@ -130,9 +130,11 @@ class Table:
 
     # -- tags -------------------------------------------------------------------------------
 
-    def create_tag(self, name: str, snapshot_id: int | None = None) -> Snapshot:
-        """Tag a snapshot (default: the latest) so it can be read by name."""
-        return metadata.create_tag(self._context, name, snapshot_id)
+    def create_tag(self, name: str, snapshot_id: int | None = None, *,
+                   time_retained: dt.timedelta | None = None) -> Snapshot:
+        """Tag a snapshot (default: the latest) so it can be read by name; ``time_retained``
+        records the tag's creation time and retention in the tag file (Paimon's tag TTL)."""
+        return metadata.create_tag(self._context, name, snapshot_id, time_retained=time_retained)
 
     def tag(self, name: str) -> Snapshot:
         """The snapshot a tag points to."""
@@ -140,7 +142,7 @@ class Table:
 
     def tags(self) -> dict[str, Snapshot]:
         """Every tag and its snapshot."""
-        return metadata.tags(self._context)
+        return dict(metadata.tags(self._context))
 
     def delete_tag(self, name: str) -> None:
         """Remove a tag (the snapshot it named is unaffected). When that snapshot has expired,

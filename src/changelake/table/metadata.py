@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import re
 
@@ -23,8 +24,10 @@ from changelake.options import TableOptions
 from changelake.table.context import TableContext
 from changelake.table.format import schema as table_schema
 from changelake.table.format import snapshot
+from changelake.table.format import tag as tag_file
 from changelake.table.format.schema import TableSchema
 from changelake.table.format.snapshot import Snapshot
+from changelake.table.format.tag import Tag
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
 from changelake.table.merge.parse import merge_engine
@@ -142,8 +145,10 @@ def _tag_name_problem(name: str) -> str | None:
     return None
 
 
-def create_tag(ctx: TableContext, name: str, snapshot_id: int | None) -> Snapshot:
-    """Tag a snapshot (default: the latest)."""
+def create_tag(ctx: TableContext, name: str, snapshot_id: int | None, *,
+               time_retained: dt.timedelta | None = None) -> Snapshot:
+    """Tag a snapshot (default: the latest). With ``time_retained`` the tag file also records
+    its creation time and retention, as Paimon's ``createTag(name, timeRetained)`` does."""
     problem = _tag_name_problem(name)
     if problem is not None:
         raise InvalidTagNameError(f"tag name {name!r} {problem}", table=ctx.name)
@@ -153,13 +158,14 @@ def create_tag(ctx: TableContext, name: str, snapshot_id: int | None) -> Snapsho
             raise SnapshotNotFoundError("has no snapshot to tag", table=ctx.name)
     else:
         target = ctx.snapshot(snapshot_id)
-    if not ctx.file_io.create_if_absent(ctx.paths.tag(name), target.to_json().encode("utf-8")):
+    content = tag_file.of(target, time_retained=time_retained, now=dt.datetime.now()).to_json()
+    if not ctx.file_io.create_if_absent(ctx.paths.tag(name), content.encode("utf-8")):
         raise TagAlreadyExistsError(f"already has a tag {name!r}", table=ctx.name)
     return target
 
 
-def tag(ctx: TableContext, name: str) -> Snapshot:
-    """The snapshot a tag points to."""
+def tag(ctx: TableContext, name: str) -> Tag:
+    """The tag ``name``: the snapshot it points to, with its creation time and retention."""
     if _tag_name_problem(name) is not None:
         raise TagNotFoundError(f"has no tag {name!r}", table=ctx.name)
     path = ctx.paths.tag(name)
@@ -167,10 +173,10 @@ def tag(ctx: TableContext, name: str) -> Snapshot:
         data = ctx.file_io.read_bytes(path)
     except FileNotFoundError:
         raise TagNotFoundError(f"has no tag {name!r}", table=ctx.name) from None
-    return snapshot.parse(data, path)
+    return tag_file.parse(data, path)
 
 
-def tags(ctx: TableContext) -> dict[str, Snapshot]:
+def tags(ctx: TableContext) -> dict[str, Tag]:
     """Every tag and its snapshot, by name."""
     names = sorted(m.group(1) for n in ctx.file_io.list_names(ctx.paths.tag_dir)
                    if (m := _TAG_FILE.match(n)) and _tag_name_problem(m.group(1)) is None)

@@ -278,6 +278,9 @@ class ManifestFileMeta:
     min_level: int | None = None
     max_level: int | None = None
     total_buckets: int | None = None
+    # row tracking's row-id range of the manifest's files (kept as another writer wrote it)
+    min_row_id: int | None = None
+    max_row_id: int | None = None
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -292,8 +295,8 @@ class ManifestFileMeta:
             "_MAX_BUCKET": self.max_bucket,
             "_MIN_LEVEL": self.min_level,
             "_MAX_LEVEL": self.max_level,
-            "_MIN_ROW_ID": None,
-            "_MAX_ROW_ID": None,
+            "_MIN_ROW_ID": self.min_row_id,
+            "_MAX_ROW_ID": self.max_row_id,
             "_TOTAL_BUCKETS": self.total_buckets,
             "_EXTRA_FILES": None,
         }
@@ -312,6 +315,8 @@ class ManifestFileMeta:
             min_level=r.get("_MIN_LEVEL"),
             max_level=r.get("_MAX_LEVEL"),
             total_buckets=r.get("_TOTAL_BUCKETS"),
+            min_row_id=r.get("_MIN_ROW_ID"),
+            max_row_id=r.get("_MAX_ROW_ID"),
         )
 
 

@@ -54,6 +54,8 @@ class Snapshot(BaseModel):
     watermark: int | None = None
     statistics: str | None = None
     properties: dict[str, str] | None = None
+    # row tracking's next row id (written by Paimon tables with row-tracking.enabled)
+    next_row_id: int | None = Field(default=None, alias="nextRowId")
 
     def to_json(self) -> str:
         data: dict[str, Any] = self.model_dump(by_alias=True, exclude_none=True)
