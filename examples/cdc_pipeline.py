@@ -12,16 +12,23 @@ the table's changelog streamed back out.
    id and commits nothing, so the table is still exactly right.
 4. A second query streams the table's changelog (+I, -U, +U, -D) and prints it.
 
-Run: ./dev demo   (or python examples/cdc_pipeline.py; needs pyspark and Java 17 or 21)
+Run: ./dev demo   (or python examples/cdc_pipeline.py; needs pyspark and Java 17 or 21). By
+default it runs on local[2] with a temporary warehouse; ``--master``, ``--warehouse`` (any fsspec
+URL) with ``--storage-option key=value``, ``--driver-host`` and ``--workdir`` (a directory the
+executors share, for the event files) run it on a cluster against object storage, as
+docker-compose.yml does.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,34 +70,55 @@ FINAL = {1: ("customer-1", 10.0, "shipped"), 2: ("customer-2", 25.0, "paid"), 4:
          5: ("customer-2", 50.0, "new"), 6: ("customer-0", 60.0, "new")}
 
 
-def spark_session() -> SparkSession:
+@dataclass(frozen=True)
+class Setup:
+    """Where the demo runs: the Spark master, the warehouse and its storage options, and the
+    working directory for the event files and checkpoints (shared with the executors)."""
+
+    workdir: str
+    warehouse: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+    master: str = "local[2]"
+    driver_host: str = "127.0.0.1"
+
+    @property
+    def table_location(self) -> str:
+        return f"{self.warehouse.rstrip('/')}/shop.db/orders"
+
+    def open_table(self) -> cl.Table:
+        return cl.open_table(self.table_location, storage_options=self.storage_options)
+
+
+def spark_session(setup: Setup) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master("local[2]").appName("changelake-cdc-demo")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    # On a cluster the driver listens on every interface; executors reach it as driver_host.
+    bind = "0.0.0.0" if setup.master.startswith("spark://") else setup.driver_host
+    spark = (SparkSession.builder.master(setup.master).appName("changelake-cdc-demo")
+             .config("spark.driver.host", setup.driver_host).config("spark.driver.bindAddress", bind)
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def ingest(workdir: Path) -> None:
+def ingest(setup: Setup) -> None:
     """The ingest query (run in its own process, so that it can be killed): CDC files → table."""
-    spark = spark_session()
-    table = cl.open_table(str(workdir / "warehouse" / "shop.db" / "orders"))
-    events = spark.readStream.option("maxFilesPerTrigger", 1).text(str(workdir / "events"))
+    spark = spark_session(setup)
+    table = setup.open_table()
+    events = spark.readStream.option("maxFilesPerTrigger", 1).text(f"{setup.workdir}/events")
     rows = cdc.decode(events, "debezium-json", table.schema, event_time_column=None)
-    query = streaming.write_stream(rows, table, checkpoint_location=str(workdir / "checkpoints" / "ingest"),
+    query = streaming.write_stream(rows, table, checkpoint_location=f"{setup.workdir}/checkpoints/ingest",
                                    trigger={"availableNow": True})
     query.awaitTermination()
     spark.stop()
 
 
-def run_ingest(workdir: Path, *, kill_point: str | None = None) -> int:
+def run_ingest(setup: Setup, *, kill_point: str | None = None) -> int:
     env = dict(os.environ)
     env.pop("CHANGELAKE_KILL_POINT", None)
     if kill_point:
         env["CHANGELAKE_KILL_POINT"] = kill_point
-    return subprocess.run([sys.executable, __file__, "--ingest", str(workdir)], env=env, check=False,
+    return subprocess.run([sys.executable, __file__, "--ingest", json.dumps(asdict(setup))], env=env, check=False,
                           stderr=subprocess.DEVNULL).returncode
 
 
@@ -101,23 +129,24 @@ def show_table(table: cl.Table) -> dict[int, tuple[Any, ...]]:
     return rows
 
 
-def main(workdir: Path) -> None:
-    table = cl.Catalog(str(workdir / "warehouse")).create_table(
+def main(setup: Setup) -> None:
+    table = cl.Catalog(setup.warehouse, storage_options=setup.storage_options).create_table(
         "shop.orders", SCHEMA, primary_keys=["id"], options={"bucket": "2", "changelog-producer": "lookup"})
-    events = workdir / "events"
-    events.mkdir()
+    print(f"the table: {table.location} (Spark: {setup.master})")
+    events = Path(setup.workdir) / "events"
+    events.mkdir(parents=True)
     for i, lines in enumerate(EVENTS):
         path = events / f"events-{i}.json"
         path.write_text("\n".join(lines) + "\n")
         os.utime(path, (1_000_000 + i, 1_000_000 + i))  # Spark's file source reads in modification order
 
     print("1. ingest query: killed right after its commit of the 2nd micro-batch, before Spark logs it")
-    code = run_ingest(workdir, kill_point="sink-committed:2")
+    code = run_ingest(setup, kill_point="sink-committed:2")
     landed = [s.commit_identifier for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
     print(f"   the query died (exit code {code}); batch ids committed to the table: {landed}")
 
     print("2. ingest query restarted from its checkpoint: Spark replays batch 1, changelake skips it")
-    run_ingest(workdir)
+    run_ingest(setup)
     landed = [s.commit_identifier for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
     print(f"   batch ids committed to the table: {landed} (each once)")
     print("   the table:")
@@ -126,7 +155,7 @@ def main(workdir: Path) -> None:
     print("   = the source database's final state, exactly")
 
     print("3. the table's changelog, streamed by a second query:")
-    spark = spark_session()
+    spark = spark_session(setup)
     streaming.register(spark)
     changes = (spark.readStream.format("changelake").option("read.changelog", "true")
                .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").load(table.location))
@@ -136,15 +165,44 @@ def main(workdir: Path) -> None:
             print(f"   {row['rowkind']}  id={row['id']}  customer={row['customer']}  amount={row['amount']}  "
                   f"status={row['status']}")
 
-    query = (changes.writeStream.foreachBatch(show).option("checkpointLocation", str(workdir / "checkpoints" / "out"))
+    query = (changes.writeStream.foreachBatch(show).option("checkpointLocation", f"{setup.workdir}/checkpoints/out")
              .trigger(availableNow=True).start())
     query.awaitTermination()
     spark.stop()
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--master", default="local[2]", help="the Spark master URL (default local[2])")
+    parser.add_argument("--driver-host", default="127.0.0.1", help="the name executors reach the driver by")
+    parser.add_argument("--warehouse", help="the warehouse URL (default: a temporary directory); each run "
+                                            "makes its own run-<time> warehouse under it")
+    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an fsspec storage option of the warehouse's filesystem (repeatable)")
+    parser.add_argument("--workdir", help="a directory for the event files and checkpoints, shared with the "
+                                          "executors on a cluster (default: a temporary directory)")
+    parser.add_argument("--ingest", help=argparse.SUPPRESS)  # the ingest query's own process
+    args = parser.parse_args(argv)
+    for option in args.storage_option:
+        if "=" not in option:
+            parser.error(f"--storage-option {option!r} is not KEY=VALUE")
+    return args
+
+
+def run(args: argparse.Namespace, tmp: str) -> None:
+    run_id = time.strftime("run-%Y%m%d-%H%M%S")
+    main(Setup(
+        workdir=f"{args.workdir}/{run_id}" if args.workdir else f"{tmp}/work",
+        warehouse=f"{args.warehouse.rstrip('/')}/{run_id}" if args.warehouse else f"{tmp}/warehouse",
+        storage_options=dict(option.split("=", 1) for option in args.storage_option),
+        master=args.master, driver_host=args.driver_host))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--ingest":
-        ingest(Path(sys.argv[2]))
+    arguments = parse_args(sys.argv[1:])
+    if arguments.ingest:
+        ingest(Setup(**json.loads(arguments.ingest)))
     else:
-        with tempfile.TemporaryDirectory(prefix="changelake-cdc-demo-") as tmp:
-            main(Path(tmp))
+        with tempfile.TemporaryDirectory(prefix="changelake-cdc-demo-") as scratch:
+            run(arguments, scratch)
