@@ -14,10 +14,13 @@ from changelake.options import TableOptions
 from changelake.table.commit.message import CommitMessage
 from changelake.table.format.kv import RowKind
 from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.lsm.inspection import BucketInspection, TableInspection
+from changelake.table.lsm.universal import PickRule
 from changelake.table.read.planner import Split
 from changelake.table.snapshot_expiry import ExpireResult
 
 __all__ = [
+    "BucketInspection",
     "Catalog",
     "ChangeBatch",
     "ChangeChunk",
@@ -32,6 +35,7 @@ __all__ = [
     "CommitMessage",
     "ExpireResult",
     "MergeEngineKind",
+    "PickRule",
     "ReadLimit",
     "RowKind",
     "Scan",
@@ -40,6 +44,7 @@ __all__ = [
     "Split",
     "StreamOffset",
     "Table",
+    "TableInspection",
     "TableOptions",
     "TableWriter",
     "UpdateSchema",

@@ -149,3 +149,8 @@ class CdcError(ChangelakeError):
     policy, an input column that is missing or not text, a schema column of a type the decoder
     cannot read from JSON, or output columns whose names clash. (A malformed event itself fails
     the Spark task that meets it, with the event's text in the message.)"""
+
+
+class MissingExtraError(ChangelakeError, ImportError):
+    """An optional library a feature needs is not installed; the message names the extra to
+    install (``pip install 'changelake[polars]'``)."""

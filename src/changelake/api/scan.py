@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from changelake import handoff
 from changelake.errors import ScanError
 from changelake.table import metadata
 from changelake.table.context import TableContext
@@ -19,7 +20,9 @@ from changelake.table.read import planner, reader
 from changelake.table.read.planner import Split
 
 if TYPE_CHECKING:
+    import duckdb
     import pandas as pd
+    import polars as pl
 
 
 @dataclass(frozen=True)
@@ -137,5 +140,16 @@ class Scan:
         return pa.Table.from_batches(self.to_batches(), schema=self.output_schema)
 
     def to_pandas(self) -> pd.DataFrame:
-        """All merged rows as a pandas DataFrame."""
-        return self.to_arrow().to_pandas()
+        """All merged rows as a pandas DataFrame (extra ``changelake[pandas]``)."""
+        return handoff.to_pandas(self.to_arrow())
+
+    def to_polars(self) -> pl.DataFrame:
+        """All merged rows as a polars DataFrame over the same Arrow buffers (extra
+        ``changelake[polars]``)."""
+        return handoff.to_polars(self.to_arrow())
+
+    def to_duckdb(self, name: str, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+        """Register the merged rows as DuckDB view ``name`` on ``connection`` (default: a new
+        in-memory database) and return the connection; DuckDB reads the Arrow data in place
+        (extra ``changelake[duckdb]``)."""
+        return handoff.to_duckdb(self.to_arrow(), name, connection)

@@ -22,7 +22,8 @@ from changelake.table import metadata, schema_update, snapshot_expiry
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
-from changelake.table.lsm import compactor
+from changelake.table.lsm import compactor, inspection
+from changelake.table.lsm.inspection import TableInspection
 from changelake.table.maintenance import orphans, rollback
 from changelake.table.snapshot_expiry import ExpireResult, Retention
 from changelake.table.write.writer import TableWrite
@@ -273,6 +274,18 @@ class Table:
             raise ValueError("rollback_to takes exactly one of snapshot_id and tag")
         target = self._context.snapshot(snapshot_id) if snapshot_id is not None else self.tag(str(tag))
         return rollback.rollback_to(self._context, target)
+
+    def inspect(self, *, snapshot_id: int | None = None) -> TableInspection:
+        """The LSM tree of every bucket in a snapshot (default: the latest), from metadata only:
+        levels, sorted runs, files with key ranges, what universal compaction would pick next
+        and why, and the snapshot's changelog files. ``str()`` of it is a text summary;
+        ``.to_png(path)`` draws a bucket's tree (extra ``changelake[plot]``)."""
+        ctx = self._context
+        snapshot = ctx.latest_snapshot() if snapshot_id is None else ctx.snapshot(snapshot_id)
+        changelog = producers.for_table(ctx)
+        every = ctx.options.full_compaction_delta_commits or changelog.full_compaction_delta_commits
+        return inspection.inspect(ctx, snapshot, force_level0_up=compactor.forces_level0_up(ctx, changelog),
+                                  full_compaction_every=every)
 
     def system(self, name: str) -> pa.Table:
         """Paimon's system table ``name`` (``snapshots``, ``schemas``, ``options``, ``tags``,

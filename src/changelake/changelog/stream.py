@@ -9,14 +9,21 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from changelake import handoff
 from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource, ChangeSplit
 from changelake.errors import ScanError, SnapshotNotFoundError
 from changelake.table.executor import WORKERS, executor
 from changelake.table.format import snapshot as snapshots
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+    import polars as pl
 
 # Files planned per round of a stream: enough to keep the readers busy, few enough that new
 # snapshots are noticed between rounds.
@@ -32,6 +39,15 @@ class ChangeBatch:
     kind: ChangeKind
     data: pa.Table
     offset: StreamOffset
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The batch's rows (``rowkind`` first) as a pandas DataFrame (extra ``changelake[pandas]``)."""
+        return handoff.to_pandas(self.data)
+
+    def to_polars(self) -> pl.DataFrame:
+        """The batch's rows (``rowkind`` first) as a polars DataFrame over the same Arrow
+        buffers (extra ``changelake[polars]``)."""
+        return handoff.to_polars(self.data)
 
 
 def _read_ahead(source: ChangeSource, splits: tuple[ChangeSplit, ...]) -> Iterator[tuple[ChangeSplit, pa.Table]]:
@@ -169,3 +185,17 @@ class Changes:
     def to_arrow(self) -> pa.Table:
         """All the changes as one Arrow table."""
         return pa.Table.from_batches(self.to_batches(), schema=self.schema)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """All the changes as a pandas DataFrame (extra ``changelake[pandas]``)."""
+        return handoff.to_pandas(self.to_arrow())
+
+    def to_polars(self) -> pl.DataFrame:
+        """All the changes as a polars DataFrame over the same Arrow buffers (extra
+        ``changelake[polars]``)."""
+        return handoff.to_polars(self.to_arrow())
+
+    def to_duckdb(self, name: str, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+        """Register the changes as DuckDB view ``name`` on ``connection`` (default: a new
+        in-memory database) and return the connection (extra ``changelake[duckdb]``)."""
+        return handoff.to_duckdb(self.to_arrow(), name, connection)

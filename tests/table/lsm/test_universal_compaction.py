@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import changelake as cl
 from changelake.table.format.manifest import DataFileMeta, FileKind, SimpleStats
 from changelake.table.lsm.levels import LevelSortedRun, SortedRun
-from changelake.table.lsm.universal import UniversalCompaction, create_unit, pick_full
+from changelake.table.lsm.universal import PickRule, UniversalCompaction, create_unit, pick_full
 from changelake.table.read import live_files
 
 _STATS = SimpleStats(b"", b"", ())
@@ -55,6 +56,29 @@ def test_run_count_above_trigger_forces_a_pick() -> None:
 
 def test_nothing_below_the_trigger() -> None:
     assert PICKER.pick(6, _runs((0, 10), (0, 10), (0, 10), (5, 1000))) is None
+
+
+@pytest.mark.parametrize(("spec", "rule", "words"), [
+    ([(0, 100), (0, 100), (0, 100), (0, 100), (5, 100)], PickRule.SIZE_AMPLIFICATION,
+     "size amplification 400% > compaction.max-size-amplification-percent 200"),
+    ([(0, 10), (0, 10), (0, 10), (0, 10), (5, 1000)], PickRule.SIZE_RATIO, "the newest 4 runs"),
+    ([(0, 1), (0, 100), (0, 100), (0, 100), (0, 100), (0, 100), (5, 1_000_000)], PickRule.RUN_COUNT,
+     "7 sorted runs > num-sorted-run.compaction-trigger 5: the newest 6 runs into level 4"),
+    ([(0, 10), (0, 10), (0, 10), (5, 1000)], PickRule.NONE,
+     "nothing: 4 sorted runs < num-sorted-run.compaction-trigger 5"),
+])  # fmt: skip
+def test_explain_names_the_rule_and_its_numbers(spec: list[tuple[int, int]], rule: PickRule, words: str) -> None:
+    runs = _runs(*spec)
+    pick = PICKER.explain(6, runs)
+    assert (pick.rule, pick.unit) == (rule, PICKER.pick(6, runs))
+    assert words in pick.reason
+
+
+def test_explain_level0_forces_level0_up_when_nothing_else_is_picked() -> None:
+    pick = PICKER.explain_level0(6, _runs((0, 10), (0, 10), (5, 1000)))
+    assert pick.rule is PickRule.FORCE_LEVEL0_UP and pick.unit is not None and _names(pick.unit) == ["f0", "f1"]
+    assert "nothing: 3 sorted runs < num-sorted-run.compaction-trigger 5" in pick.reason
+    assert PICKER.explain_level0(6, _runs((5, 1000))).rule is PickRule.NONE
 
 
 def test_level0_output_extends_to_the_next_run_above_level0() -> None:

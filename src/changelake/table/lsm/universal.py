@@ -3,6 +3,7 @@ which level."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,25 @@ class CompactUnit:
         return CompactUnit(output_level, tuple(f for r in runs for f in r.run.files))
 
 
+class PickRule(enum.StrEnum):
+    """Which rule of universal compaction chose a pick (or that none did)."""
+
+    NONE = "none"
+    SIZE_AMPLIFICATION = "size-amplification"
+    SIZE_RATIO = "size-ratio"
+    RUN_COUNT = "run-count"
+    FORCE_LEVEL0_UP = "force-level0-up"
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A pick (None: nothing to compact) with the rule that made it and why, in words."""
+
+    unit: CompactUnit | None
+    rule: PickRule
+    reason: str
+
+
 @dataclass(frozen=True)
 class UniversalCompaction:
     """The picker's settings (Paimon option names in the field docs)."""
@@ -32,31 +52,59 @@ class UniversalCompaction:
 
     def pick(self, num_levels: int, runs: Sequence[LevelSortedRun]) -> CompactUnit | None:
         """Size amplification first (a full compaction), then size ratio, then run count."""
-        max_level = num_levels - 1
-        unit = self._pick_for_size_amplification(max_level, runs)
-        if unit is None and len(runs) >= self.compaction_trigger:
-            unit = self._pick_for_size_ratio(max_level, runs, 1)
-        if unit is None and len(runs) > self.compaction_trigger:
-            unit = self._pick_for_size_ratio(max_level, runs, len(runs) - self.compaction_trigger + 1)
-        return unit
+        return self.explain(num_levels, runs).unit
 
-    def _pick_for_size_amplification(self, max_level: int, runs: Sequence[LevelSortedRun]) -> CompactUnit | None:
-        if len(runs) < self.compaction_trigger:
-            return None
+    def explain(self, num_levels: int, runs: Sequence[LevelSortedRun]) -> Pick:
+        """:meth:`pick` with the rule that fired and its numbers (or why none did)."""
+        max_level = num_levels - 1
+        count, trigger = len(runs), self.compaction_trigger
+        if count < trigger:
+            return Pick(None, PickRule.NONE,
+                        f"nothing: {count} sorted run{'' if count == 1 else 's'} < num-sorted-run.compaction-trigger "
+                        f"{trigger}")
         candidate_size = sum(r.run.total_size for r in runs[:-1])
         earliest_size = runs[-1].run.total_size
+        amplification = f"{candidate_size * 100 // max(earliest_size, 1)}%"
         if candidate_size * 100 > self.max_size_amplification_percent * earliest_size:
-            return CompactUnit.of(max_level, runs)
-        return None
+            return Pick(CompactUnit.of(max_level, runs), PickRule.SIZE_AMPLIFICATION,
+                        f"size amplification {amplification} > compaction.max-size-amplification-percent "
+                        f"{self.max_size_amplification_percent} ({candidate_size} bytes above the oldest run of "
+                        f"{earliest_size}): all {count} runs into level {max_level}")
+        unit = self._pick_for_size_ratio(max_level, runs, 1)
+        if unit is not None:
+            picked = _run_count(runs, unit)
+            return Pick(unit, PickRule.SIZE_RATIO,
+                        f"size ratio: {count} sorted runs >= num-sorted-run.compaction-trigger {trigger}, and the "
+                        f"newest {picked} runs each stay within (100 + compaction.size-ratio {self.size_ratio})% "
+                        f"of the runs newer than them: into level {unit.output_level}")
+        if count > trigger:
+            unit = self._pick_for_size_ratio(max_level, runs, count - trigger + 1)
+            if unit is not None:
+                return Pick(unit, PickRule.RUN_COUNT,
+                            f"run count: {count} sorted runs > num-sorted-run.compaction-trigger {trigger}: the "
+                            f"newest {_run_count(runs, unit)} runs into level {unit.output_level}")
+        return Pick(None, PickRule.NONE,
+                    f"nothing: size amplification {amplification} <= compaction.max-size-amplification-percent "
+                    f"{self.max_size_amplification_percent}, no two newest runs within compaction.size-ratio "
+                    f"{self.size_ratio}%, {count} sorted runs not above num-sorted-run.compaction-trigger {trigger}")
 
     def pick_level0(self, num_levels: int, runs: Sequence[LevelSortedRun]) -> CompactUnit | None:
         """The usual pick, or else every level-0 run (extended by size ratio) into a higher
         level: Paimon's ForceUpLevel0Compaction, for lookup compactions (first-row)."""
-        unit = self.pick(num_levels, runs)
-        if unit is not None:
-            return unit
+        return self.explain_level0(num_levels, runs).unit
+
+    def explain_level0(self, num_levels: int, runs: Sequence[LevelSortedRun]) -> Pick:
+        """:meth:`pick_level0` with the rule that fired and its numbers."""
+        usual = self.explain(num_levels, runs)
+        if usual.unit is not None:
+            return usual
         count = next((i for i, run in enumerate(runs) if run.level > 0), len(runs))
-        return self._pick_for_size_ratio(num_levels - 1, runs, count, force=True) if count else None
+        if not count:
+            return Pick(None, PickRule.NONE, f"{usual.reason}; no level-0 file to force up")
+        unit = self._pick_for_size_ratio(num_levels - 1, runs, count, force=True)
+        into = "" if unit is None else f" into level {unit.output_level}"
+        return Pick(unit, PickRule.FORCE_LEVEL0_UP,
+                    f"force level 0 up (the usual pick: {usual.reason}): the {count} level-0 files{into}")
 
     def _pick_for_size_ratio(
         self, max_level: int, runs: Sequence[LevelSortedRun], candidate_count: int, *, force: bool = False
@@ -70,6 +118,16 @@ class UniversalCompaction:
         if candidate_count > 1 or force:
             return create_unit(runs, max_level, candidate_count)
         return None
+
+
+def _run_count(runs: Sequence[LevelSortedRun], unit: CompactUnit) -> int:
+    """How many runs a unit takes: picks are always the newest runs, a prefix of ``runs``."""
+    files = 0
+    for count, r in enumerate(runs):
+        if files >= len(unit.files):
+            return count
+        files += len(r.run.files)
+    return len(runs)
 
 
 def create_unit(runs: Sequence[LevelSortedRun], max_level: int, run_count: int) -> CompactUnit:

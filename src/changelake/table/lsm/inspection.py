@@ -1,0 +1,274 @@
+"""A table's LSM trees as values: per bucket the levels, sorted runs and files with their key
+ranges, what universal compaction would pick next (and why), and the snapshot's changelog files.
+
+Everything comes from manifests (file metadata), never from data files, so inspecting a large
+table reads only its metadata. The text summary is here; the picture is in :mod:`.picture`,
+loaded only when drawn (it needs matplotlib).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from changelake.errors import ScanError
+from changelake.table.context import TableContext
+from changelake.table.format.manifest import DataFileMeta, FileSource
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.lsm.levels import Levels
+from changelake.table.lsm.universal import PickRule, UniversalCompaction
+from changelake.table.read import live_files
+
+
+@dataclass(frozen=True)
+class FileInspection:
+    """One data (or changelog) file: keys decoded to Python values, one tuple per key."""
+
+    name: str
+    level: int
+    rows: int
+    size: int
+    min_key: tuple[Any, ...]
+    max_key: tuple[Any, ...]
+    min_sequence: int
+    max_sequence: int
+    deleted_rows: int | None
+    compacted: bool  # written by a compaction (else by a write)
+
+
+@dataclass(frozen=True)
+class SortedRunInspection:
+    """Files with disjoint key ranges in key order: a level-0 file, or a whole higher level."""
+
+    level: int
+    files: tuple[FileInspection, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+
+@dataclass(frozen=True)
+class PendingCompaction:
+    """What universal compaction would pick next in a bucket: the rule that fired with its
+    numbers (``reason``), the files (names) and the level they would go to."""
+
+    rule: PickRule
+    reason: str
+    files: tuple[str, ...] = ()
+    output_level: int | None = None
+
+
+@dataclass(frozen=True)
+class BucketInspection:
+    """The LSM tree of one bucket."""
+
+    partition: tuple[tuple[str, Any], ...]  # (partition key, value) pairs
+    bucket: int
+    num_levels: int
+    runs: tuple[SortedRunInspection, ...]  # newest data first: level-0 files, then levels 1..
+    pending: PendingCompaction
+    changelog: tuple[FileInspection, ...]  # changelog files the snapshot added in this bucket
+
+    @property
+    def partition_text(self) -> str:
+        """``key=value,...`` (empty for an unpartitioned table)."""
+        return ",".join(f"{k}={v}" for k, v in self.partition)
+
+    @property
+    def files(self) -> tuple[FileInspection, ...]:
+        return tuple(f for run in self.runs for f in run.files)
+
+    def level(self, level: int) -> tuple[SortedRunInspection, ...]:
+        """The sorted runs of one level (level 0: one per file; else none or one)."""
+        return tuple(run for run in self.runs if run.level == level)
+
+    @property
+    def size(self) -> int:
+        return sum(run.size for run in self.runs)
+
+    @property
+    def rows(self) -> int:
+        return sum(run.rows for run in self.runs)
+
+
+@dataclass(frozen=True)
+class TableInspection:
+    """Every bucket's LSM tree in one snapshot; ``str()`` is :meth:`summary`."""
+
+    table: str
+    snapshot_id: int | None
+    key_names: tuple[str, ...]
+    num_levels: int
+    full_compaction_every: int | None  # a writer fully compacts every this many commits
+    buckets: tuple[BucketInspection, ...]
+
+    @property
+    def files(self) -> int:
+        return sum(len(b.files) for b in self.buckets)
+
+    @property
+    def size(self) -> int:
+        return sum(b.size for b in self.buckets)
+
+    @property
+    def rows(self) -> int:
+        return sum(b.rows for b in self.buckets)
+
+    @property
+    def runs(self) -> int:
+        return sum(len(b.runs) for b in self.buckets)
+
+    def bucket(self, bucket: int | None = None, *, partition: dict[str, Any] | None = None) -> BucketInspection:
+        """One bucket (by number and/or partition values); when either is left out, the
+        largest bucket (in bytes) of those matching. ScanError when none matches."""
+        wanted = None if partition is None else tuple(sorted(partition.items()))
+        matching = [b for b in self.buckets
+                    if (bucket is None or b.bucket == bucket)
+                    and (wanted is None or tuple(sorted(b.partition)) == wanted)]
+        if not matching:
+            raise ScanError(f"no bucket {bucket if bucket is not None else ''} in partition {partition or '(any)'} "
+                            f"of snapshot {self.snapshot_id}", table=self.table)
+        return max(matching, key=lambda b: (b.size, -b.bucket))
+
+    def summary(self) -> str:
+        """A compact text summary: a header with totals, then one block per bucket."""
+        return summary_text(self)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_png(self, path: str, *, partition: dict[str, Any] | None = None, bucket: int | None = None,
+               width: float = 12.0, height: float = 8.0, dpi: int = 100) -> None:
+        """Draw one bucket's tree (default: the largest) as a PNG at ``path`` (a local path):
+        one band per level, each file a box over its key range, sorted runs in colors, the
+        pending compaction's files outlined and its reason as the caption, changelog files at
+        the side. Needs matplotlib (``pip install 'changelake[plot]'``)."""
+        # Loaded here, not at the top: matplotlib is an optional extra and costs seconds to load.
+        from changelake.table.lsm import picture
+
+        picture.draw(self, self.bucket(bucket, partition=partition), path, width=width, height=height, dpi=dpi)
+
+
+def _file(ctx: TableContext, f: DataFileMeta) -> FileInspection:
+    return FileInspection(f.file_name, f.level, f.row_count, f.file_size, ctx.key_of(f.min_key), ctx.key_of(f.max_key),
+                          f.min_sequence_number, f.max_sequence_number, f.delete_row_count,
+                          f.file_source == FileSource.COMPACT)
+
+
+def inspect(ctx: TableContext, snapshot: Snapshot | None, *, force_level0_up: bool,
+            full_compaction_every: int | None) -> TableInspection:
+    """The LSM trees of ``snapshot`` (None: an empty table). ``force_level0_up``: the table's
+    compactions pick level 0 up when nothing else is (lookup producer, first-row), as
+    :func:`~changelake.table.lsm.compactor.forces_level0_up` tells."""
+    options = ctx.options
+    files: dict[tuple[bytes, int], list[DataFileMeta]] = defaultdict(list)
+    changelog: dict[tuple[bytes, int], list[DataFileMeta]] = defaultdict(list)
+    if snapshot is not None:
+        files.update(live_files.files_by_bucket(live_files.live_entries(ctx, snapshot)))
+        if snapshot.changelog_manifest_list is not None:
+            for meta in live_files.manifest_list(ctx, snapshot.changelog_manifest_list):
+                for entry in live_files.manifest_entries(ctx, meta.file_name):
+                    changelog[(entry.partition, entry.bucket)].append(entry.file)
+    choose = UniversalCompaction(max_size_amplification_percent=options.max_size_amplification_percent,
+                                 size_ratio=options.size_ratio, compaction_trigger=options.compaction_trigger)
+    buckets = []
+    for key in sorted(set(files) | set(changelog), key=lambda k: (ctx.partition_values(k[0]), k[1])):
+        partition, bucket = key
+        levels = Levels(tuple(files.get(key, ())), options.num_levels)
+        runs = levels.sorted_runs(ctx.key_of)
+        explain = choose.explain_level0 if force_level0_up else choose.explain
+        pick = explain(levels.num_levels, runs)
+        pending = PendingCompaction(pick.rule, pick.reason)
+        if pick.unit is not None:
+            pending = PendingCompaction(pick.rule, pick.reason, tuple(f.file_name for f in pick.unit.files),
+                                        pick.unit.output_level)
+        buckets.append(BucketInspection(
+            partition=tuple(zip(ctx.partition_keys, ctx.partition_values(partition), strict=True)),
+            bucket=bucket,
+            num_levels=levels.num_levels,
+            runs=tuple(SortedRunInspection(r.level, tuple(_file(ctx, f) for f in r.run.files)) for r in runs),
+            pending=pending,
+            changelog=tuple(_file(ctx, f) for f in sorted(changelog.get(key, ()), key=lambda f: f.file_name)),
+        ))
+    return TableInspection(ctx.name, None if snapshot is None else snapshot.id, ctx.key_names, options.num_levels,
+                           full_compaction_every, tuple(buckets))
+
+
+# -- text ------------------------------------------------------------------------------------
+
+
+def human_size(size: int) -> str:
+    """``1.5 KiB``-style sizes."""
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def key_text(key: tuple[Any, ...]) -> str:
+    """A key as text: the value for one key column, a tuple for several."""
+    return str(key[0]) if len(key) == 1 else "(" + ", ".join(str(v) for v in key) + ")"
+
+
+def _table(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                      for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]
+
+
+def _bucket_block(b: BucketInspection) -> list[str]:
+    where = f"partition {b.partition_text} " if b.partition else ""
+    lines = [f"{where}bucket {b.bucket}: {_count(len(b.files), 'file')}, {human_size(b.size)}, "
+             f"{_count(b.rows, 'row')}, {_count(len(b.runs), 'sorted run')}"]
+    picked = set(b.pending.files)
+    rows: list[list[str]] = [["", "level", "run", "file", "rows", "size", "min key", "max key", "seq", "deleted"]]
+    for index, run in enumerate(b.runs):
+        for f in run.files:
+            rows.append(["*" if f.name in picked else "", str(f.level), str(index), f.name, str(f.rows),
+                         human_size(f.size), key_text(f.min_key), key_text(f.max_key),
+                         f"{f.min_sequence}-{f.max_sequence}", "" if f.deleted_rows is None else str(f.deleted_rows)])
+    if len(rows) > 1:
+        lines += ["  " + line for line in _table(rows, {1, 2, 4, 5, 9})]
+    empty = [str(level) for level in range(b.num_levels) if not b.level(level)]
+    if empty:
+        lines.append(f"  empty levels: {', '.join(empty)}")
+    marker = " (files marked *)" if picked else ""
+    lines.append(f"  pending compaction{marker}: {b.pending.reason}")
+    if b.changelog:
+        lines.append(f"  changelog files of this snapshot: {len(b.changelog)}, "
+                     f"{sum(f.rows for f in b.changelog)} rows, {human_size(sum(f.size for f in b.changelog))}")
+        lines += ["    " + line for line in _table([[f.name, f"{f.rows} rows", human_size(f.size)]
+                                                     for f in b.changelog], {1, 2})]
+    return lines
+
+
+def summary_text(inspection: TableInspection) -> str:
+    """The text :meth:`TableInspection.summary` returns."""
+    if inspection.snapshot_id is None:
+        return f"table {inspection.table}: no snapshot yet"
+    keys = ", ".join(inspection.key_names) or "(none)"
+    lines = [f"table {inspection.table} at snapshot {inspection.snapshot_id}: "
+             f"{_count(len(inspection.buckets), 'bucket')}, {_count(inspection.files, 'file')}, "
+             f"{human_size(inspection.size)}, {_count(inspection.rows, 'row')}, "
+             f"{_count(inspection.runs, 'sorted run')}; key ({keys}), {inspection.num_levels} levels"]
+    if inspection.full_compaction_every is not None:
+        lines.append(f"writers fully compact every {inspection.full_compaction_every} commits "
+                     "(full-compaction.delta-commits)")
+    for b in inspection.buckets:
+        lines += ["", *_bucket_block(b)]
+    return "\n".join(lines)
