@@ -139,7 +139,7 @@ def test_changes_formats(capfd: pytest.CaptureFixture[str], table: changelake.Ta
     (["rollback", "{t}"], 2, "give exactly one of --snapshot and --tag"),
     (["rollback", "{t}", "--tag", "nope"], 1, "nope"),
     (["tag", "delete", "{t}", "nope"], 1, "nope"),
-    (["ls", "{w}/missing"], 0, ""),
+    (["ls", "{w}/missing"], 1, "warehouse"),
 ])
 def test_errors(capfd: pytest.CaptureFixture[str], table: changelake.Table, args: list[str], code: int,
                 message: str) -> None:

@@ -13,7 +13,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from changelake import Catalog
-from changelake.cli.common import StorageOpt, TableArg, WarehouseOpt, load_table, storage_options
+from changelake.cli.common import CommandError, StorageOpt, TableArg, WarehouseOpt, load_table, storage_options
 
 
 def _cell(value: object) -> Text:
@@ -42,6 +42,8 @@ def ls(
     """List the databases of a warehouse and their tables, with each table's latest snapshot
     and row count (read from the snapshot file, no data is read)."""
     catalog = Catalog(warehouse, storage_options(storage))
+    if not catalog.file_io.exists(catalog.warehouse):
+        raise CommandError(f"warehouse {warehouse} does not exist")
     grid = RichTable(title=f"warehouse {warehouse}", title_justify="left")
     for column in ("table", "schema", "snapshot", "records", "primary keys", "partitioned by"):
         grid.add_column(column, justify="right" if column in ("schema", "snapshot", "records") else "left")

@@ -16,6 +16,11 @@ class UsageError(Exception):
     """Input the command cannot use (printed as one ``error:`` line, exit code 2)."""
 
 
+class CommandError(Exception):
+    """A command that cannot do its work for a reason the library does not raise (printed as
+    one ``error:`` line, exit code 1)."""
+
+
 TableArg = Annotated[str, typer.Argument(
     help="The table: its directory (a path or fsspec URL such as s3://bucket/wh/db.db/t), or "
          "'database.table' together with --warehouse.", metavar="TABLE", show_default=False)]

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from changelake.cli import browse, maintain, read, tags
-from changelake.cli.common import UsageError
+from changelake.cli.common import CommandError, UsageError
 from changelake.errors import ChangelakeError
 
 _USAGE_ERROR = 2
@@ -28,7 +28,7 @@ class _App(typer.Typer):
             return super().__call__(*args, **kwargs)
         except UsageError as error:
             _fail(str(error), _USAGE_ERROR)
-        except (ChangelakeError, OSError) as error:
+        except (ChangelakeError, CommandError, OSError) as error:
             _fail(str(error) or type(error).__name__, _FAILED)
         except KeyboardInterrupt:
             _fail("interrupted", 130)

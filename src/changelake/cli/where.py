@@ -79,10 +79,14 @@ def _tokens(text: str) -> list[_Token]:
             raise WhereError(f"unexpected character {text[position]!r}", text=text, position=position)
         kind = match.lastgroup
         if kind == "number":
-            # "a-1" is not an expression here; a sign only starts a number after an operator.
+            # "a-1" is not an expression here: a sign starts a number only where a value may
+            # start (first, or after an operator, a parenthesis, a comma or a keyword).
             previous = found[-1] if found else None
-            if match.group()[0] in "+-" and previous is not None and previous.kind not in (_Kind.OPERATOR,
-                                                                                            _Kind.PUNCT):
+            after_value = previous is not None and (
+                previous.kind in (_Kind.QUOTED_NAME, _Kind.STRING, _Kind.NUMBER)
+                or (previous.kind is _Kind.NAME and previous.text.upper() not in _KEYWORDS)
+                or (previous.kind is _Kind.PUNCT and previous.text == ")"))
+            if match.group()[0] in "+-" and after_value:
                 raise WhereError("arithmetic is not supported", text=text, position=position)
             found.append(_Token(_Kind.NUMBER, match.group(), position))
         elif kind == "string":
