@@ -123,6 +123,19 @@ def test_follow_prints_later_commits_until_interrupted(tmp_path: Path) -> None:
         process.wait()
 
 
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    table = changelake.Catalog(str(tmp_path)).create_table("db.big", SCHEMA, ["id", "p"])
+    table.write(pa.table({"id": range(100_000), "p": ["x"] * 100_000, "d": [None] * 100_000,
+                          "name": ["some text"] * 100_000}, schema=SCHEMA))
+    process = subprocess.Popen([sys.executable, "-m", "changelake.cli", "scan", table.location],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline() == '"id","p","d","name"\n'
+    process.stdout.close()  # as `| head -1` does
+    assert process.wait(timeout=60) == 1
+    assert process.stderr.read() == ""
+
+
 def test_expire_reports_what_it_removed(tmp_path: Path) -> None:
     table = _make(tmp_path)
     table.compact(full=True)

@@ -60,6 +60,26 @@ def test_formats(capfd: pytest.CaptureFixture[str], table: changelake.Table, tmp
     assert [cell.strip() for cell in row.strip("│ ").split("│")] == ["2", "NULL", "b"]
 
 
+def test_limit_stops_reading(capfd: pytest.CaptureFixture[str], tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    made = changelake.Catalog(str(tmp_path)).create_table("db.wide", SCHEMA, ["id"], options={"bucket": "4"})
+    made.write(pa.table({"id": list(range(40)), "d": [None] * 40, "name": ["n"] * 40}, schema=SCHEMA))
+    assert len(made.scan().plan()) == 4
+    read: list[changelake.Split] = []
+    real = changelake.Scan.read_split
+
+    def counting(scan: changelake.Scan, split: changelake.Split) -> pa.Table:
+        read.append(split)
+        return real(scan, split)
+
+    monkeypatch.setattr(changelake.Scan, "read_split", counting)
+    code, out, _ = run(capfd, "scan", made.location, "--limit", "3", "--format", "csv")
+    assert (code, len(out.splitlines())) == (0, 4)
+    assert len(read) == 1
+    code, out, _ = run(capfd, "scan", made.location, "--format", "csv")
+    assert (code, len(out.splitlines()), len(read)) == (0, 41, 5)
+
+
 def test_tags(capfd: pytest.CaptureFixture[str], table: changelake.Table) -> None:
     assert run(capfd, "tag", "create", table.location, "first", "--snapshot", "1")[1] == \
         "created tag first on snapshot 1\n"

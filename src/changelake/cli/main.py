@@ -7,8 +7,9 @@ stderr, never a traceback: exit code 1 for a failed operation, 2 for unusable in
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -18,6 +19,7 @@ from changelake.errors import ChangelakeError
 
 _USAGE_ERROR = 2
 _FAILED = 1
+_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 class _App(typer.Typer):
@@ -26,15 +28,19 @@ class _App(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().__call__(*args, **kwargs)
+        except BrokenPipeError:
+            # The reader went away (`| head`): nothing more to say, and nothing to flush.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(_FAILED)
         except UsageError as error:
             _fail(str(error), _USAGE_ERROR)
         except (ChangelakeError, CommandError, OSError) as error:
             _fail(str(error) or type(error).__name__, _FAILED)
         except KeyboardInterrupt:
-            _fail("interrupted", 130)
+            _fail("interrupted", _INTERRUPTED)
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: int) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(code)
 
