@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     import pyarrow.compute as pc
 
     from changelake.table.write.conform import WriteInput
+
+# A callback of long maintenance work, called with (done, total) as the work advances.
+Progress: TypeAlias = Callable[[int, int], None]
 
 
 class Table:
@@ -161,16 +164,18 @@ class Table:
         retain_min: int | None = None,
         retain_max: int | None = None,
         max_deletes: int | None = None,
+        progress: Progress | None = None,
     ) -> ExpireResult:
         """Expire snapshots now, as writers do after each commit: keep at least ``retain_min``
         (``snapshot.num-retained.min``) and at most ``retain_max``
         (``snapshot.num-retained.max``) snapshots, and between the two those committed at or
         after ``older_than_ms`` (default: now minus ``snapshot.time-retained``); expire at most
         ``max_deletes`` (``snapshot.expire.limit``). Consumers hold back the snapshots they
-        have yet to read; tags keep their snapshots' files. Returns what was removed."""
+        have yet to read; tags keep their snapshots' files. Returns what was removed.
+        ``progress`` gets (files deleted, files to delete)."""
         retention = Retention.of(self._context, older_than_ms=older_than_ms, retain_min=retain_min,
                                  retain_max=retain_max, max_deletes=max_deletes)
-        return snapshot_expiry.expire_alongside_others(self._context, retention)
+        return snapshot_expiry.expire_alongside_others(self._context, retention, progress=progress)
 
     # -- reads and writes -------------------------------------------------------------------
 
@@ -243,12 +248,14 @@ class Table:
             landed = writer.commit(BATCH_COMMIT_IDENTIFIER)
         return landed[0] if landed else None
 
-    def compact(self, *, full: bool = False, partitions: list[dict[str, Any]] | None = None) -> Snapshot | None:
+    def compact(self, *, full: bool = False, partitions: list[dict[str, Any]] | None = None,
+                progress: Progress | None = None) -> Snapshot | None:
         """Compact the table's buckets now (all, or those of ``partitions``, each a dict of
         partition values) as a COMPACT snapshot; ``full`` merges every bucket into its top
-        level. Returns None when there was nothing to compact."""
+        level. Returns None when there was nothing to compact. ``progress`` gets (buckets
+        done, buckets)."""
         messages = compactor.compact_table(self._context, full=full, partitions=partitions,
-                                           changelog=producers.for_table(self._context))
+                                           changelog=producers.for_table(self._context), progress=progress)
         if not messages:
             return None
         landed = committer.commit(self._context, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
@@ -259,12 +266,13 @@ class Table:
     # -- maintenance ------------------------------------------------------------------------
 
     def remove_orphan_files(self, *, older_than: dt.datetime | dt.timedelta | None = None,
-                            dry_run: bool = False) -> list[str]:
+                            dry_run: bool = False, progress: Progress | None = None) -> list[str]:
         """Delete the files no snapshot, tag, changelog or schema names (left by crashed
         writers) that were modified before ``older_than`` (a time, or an age; default one day,
         as Paimon's); with ``dry_run`` only list them. Returns their paths. The threshold must
-        exceed the longest commit of any concurrent writer: newer files are never touched."""
-        return orphans.remove_orphan_files(self._context, older_than, dry_run=dry_run)
+        exceed the longest commit of any concurrent writer: newer files are never touched.
+        ``progress`` gets (directories searched, directories)."""
+        return orphans.remove_orphan_files(self._context, older_than, dry_run=dry_run, progress=progress)
 
     def rollback_to(self, *, snapshot_id: int | None = None, tag: str | None = None) -> Snapshot:
         """Make a snapshot (by id, or a tag's) the latest again: later snapshots and tags go,

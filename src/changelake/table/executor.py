@@ -34,9 +34,17 @@ def executor() -> ThreadPoolExecutor:
         return _pool
 
 
-def map_all(fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
-    """``fn`` over ``items`` on the pool, results in order; one item runs on the caller's thread."""
+def map_all(fn: Callable[[_T], _R], items: Iterable[_T], *,
+            progress: Callable[[int, int], None] | None = None) -> list[_R]:
+    """``fn`` over ``items`` on the pool, results in order; one item runs on the caller's thread.
+    ``progress`` is called on the caller's thread with (done, total) as results come in."""
     work = list(items)
-    if len(work) <= 1:
-        return [fn(item) for item in work]
-    return list(executor().map(fn, work))
+    results = map(fn, work) if len(work) <= 1 else executor().map(fn, work)
+    if progress is None:
+        return list(results)
+    done: list[_R] = []
+    progress(0, len(work))
+    for result in results:
+        done.append(result)
+        progress(len(done), len(work))
+    return done

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
@@ -82,20 +82,23 @@ def expire_after_commit(ctx: TableContext) -> ExpireResult:
     return expire_alongside_others(ctx, Retention.of(ctx))
 
 
-def expire_alongside_others(ctx: TableContext, retention: Retention) -> ExpireResult:
+def expire_alongside_others(ctx: TableContext, retention: Retention, *,
+                            progress: Callable[[int, int], None] | None = None) -> ExpireResult:
     """:func:`expire` where other writers may expire the same snapshots at the same time: a
     run that finds what it reads gone because another run expired it meanwhile (the earliest
-    snapshot moved) stops there; what it was about to delete is the other run's to delete."""
+    snapshot moved) stops there; what it was about to delete is the other run's to delete.
+    ``progress`` gets (files deleted, files to delete) of the expired snapshots."""
     earliest = snapshots.earliest_id(ctx.file_io, ctx.paths)
     try:
-        return expire(ctx, retention)
+        return expire(ctx, retention, progress=progress)
     except (SnapshotNotFoundError, CorruptMetadataError, FileNotFoundError):
         if snapshots.earliest_id(ctx.file_io, ctx.paths) == earliest:
             raise
         return ExpireResult()
 
 
-def expire(ctx: TableContext, retention: Retention) -> ExpireResult:
+def expire(ctx: TableContext, retention: Retention, *,
+           progress: Callable[[int, int], None] | None = None) -> ExpireResult:
     """Drop stale consumers, then expire the snapshots ``retention`` lets go."""
     dropped = expire_consumers(ctx)
     latest = snapshots.latest_id(ctx.file_io, ctx.paths)
@@ -103,7 +106,8 @@ def expire(ctx: TableContext, retention: Retention) -> ExpireResult:
     if latest is None or earliest is None:
         return ExpireResult(consumers=dropped)
     end = _end(ctx, retention, earliest, latest)
-    result = ExpireResult(consumers=dropped) if end <= earliest else _expire_until(ctx, earliest, end, dropped)
+    result = (ExpireResult(consumers=dropped) if end <= earliest
+              else _expire_until(ctx, earliest, end, dropped, progress))
     return _expire_changelogs(ctx, result)
 
 
@@ -201,7 +205,8 @@ def _kept(ctx: TableContext, retained: Snapshot, tagged: Iterable[Snapshot]) -> 
     return paths, names
 
 
-def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str, ...]) -> ExpireResult:
+def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str, ...],
+                  progress: Callable[[int, int], None] | None) -> ExpireResult:
     expired = [s for s in (_present(ctx, i) for i in range(earliest, end)) if s is not None]
     retained = ctx.snapshot(end)
     # Only tags of expiring snapshots matter: whatever a later snapshot lists, the first
@@ -231,8 +236,11 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
         if position == 0:
             killpoints.reached(KillPoint.EXPIRE_SNAPSHOTS)
     ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(end))
-    _delete(ctx, [*data_files, *changelog_files])
-    _delete(ctx, [ctx.paths.manifest(name) for name in sorted(manifests)])
+    files = [*data_files, *changelog_files]
+    manifest_paths = [ctx.paths.manifest(name) for name in sorted(manifests)]
+    total = len(files) + len(manifest_paths)
+    _delete(ctx, files, progress, done=0, total=total)
+    _delete(ctx, manifest_paths, progress, done=len(files), total=total)
     return ExpireResult(tuple(s.id for s in expired), len(data_files), len(changelog_files), len(manifests), dropped)
 
 
@@ -244,11 +252,15 @@ def _present(ctx: TableContext, snapshot_id: int) -> Snapshot | None:
         return None
 
 
-def _delete(ctx: TableContext, paths: Iterable[str]) -> None:
+def _delete(ctx: TableContext, paths: Iterable[str], progress: Callable[[int, int], None] | None = None, *,
+            done: int = 0, total: int = 0) -> None:
+    """Delete ``paths``; ``progress`` gets (``done`` + deleted so far, ``total``)."""
     for position, path in enumerate(paths):
         ctx.file_io.delete(path)
         if position == 0:
             killpoints.reached(KillPoint.EXPIRE_FILES)
+        if progress is not None:
+            progress(done + position + 1, total)
 
 
 # -- consumers --------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,10 +221,11 @@ def compact_table(
     partitions: Sequence[Mapping[str, Any]] | None,
     changelog: ChangelogHook,
     buckets: Collection[tuple[bytes, int]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[CommitMessage]:
     """Compaction results of every bucket of the latest snapshot (of the given partitions, or
     only ``buckets``: (serialized partition, bucket) pairs), with the changelog the table's
-    producer writes for them."""
+    producer writes for them; ``progress`` gets (buckets done, buckets) as they finish."""
     latest = ctx.latest_snapshot()
     if latest is None:
         return []
@@ -249,5 +250,5 @@ def compact_table(
                              compact_before=tuple(result.before), compact_after=tuple(result.after),
                              compact_changelog_files=tuple(result.changelog))
 
-    messages = map_all(run, files.items())
+    messages = map_all(run, files.items(), progress=progress)
     return [m for m in messages if m.compact_before or m.compact_after]

@@ -84,8 +84,10 @@ def _bucket_dirs(ctx: TableContext, directory: str, depth: int) -> list[str]:
     return found
 
 
-def _candidates(ctx: TableContext, used: set[str]) -> list[tuple[str, int | None]]:
-    """Every listed file that nothing names, with its modification time."""
+def _candidates(ctx: TableContext, used: set[str],
+                progress: Callable[[int, int], None] | None) -> list[tuple[str, int | None]]:
+    """Every listed file that nothing names, with its modification time; ``progress`` gets
+    (directories listed, directories)."""
     root = ctx.paths.root
     keep_metadata: dict[str, Callable[[str], bool]] = {
         ctx.paths.snapshot_dir: lambda n: n.startswith("snapshot-") or n in ("EARLIEST", "LATEST"),
@@ -94,25 +96,32 @@ def _candidates(ctx: TableContext, used: set[str]) -> list[tuple[str, int | None
         ctx.paths.tag_dir: lambda n: not _OUR_TEMP.search(n),
         ctx.paths.consumer_dir: lambda n: not _OUR_TEMP.search(n),
     }
+    data_dirs = [ctx.paths.manifest_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))]
+    total = len(keep_metadata) + len(data_dirs)
     found: list[tuple[str, int | None]] = []
-    for directory, keep in keep_metadata.items():
+    for listed, (directory, keep) in enumerate(keep_metadata.items(), start=1):
         found.extend((f"{directory}/{_name(i)}", _modified_ms(i)) for i in _listing(ctx, directory)
                      if not _is_dir(i) and not keep(_name(i)))
-    for directory in (ctx.paths.manifest_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))):
+        if progress is not None:
+            progress(listed, total)
+    for listed, directory in enumerate(data_dirs, start=len(keep_metadata) + 1):
         for info in _listing(ctx, directory):
             path = f"{directory}/{_name(info)}"
             if not _is_dir(info) and path not in used:
                 found.append((path, _modified_ms(info)))
+        if progress is not None:
+            progress(listed, total)
     return found
 
 
 def remove_orphan_files(ctx: TableContext, older_than: dt.datetime | dt.timedelta | None, *,
-                        dry_run: bool) -> list[str]:
+                        dry_run: bool, progress: Callable[[int, int], None] | None = None) -> list[str]:
     """Delete (or with ``dry_run`` only list) the orphan files modified before ``older_than``
-    (a time, or an age; default one day); returns their paths, sorted."""
+    (a time, or an age; default one day); returns their paths, sorted. ``progress`` gets
+    (directories listed, directories) while the table's directories are searched."""
     cutoff = threshold_ms(older_than)
     used = references.files_in_use(ctx)
-    orphans = sorted(path for path, modified in _candidates(ctx, used)
+    orphans = sorted(path for path, modified in _candidates(ctx, used, progress)
                      if modified is not None and modified < cutoff)
     if not dry_run:
         for path in orphans:

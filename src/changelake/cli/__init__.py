@@ -1,0 +1,1 @@
+"""The ``changelake`` command line (typer + rich) over the public API."""

@@ -1,0 +1,60 @@
+"""What every command shares: the table argument and how it opens, storage options, durations,
+and the usage error the app prints as one line."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+import typer
+
+from changelake import Catalog, Table, open_table
+from changelake.option_values import parse_duration_ms
+
+
+class UsageError(Exception):
+    """Input the command cannot use (printed as one ``error:`` line, exit code 2)."""
+
+
+class CommandError(Exception):
+    """A command that cannot do its work for a reason the library does not raise (printed as
+    one ``error:`` line, exit code 1)."""
+
+
+TableArg = Annotated[str, typer.Argument(
+    help="The table: its directory (a path or fsspec URL such as s3://bucket/wh/db.db/t), or "
+         "'database.table' together with --warehouse.", metavar="TABLE", show_default=False)]
+WarehouseOpt = Annotated[str | None, typer.Option(
+    "--warehouse", "-w", metavar="WAREHOUSE", help="Warehouse to find TABLE in; TABLE is then 'database.table'.")]
+StorageOpt = Annotated[list[str] | None, typer.Option(
+    "--storage-option", "-o", metavar="KEY=VALUE",
+    help="fsspec storage option for the URL (repeatable), e.g. -o endpoint_url=http://localhost:9000.")]
+
+
+def storage_options(pairs: list[str] | None) -> dict[str, str] | None:
+    """``KEY=VALUE`` pairs as a dict (None when none were given)."""
+    if not pairs:
+        return None
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--storage-option takes KEY=VALUE, got {pair!r}")
+        options[key] = value
+    return options
+
+
+def load_table(table: str, warehouse: str | None, storage: list[str] | None) -> Table:
+    """Open TABLE: a directory, or ``database.table`` in ``warehouse``."""
+    options = storage_options(storage)
+    if warehouse is not None:
+        return Catalog(warehouse, options).get_table(table)
+    return open_table(table, options)
+
+
+def duration(text: str, flag: str) -> dt.timedelta:
+    """A Paimon duration (``1 h``, ``30 min``, ``1 d``; a bare number is milliseconds)."""
+    try:
+        return dt.timedelta(milliseconds=parse_duration_ms(text))
+    except ValueError as error:
+        raise UsageError(f"{flag}: {error}") from None

@@ -1,0 +1,292 @@
+"""The ``--where`` language: a small SQL-like filter parsed into a pyarrow compute expression.
+
+Grammar (keywords in any case)::
+
+    expr       := and_expr (OR and_expr)*
+    and_expr   := not_expr (AND not_expr)*
+    not_expr   := NOT not_expr | predicate
+    predicate  := '(' expr ')'
+                | operand (('=' | '==' | '!=' | '<>' | '<' | '<=' | '>' | '>=') operand
+                           | IS [NOT] NULL | [NOT] IN '(' literal (',' literal)* ')')?
+    operand    := column | literal
+    literal    := 'text' | number | TRUE | FALSE | NULL
+
+A column is a bare name (letters, digits, ``_``, ``.``, ``$``) or a ``"quoted name"``; text
+literals use single quotes (``''`` for a quote inside). A literal compared with a column takes
+the column's type (``d >= '2024-01-01'`` compares dates), so a value the type cannot hold is an
+error naming the column, not a silent mismatch. A bare column of type bool is a predicate.
+"""
+
+from __future__ import annotations
+
+import decimal
+import enum
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class WhereError(ValueError):
+    """A ``--where`` expression that does not parse or does not fit the table's columns."""
+
+    def __init__(self, message: str, *, text: str, position: int) -> None:
+        near = text[position:position + 20] or "the end"
+        super().__init__(f"--where: {message} at character {position + 1} (near {near!r})")
+        self.position = position
+
+
+class _Kind(enum.Enum):
+    NAME = "name"
+    QUOTED_NAME = "quoted name"
+    STRING = "string"
+    NUMBER = "number"
+    OPERATOR = "operator"
+    PUNCT = "punctuation"
+    END = "end"
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: _Kind
+    text: str
+    position: int
+
+
+_TOKEN = re.compile(r"""
+    (?P<space>\s+)
+  | (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)
+  | (?P<string>'(?:[^']|'')*')
+  | (?P<quoted>"(?:[^"]|"")*")
+  | (?P<name>[A-Za-z_$][\w.$]*)
+  | (?P<operator>==|!=|<>|<=|>=|=|<|>)
+  | (?P<punct>[(),])
+""", re.VERBOSE)
+_KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE"}
+_COMPARISONS = {
+    "=": pc.equal, "==": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal,
+    "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal,
+}
+
+
+def _tokens(text: str) -> list[_Token]:
+    found: list[_Token] = []
+    position = 0
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None:
+            raise WhereError(f"unexpected character {text[position]!r}", text=text, position=position)
+        kind = match.lastgroup
+        if kind == "number":
+            # "a-1" is not an expression here: a sign starts a number only where a value may
+            # start (first, or after an operator, a parenthesis, a comma or a keyword).
+            previous = found[-1] if found else None
+            after_value = previous is not None and (
+                previous.kind in (_Kind.QUOTED_NAME, _Kind.STRING, _Kind.NUMBER)
+                or (previous.kind is _Kind.NAME and previous.text.upper() not in _KEYWORDS)
+                or (previous.kind is _Kind.PUNCT and previous.text == ")"))
+            if match.group()[0] in "+-" and after_value:
+                raise WhereError("arithmetic is not supported", text=text, position=position)
+            found.append(_Token(_Kind.NUMBER, match.group(), position))
+        elif kind == "string":
+            found.append(_Token(_Kind.STRING, match.group()[1:-1].replace("''", "'"), position))
+        elif kind == "quoted":
+            found.append(_Token(_Kind.QUOTED_NAME, match.group()[1:-1].replace('""', '"'), position))
+        elif kind == "name":
+            found.append(_Token(_Kind.NAME, match.group(), position))
+        elif kind == "operator":
+            found.append(_Token(_Kind.OPERATOR, match.group(), position))
+        elif kind == "punct":
+            found.append(_Token(_Kind.PUNCT, match.group(), position))
+        position = match.end()
+    found.append(_Token(_Kind.END, "", len(text)))
+    return found
+
+
+@dataclass(frozen=True)
+class _Column:
+    name: str
+    type: pa.DataType
+
+
+@dataclass(frozen=True)
+class _Literal:
+    value: object  # None, bool, int, float or str, as written
+    position: int
+
+
+_Operand = _Column | _Literal
+
+
+class _Parser:
+    """Recursive descent over the tokens, one method per grammar rule."""
+
+    def __init__(self, text: str, schema: pa.Schema) -> None:
+        self.text = text
+        self.schema = schema
+        self.tokens = _tokens(text)
+        self.index = 0
+
+    # -- tokens -----------------------------------------------------------------------------
+
+    @property
+    def current(self) -> _Token:
+        return self.tokens[self.index]
+
+    def _fail(self, message: str, token: _Token | None = None) -> WhereError:
+        return WhereError(message, text=self.text, position=(token or self.current).position)
+
+    def _keyword(self, *words: str) -> bool:
+        """Consume the current token when it is one of ``words`` (a keyword)."""
+        token = self.current
+        if token.kind is _Kind.NAME and token.text.upper() in words:
+            self.index += 1
+            return True
+        return False
+
+    def _punct(self, char: str) -> bool:
+        if self.current.kind is _Kind.PUNCT and self.current.text == char:
+            self.index += 1
+            return True
+        return False
+
+    def _expect_punct(self, char: str) -> None:
+        if not self._punct(char):
+            raise self._fail(f"expected {char!r}")
+
+    # -- grammar ----------------------------------------------------------------------------
+
+    def _at_end(self) -> bool:
+        return self.current.kind is _Kind.END
+
+    def parse(self) -> pc.Expression:
+        if self._at_end():
+            raise self._fail("empty expression")
+        expression = self._or()
+        if not self._at_end():
+            raise self._fail("expected AND, OR or the end")
+        return expression
+
+    def _or(self) -> pc.Expression:
+        expression = self._and()
+        while self._keyword("OR"):
+            expression = expression | self._and()
+        return expression
+
+    def _and(self) -> pc.Expression:
+        expression = self._not()
+        while self._keyword("AND"):
+            expression = expression & self._not()
+        return expression
+
+    def _not(self) -> pc.Expression:
+        if self._keyword("NOT"):
+            return ~self._not()
+        return self._predicate()
+
+    def _predicate(self) -> pc.Expression:
+        if self._punct("("):
+            inner = self._or()
+            self._expect_punct(")")
+            return inner
+        start = self.current
+        left = self._operand()
+        token = self.current
+        if token.kind is _Kind.OPERATOR:
+            self.index += 1
+            right = self._operand()
+            return self._compare(token.text, left, right, token)
+        if self._keyword("IS"):
+            negate = self._keyword("NOT")
+            if not self._keyword("NULL"):
+                raise self._fail("expected NULL after IS")
+            field = self._field(left, start)
+            return ~pc.is_null(field) if negate else pc.is_null(field)
+        if self._keyword("NOT"):
+            if not self._keyword("IN"):
+                raise self._fail("expected IN after NOT")
+            return ~self._in(left, start)
+        if self._keyword("IN"):
+            return self._in(left, start)
+        if isinstance(left, _Column) and pa.types.is_boolean(left.type):
+            return pc.field(left.name)
+        raise self._fail("expected a comparison (=, !=, <, <=, >, >=), IS [NOT] NULL or IN")
+
+    def _in(self, left: _Operand, start: _Token) -> pc.Expression:
+        column = self._column_of(left, start, "IN")
+        self._expect_punct("(")
+        values = [self._literal()]
+        while self._punct(","):
+            values.append(self._literal())
+        self._expect_punct(")")
+        array = pa.array([self._coerce(v, column) for v in values], type=column.type)
+        return pc.is_in(pc.field(column.name), value_set=array)
+
+    def _operand(self) -> _Operand:
+        token = self.current
+        if token.kind is _Kind.QUOTED_NAME or (token.kind is _Kind.NAME and token.text.upper() not in _KEYWORDS):
+            self.index += 1
+            if token.text not in self.schema.names:
+                raise self._fail(f"unknown column {token.text!r}; the table has {', '.join(self.schema.names)}",
+                                 token)
+            return _Column(token.text, self.schema.field(token.text).type)
+        return self._literal()
+
+    def _literal(self) -> _Literal:
+        token = self.current
+        value: object
+        if token.kind is _Kind.STRING:
+            value = token.text
+        elif token.kind is _Kind.NUMBER:
+            value = float(token.text) if any(c in token.text for c in ".eE") else int(token.text)
+        elif token.kind is _Kind.NAME and token.text.upper() in ("TRUE", "FALSE"):
+            value = token.text.upper() == "TRUE"
+        elif token.kind is _Kind.NAME and token.text.upper() == "NULL":
+            value = None
+        else:
+            raise self._fail("expected a column or a value")
+        self.index += 1
+        return _Literal(value, token.position)
+
+    # -- typing -----------------------------------------------------------------------------
+
+    def _column_of(self, operand: _Operand, token: _Token, what: str) -> _Column:
+        if not isinstance(operand, _Column):
+            raise self._fail(f"{what} needs a column on its left", token)
+        return operand
+
+    def _field(self, operand: _Operand, token: _Token) -> pc.Expression:
+        return pc.field(self._column_of(operand, token, "IS NULL").name)
+
+    def _coerce(self, literal: _Literal, column: _Column) -> pa.Scalar:
+        """``literal`` as a value of ``column``'s type (a cast, so '2024-01-01' is a date)."""
+        if literal.value is None:
+            raise WhereError("NULL compares as unknown; use IS NULL", text=self.text, position=literal.position)
+        try:
+            if pa.types.is_decimal(column.type) and not isinstance(literal.value, bool):
+                # Through Decimal: an int64 or double literal cast to decimal(10, 2) would need
+                # the precision of its own type, and a double is not exact.
+                return pa.scalar(decimal.Decimal(str(literal.value)), type=column.type)
+            return pa.scalar(literal.value).cast(column.type)
+        except decimal.InvalidOperation:
+            raise WhereError(f"{literal.value!r} is not a value of column {column.name!r} ({column.type})",
+                             text=self.text, position=literal.position) from None
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError) as error:
+            raise WhereError(f"{literal.value!r} is not a value of column {column.name!r} ({column.type}): "
+                             f"{str(error).splitlines()[0]}", text=self.text, position=literal.position) from None
+
+    def _compare(self, operator: str, left: _Operand, right: _Operand, token: _Token) -> pc.Expression:
+        compare = _COMPARISONS[operator]
+        if isinstance(left, _Column) and isinstance(right, _Column):
+            return compare(pc.field(left.name), pc.field(right.name))
+        if isinstance(left, _Column) and isinstance(right, _Literal):
+            return compare(pc.field(left.name), pc.scalar(self._coerce(right, left)))
+        if isinstance(left, _Literal) and isinstance(right, _Column):
+            return compare(pc.scalar(self._coerce(left, right)), pc.field(right.name))
+        raise self._fail("a comparison needs a column on one side", token)
+
+
+def parse_where(text: str, schema: pa.Schema) -> pc.Expression:
+    """The filter ``text`` means over rows of ``schema`` (WhereError pointing at the bad token)."""
+    return _Parser(text, schema).parse()

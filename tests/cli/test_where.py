@@ -1,0 +1,95 @@
+"""The ``--where`` language, in process: what each construct selects, literal typing, and
+errors that point at the bad token."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+
+import pyarrow as pa
+import pytest
+
+from changelake.cli.where import WhereError, parse_where
+
+ROWS = pa.table({
+    "id": pa.array([1, 2, 3, 4], pa.int64()),
+    "name": pa.array(["a", "b", None, "it's"]),
+    "d": pa.array([dt.date(2024, 1, 1), dt.date(2024, 2, 1), None, dt.date(2024, 3, 1)], pa.date32()),
+    "price": pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("3.00"), decimal.Decimal("0.25")],
+                      pa.decimal128(10, 2)),
+    "flag": pa.array([True, False, None, True]),
+    "my col": pa.array([10.0, 20.0, 30.0, 40.0]),
+})
+
+
+def ids(where: str) -> list[int]:
+    return ROWS.filter(parse_where(where, ROWS.schema))["id"].to_pylist()
+
+
+@pytest.mark.parametrize(("where", "expected"), [
+    ("id = 2", [2]),
+    ("id == 2", [2]),
+    ("id != 2", [1, 3, 4]),
+    ("id <> 2", [1, 3, 4]),
+    ("id < 2", [1]),
+    ("id <= 2", [1, 2]),
+    ("id > 2", [3, 4]),
+    ("id >= 2", [2, 3, 4]),
+    ("2 < id", [3, 4]),
+    ("id > -1 and id < 3", [1, 2]),
+    ("id > 3 or -2 > id or not +1 < id", [1, 4]),
+    ("id = 1 OR id = 4", [1, 4]),
+    ("NOT id = 1", [2, 3, 4]),
+    ("not (id = 1 or id = 2) and id != 4", [3]),
+    ("id = 1 or id = 2 and id = 3", [1]),  # AND binds tighter than OR
+    ("(id = 1 or id = 2) and id = 2", [2]),
+    ("id IN (1, 3, 9)", [1, 3]),
+    ("id not in (1, 3)", [2, 4]),
+    ("name IS NULL", [3]),
+    ("name is not null", [1, 2, 4]),
+    ("name = 'it''s'", [4]),
+    ("name in ('a', 'b')", [1, 2]),
+    ("d >= '2024-02-01'", [2, 4]),
+    ("d = '2024-01-01' or d is null", [1, 3]),
+    ("price > 1", [1, 3]),
+    ("price = 0.25", [4]),
+    ("flag", [1, 4]),
+    ("flag = false", [2]),
+    ("flag = TRUE", [1, 4]),
+    ('"my col" >= 30', [3, 4]),
+    ("id < price", [1]),
+    ("price in (3, 0.25)", [3, 4]),
+])
+def test_selects(where: str, expected: list[int]) -> None:
+    assert ids(where) == expected
+
+
+@pytest.mark.parametrize(("where", "message", "position"), [
+    ("", "empty expression", 1),
+    ("id = = 3", "expected a column or a value", 6),
+    ("id = 3 and", "expected a column or a value", 11),
+    ("nope = 3", "unknown column 'nope'", 1),
+    ("id = 'x'", "'x' is not a value of column 'id' (int64)", 6),
+    ("d > 'tomorrow'", "is not a value of column 'd' (date32[day])", 5),
+    ("(id = 3", "expected ')'", 8),
+    ("id = 3)", "expected AND, OR or the end", 7),
+    ("id 3", "expected a comparison", 4),
+    ("id = 3 # 4", "unexpected character '#'", 8),
+    ("id is 3", "expected NULL after IS", 7),
+    ("id not 3", "expected IN after NOT", 8),
+    ("1 = 2", "a comparison needs a column on one side", 3),
+    ("id = null", "use IS NULL", 6),
+    ("3 in (1)", "IN needs a column on its left", 1),
+    ("id -1 = 0", "arithmetic is not supported", 4),
+    ("(id) -1 = 0", "arithmetic is not supported", 6),
+    ("name = 'open", "unexpected character", 8),
+    ("price = 'cheap'", "'cheap' is not a value of column 'price'", 9),
+    ("price = 1.234", "is not a value of column 'price'", 9),
+])
+def test_errors_point_at_the_token(where: str, message: str, position: int) -> None:
+    with pytest.raises(WhereError, match=re.escape(message)) as raised:
+        parse_where(where, ROWS.schema)
+    assert raised.value.position == position - 1
+    assert f"at character {position} " in str(raised.value)
+    assert "\n" not in str(raised.value)
