@@ -176,3 +176,31 @@ def test_every_command_has_help(capfd: pytest.CaptureFixture[str]) -> None:
         code, out, _ = run(capfd, *command, "--help")
         assert code == 0
         assert "Usage:" in out and len(out.splitlines()) > 5, command
+
+
+def test_inspect_prints_the_tree_and_draws_a_bucket(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    schema = pa.schema([pa.field("d", pa.date32(), nullable=False), pa.field("id", pa.int64(), nullable=False),
+                        pa.field("v", pa.int64())])
+    made = changelake.Catalog(str(tmp_path)).create_table(
+        "db.lsm", schema, ["d", "id"], partition_keys=["d"],
+        options={"bucket": "2", "num-sorted-run.compaction-trigger": "10"})
+    for value in range(3):
+        made.write(pa.table({"d": [dt.date(2024, 1, 1)] * 20 + [dt.date(2024, 1, 2)] * 4,
+                             "id": list(range(20)) + list(range(4)), "v": [value] * 24}, schema=schema))
+    code, out, _ = run(capfd, "inspect", made.location)
+    assert code == 0
+    assert str(made.inspect()) in out  # the library's summary, as is
+    assert "num-sorted-run.compaction-trigger 10" in out  # why nothing is picked yet
+
+    picture = tmp_path / "tree.png"
+    code, out, _ = run(capfd, "inspect", made.location, "--png", str(picture), "--partition", "d=2024-01-02",
+                       "--bucket", "1")
+    assert code == 0, out
+    assert "wrote" in out and "bucket 1" in out and "2024-01-02" in out
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000
+
+    code, _, err = run(capfd, "inspect", made.location, "--png", str(picture), "--partition", "d=1999-01-01")
+    assert code == 2 and err.startswith("error: --partition: no bucket") and len(err.splitlines()) == 1
+    code, _, err = run(capfd, "inspect", made.location, "--snapshot", "99")
+    assert code == 1 and "snapshot 99" in err

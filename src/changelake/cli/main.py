@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from changelake.cli import browse, maintain, read, tags
+from changelake.cli import browse, inspect, maintain, read, tags
 from changelake.cli.common import CommandError, UsageError
 from changelake.errors import ChangelakeError
 
@@ -48,7 +48,7 @@ def _fail(message: str, code: int) -> NoReturn:
 app = _App(
     name="changelake",
     help="Look at and maintain changelake (Apache Paimon primary-key) tables: list, show, scan, "
-         "read changes, compact, expire, remove orphan files, roll back, tag. TABLE is a table "
+         "read changes, compact, expire, remove orphan files, roll back, tag, inspect the LSM tree. TABLE is a table "
          "directory (path or fsspec URL) or 'database.table' with --warehouse.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -64,4 +64,5 @@ app.command()(maintain.compact)
 app.command()(maintain.expire)
 app.command("remove-orphans")(maintain.remove_orphans)
 app.command()(maintain.rollback)
+app.command()(inspect.inspect)
 app.add_typer(tags.app, name="tag")

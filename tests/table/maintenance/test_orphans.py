@@ -82,3 +82,23 @@ def test_a_time_threshold(tmp_path: Path) -> None:
     _age([str(stray)], days=3)
     assert table.remove_orphan_files(older_than=dt.datetime.now() - dt.timedelta(days=4), dry_run=True) == []
     assert table.remove_orphan_files(older_than=dt.datetime.now() - dt.timedelta(days=2)) == [str(stray)]
+
+
+def test_a_tag_of_an_expired_snapshot_keeps_its_data_not_its_changelog(tmp_path: Path) -> None:
+    """Expiry deletes an expired tagged snapshot's changelog (a tag holds data files only, as in
+    Paimon): orphan cleanup and rollback then pass over the tag's missing changelog list."""
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    table = cl.Catalog(str(tmp_path)).create_table("db.c", schema, primary_keys=["k"],
+                                                   options={"bucket": "1", "changelog-producer": "input"})
+    table.write(pa.table({"k": [1, 2], "v": ["a", "b"]}))
+    table.create_tag("t1", 1)
+    for i in range(3):
+        table.write(pa.table({"k": [i + 10], "v": ["c"]}))
+    table.expire_snapshots(retain_min=1, retain_max=1)
+    changelog_list = table.tag("t1").changelog_manifest_list
+    assert changelog_list is not None and not os.path.exists(table.context.paths.manifest(changelog_list))
+    _age(sorted(_all_files(table.location)), days=2)
+    live_files.MANIFEST_CACHE.clear()  # as a fresh process finds it
+    assert table.remove_orphan_files(dry_run=True) == []
+    table.rollback_to(tag="t1")
+    assert table.scan().to_arrow().sort_by("k").to_pylist() == [{"k": 1, "v": "a"}, {"k": 2, "v": "b"}]

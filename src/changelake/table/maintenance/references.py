@@ -61,8 +61,11 @@ def files_of(ctx: TableContext, snapshot: Snapshot) -> set[str]:
     and the data and changelog files of every entry (DELETE entries too: superset is safe);
     the index manifest and statistics file when set."""
     used = _named(ctx, snapshot.base_manifest_list) | _named(ctx, snapshot.delta_manifest_list)
-    if snapshot.changelog_manifest_list is not None:
-        used |= _named(ctx, snapshot.changelog_manifest_list)
+    # A tag holds its data files, not its changelog: expiry deleted the changelog of a tagged
+    # snapshot that expired (as Paimon's SnapshotDeletion does), so a missing list is fine.
+    changelog = snapshot.changelog_manifest_list
+    if changelog is not None and ctx.file_io.exists(ctx.paths.manifest(changelog)):
+        used |= _named(ctx, changelog)
     if snapshot.index_manifest is not None:
         used.add(ctx.paths.manifest(snapshot.index_manifest))
     if snapshot.statistics is not None:
