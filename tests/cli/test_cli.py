@@ -86,7 +86,7 @@ def test_show_marks_keys_and_lists_options_snapshots_and_buckets(table: changela
                for line in lines if line.startswith("│"))
     assert any("changelog-producer" in line and "input" in line for line in lines)
     assert sum("APPEND" in line for line in lines) == 2
-    assert any("[x]" in line for line in lines) and any("[y]" in line for line in lines)
+    assert any("{x}" in line for line in lines) and any("{y}" in line for line in lines)
 
 
 def test_scan_filters_and_projects(table: changelake.Table) -> None:

@@ -359,3 +359,17 @@ def test_system_tables_read_in_batch_only(tmp_path: Path) -> None:
         source.streamReader(source.schema())
     with pytest.raises(ScanError, match="has no system table 'nope'"):
         ChangelakeDataSource({"path": f"{table.location}$nope"}).schema()
+
+
+def test_the_read_optimized_path_is_a_split_batch_read(tmp_path: Path) -> None:
+    table = _lookup_table(tmp_path)  # lookup: every commit compacts its level 0 up
+    table.compact(full=True)
+    _commit(table, [("a", 8, "v8", "+I")])
+    source = ChangelakeDataSource({"path": f"{table.location}$ro"})
+    assert source.schema().names == table.schema.names
+    reader = source.reader(source.schema())
+    assert isinstance(reader, BatchReader) and len(reader.partitions()) == len(table.scan(read_optimized=True).plan())
+    got = pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)], reader.output.schema)
+    assert _rows(got) == _rows(table.scan(read_optimized=True).to_arrow())
+    with pytest.raises(ScanError, match="'ro' is read in batch only"):
+        source.streamReader(source.schema())

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Scan:
-    """A read of one snapshot, merged to one row per key (deleted keys absent).
+    """A read of one snapshot, merged to one row per key (deleted keys absent). A
+    ``read_optimized`` scan reads only the top level's files, which need no merge: faster, but
+    without the rows written since the last full compaction (Paimon's read-optimized table).
 
     Immutable: :meth:`filter`, :meth:`select`, :meth:`at_snapshot`, :meth:`at_tag` and
     :meth:`at_time` return new scans. Nothing is read until :meth:`plan` or a ``to_*`` call.
@@ -39,6 +41,7 @@ class Scan:
     timestamp_ms: int | None = None
     row_filter: pc.Expression | None = None
     columns: tuple[str, ...] | None = None
+    read_optimized: bool = False  # only files that need no merge: the top level (Paimon's ``$ro``)
 
     @staticmethod
     def of(
@@ -49,9 +52,10 @@ class Scan:
         timestamp_ms: int | None = None,
         filter: pc.Expression | None = None,
         columns: Sequence[str] | None = None,
+        read_optimized: bool = False,
     ) -> Scan:
         """A validated scan (ScanError for contradictory or unknown selections)."""
-        scan = Scan(context, snapshot_id, tag, timestamp_ms)
+        scan = Scan(context, snapshot_id, tag, timestamp_ms, read_optimized=read_optimized)
         if filter is not None:
             scan = scan.filter(filter)
         return scan if columns is None else scan.select(*columns)
@@ -118,6 +122,9 @@ class Scan:
         ``source.split.target-size``, each file weighing at least ``source.split.open-file-cost``."""
         if self.snapshot is None:
             return []
+        if self.read_optimized:
+            top = self.context.options.num_levels - 1
+            return planner.plan(self.context, self.snapshot, self.row_filter, lambda level: level == top)
         return planner.plan(self.context, self.snapshot, self.row_filter)
 
     def read_split(self, split: Split) -> pa.Table:

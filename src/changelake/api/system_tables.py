@@ -35,6 +35,7 @@ class SystemTable(enum.StrEnum):
     PARTITIONS = "partitions"
     BUCKETS = "buckets"
     AUDIT_LOG = "audit_log"
+    RO = "ro"  # read-optimized: the rows of the top level's files only
 
 
 def parse_name(ctx: TableContext, name: str) -> SystemTable:
@@ -120,12 +121,16 @@ def _audit_log(ctx: TableContext) -> pa.Table:
     return rows.add_column(0, pa.field("rowkind", pa.string(), nullable=False), insert)
 
 
+def _read_optimized(ctx: TableContext) -> pa.Table:
+    return Scan.of(ctx, read_optimized=True).to_arrow()
+
+
 _BUILDERS = {
     SystemTable.SNAPSHOTS: _snapshots, SystemTable.SCHEMAS: _schemas, SystemTable.OPTIONS: _options,
     SystemTable.TAGS: _tags, SystemTable.CONSUMERS: _consumers, SystemTable.MANIFESTS: system_files.manifests,
     SystemTable.FILES: system_files.files, SystemTable.PARTITIONS: system_files.partitions,
     SystemTable.BUCKETS: system_files.buckets,
-    SystemTable.AUDIT_LOG: _audit_log,
+    SystemTable.AUDIT_LOG: _audit_log, SystemTable.RO: _read_optimized,
 }
 
 

@@ -187,12 +187,15 @@ class Table:
         timestamp_ms: int | None = None,
         filter: pc.Expression | None = None,
         columns: Sequence[str] | None = None,
+        read_optimized: bool = False,
     ) -> Scan:
         """A merged read of one snapshot (default the latest; or by id, tag or time). The
         result is an immutable builder: ``.filter()``, ``.select()``, ``.at_snapshot()`` and
-        friends return new scans."""
+        friends return new scans. ``read_optimized`` reads only the fully compacted top level
+        (no merge; rows written since the last full compaction are not seen), as Paimon's
+        ``$ro`` table does."""
         return Scan.of(self._context, snapshot_id=snapshot_id, tag=tag, timestamp_ms=timestamp_ms,
-                       filter=filter, columns=columns)
+                       filter=filter, columns=columns, read_optimized=read_optimized)
 
     def stream(
         self,

@@ -76,7 +76,7 @@ def show(
         marks = [m for m, on in (("PK", field["name"] in opened.primary_keys),
                                  ("PARTITION", field["name"] in opened.partition_keys)) if on]
         fields.add_row(*(_cell(v) for v in (field["id"], field["name"], field["type"], " ".join(marks),
-                                             field["description"])))
+                                             field.get("description"))))
     console.print(fields)
     _print_rows(console, "options", opened.system("options"), {"key": "option", "value": "value"})
     tags = opened.system("tags")

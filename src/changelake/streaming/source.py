@@ -103,8 +103,10 @@ class ReadRequest:
     table: Table
     overrides: Mapping[str, str]
     options: TableOptions
-    # A path ``<table>$<name>`` reads the table's system table ``name`` (batch only).
+    # A path ``<table>$<name>`` reads the table's system table ``name`` (batch only); ``$ro``
+    # is a batch read of the top level only, split like any other.
     system: SystemTable | None = None
+    read_optimized: bool = False
 
     @staticmethod
     def of(options: Mapping[str, str]) -> ReadRequest:
@@ -122,6 +124,8 @@ class ReadRequest:
         if parsed.read_changelog and ROWKIND in table.schema.names and system is None:
             raise SchemaError(f"read.changelog adds a {ROWKIND!r} column, and the table has one", table=table.name,
                               column=ROWKIND)
+        if system is SystemTable.RO:
+            return ReadRequest(table, overrides, parsed, None, read_optimized=True)
         return ReadRequest(table, overrides, parsed, system)
 
     @cached_property
@@ -183,20 +187,22 @@ class ChangelakeDataSource(DataSource):
         request = self.request
         if request.system is not None:
             return SystemTableReader(request.table, request.system, Output(arrow_schema(schema)))
-        scan = batch_scan(request.table, request.options).select(*request.columns(schema))
+        scan = batch_scan(request.table, request.options, read_optimized=request.read_optimized)
+        scan = scan.select(*request.columns(schema))
         searchable = frozenset((*request.table.partition_keys, *request.table.primary_keys))
         return BatchReader(scan, searchable, Output(arrow_schema(schema)), kinds=request.options.read_changelog)
 
     def streamReader(self, schema: StructType) -> ChangeStreamReader:
         request = self.request
-        if request.system is not None:
-            raise ScanError(f"system table {request.system.value!r} is read in batch only", table=request.table.name)
+        if request.system is not None or request.read_optimized:
+            name = SystemTable.RO if request.system is None else request.system
+            raise ScanError(f"system table {name.value!r} is read in batch only", table=request.table.name)
         source = ChangeSource.of(request.table.context, request.overrides, request.columns(schema))
         output = Output(arrow_schema(schema), upserts_only=not request.options.read_changelog)
         return ChangeStreamReader(source, Admission.of(request.options), output)
 
 
-def batch_scan(table: Table, options: TableOptions) -> Scan:
+def batch_scan(table: Table, options: TableOptions, *, read_optimized: bool = False) -> Scan:
     """The snapshot a batch read reads: the one ``scan.tag-name``, ``scan.snapshot-id`` or
     ``scan.timestamp-millis`` names (the newest at or before that time), else the latest.
     ``scan.mode`` must agree with them, as for streams."""
@@ -204,7 +210,7 @@ def batch_scan(table: Table, options: TableOptions) -> Scan:
     if mode is ScanMode.COMPACTED_FULL:
         raise OptionError("compacted-full is for streaming reads; a batch read reads one snapshot",
                           table=table.name, option="scan.mode")
-    scan = table.scan()
+    scan = table.scan(read_optimized=read_optimized)
     if options.scan_tag_name is not None:
         return scan.at_tag(options.scan_tag_name)
     if options.scan_snapshot_id is not None:
