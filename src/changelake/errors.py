@@ -149,3 +149,9 @@ class CdcError(ChangelakeError):
     policy, an input column that is missing or not text, a schema column of a type the decoder
     cannot read from JSON, or output columns whose names clash. (A malformed event itself fails
     the Spark task that meets it, with the event's text in the message.)"""
+
+
+class UnsafeStorageError(ChangelakeError):
+    """A commit is refused because the table's store cannot create a file only if it is absent
+    (no conditional writes) and no commit lock is configured: two writers could overwrite each
+    other's snapshot. Pass ``lock=`` to ``Catalog`` or ``open_table`` (see docs/storage.md)."""
