@@ -45,7 +45,7 @@ def _life(catalog: cl.Catalog) -> dict[str, Any]:
         "rows": _rows(table.scan().to_arrow()),
         "changes": _rows(table.changes(0, latest.id).to_arrow()),
         "stream": [(b.snapshot_id, b.kind.value, _rows(b.data)) for b in table.stream(snapshot_id=1)],
-        "tables": catalog.list_tables("db"),
+        "tables": (catalog.list_databases(), catalog.list_tables("db")),
     }
     stray = f"{table.location}/bucket-0/data-stray.parquet"
     catalog.file_io.fs.pipe_file(stray, b"left by a crashed writer")
@@ -170,10 +170,14 @@ def test_a_store_without_conditional_writes_refuses_to_commit_without_a_lock(tmp
     assert set(lock.acquired) == {"warehouse/db.db/t"}
 
 
-def test_a_locked_store_without_conditional_writes_loses_no_concurrent_commit(tmp_path: Path) -> None:
+def test_a_locked_store_without_conditional_writes_loses_no_concurrent_commit(
+    s3: S3Endpoint, s3_warehouse: str
+) -> None:
+    # "dir" over S3: puts are atomic for readers, but nothing says create-if-absent.
+    target = {**s3.storage_options, "use_listings_cache": False}
+    options = {"path": s3_warehouse, "target_protocol": "s3", "target_options": target}
     lock = ThreadLock()
-    catalog = cl.Catalog("dir://warehouse", storage_options={"path": str(tmp_path), "target_protocol": "file"},
-                         lock=lock)
+    catalog = cl.Catalog("dir://warehouse", storage_options=options, lock=lock)
     table = catalog.create_table("db.t", SCHEMA, ["id"])
     start = threading.Barrier(3)
 
