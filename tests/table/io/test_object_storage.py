@@ -136,6 +136,15 @@ def test_a_lost_race_on_s3_is_retried_with_the_next_snapshot_id(
                                               {"id": 3, "v": "loser"}]
 
 
+def test_a_conditional_put_on_s3_fails_on_another_object_not_on_its_own(s3: S3Endpoint, s3_warehouse: str) -> None:
+    file_io, root = FileIO.for_url(s3_warehouse, s3.storage_options)
+    path = f"{root}/t/snapshot/snapshot-1"
+    assert file_io.create_if_absent(path, b"mine")
+    assert file_io.create_if_absent(path, b"mine")  # a client retry of a put that landed
+    assert not file_io.create_if_absent(path, b"theirs")
+    assert file_io.read_bytes(path) == b"mine"
+
+
 class ThreadLock:
     """A commit lock for the threads of one process: one mutex per table directory (a lock
     for writers in several processes would hold a DynamoDB or ZooKeeper client)."""

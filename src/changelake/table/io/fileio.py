@@ -118,7 +118,8 @@ class FileIO:
         """Atomically create ``path`` with ``data``; False if it already exists.
 
         Local: a temp file hard-linked to the final name (link fails if the name exists), so
-        no reader sees a partial file. S3: one conditional put (``If-None-Match: *``). In
+        no reader sees a partial file. S3: one conditional put (``If-None-Match: *``; an
+        object found holding exactly ``data`` is this put's own, retried by the client). In
         memory: check and put under a process-wide mutex. With a commit lock configured, all
         of this runs while the table's lock is held, and a store with none of these checks
         and puts under the lock; without one, such a store refuses (UnsafeStorageError): it
@@ -137,7 +138,9 @@ class FileIO:
                 try:
                     self.fs.pipe_file(path, data, mode="create")
                 except FileExistsError:  # s3fs's translation of 412 Precondition Failed
-                    return False
+                    # A put whose response was lost is retried by the client and then finds
+                    # its own object: ours only if it holds our bytes.
+                    return bool(self.fs.cat_file(path) == data)
                 return True
             case AtomicCreate.PROCESS_LOCK:
                 with MEMORY_LOCK:
