@@ -29,6 +29,12 @@ class S3Endpoint:
         return {"key": "testing", "secret": "testing",
                 "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": REGION}}
 
+    @property
+    def paimon_options(self) -> dict[str, str]:
+        """The same settings as Paimon's S3 options (pypaimon's catalog, the Spark data source)."""
+        return {"s3.endpoint": self.endpoint_url, "s3.access-key": "testing", "s3.secret-key": "testing",
+                "s3.region": REGION, "s3.path-style-access": "true"}
+
     def new_warehouse(self) -> str:
         """An ``s3://`` URL under which nothing exists yet."""
         return f"s3://{self.bucket}/{uuid.uuid4().hex}"

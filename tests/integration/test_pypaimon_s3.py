@@ -7,7 +7,7 @@ import pyarrow as pa
 from pypaimon import CatalogFactory
 
 import changelake as cl
-from s3_support import REGION, S3Endpoint
+from s3_support import S3Endpoint
 
 
 def test_pypaimon_reads_a_table_written_on_s3(s3: S3Endpoint, s3_warehouse: str) -> None:
@@ -18,9 +18,7 @@ def test_pypaimon_reads_a_table_written_on_s3(s3: S3Endpoint, s3_warehouse: str)
     table.compact(full=True)
     table.write(pa.table({"id": [1], "v": ["A"]}))
 
-    catalog = CatalogFactory.create({
-        "warehouse": s3_warehouse, "s3.endpoint": s3.endpoint_url, "s3.access-key": "testing",
-        "s3.secret-key": "testing", "s3.region": REGION, "s3.path-style-access": "true"})
+    catalog = CatalogFactory.create({"warehouse": s3_warehouse, **s3.paimon_options})
     read_builder = catalog.get_table("db.t").new_read_builder()
     theirs = read_builder.new_read().to_arrow(read_builder.new_scan().plan().splits())
     expected = [{"id": 1, "v": "A"}, {"id": 2, "v": "B"}, {"id": 3, "v": "c"}, {"id": 4, "v": "d"}]

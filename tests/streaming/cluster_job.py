@@ -12,9 +12,9 @@ prints one JSON object for the test to check:
 * ``rows``: the table's rows; ``changes``: its changelog from snapshot 0 (each with ``rowkind``).
 
 Run as ``cluster_job.py --master spark://HOST:PORT --input DIR --checkpoint DIR --table LOCATION
---schema DDL [--storage-options JSON]`` (the events' schema, as a Spark DDL string; the table's
-fsspec storage options, e.g. for ``s3://``: the executors get them inside the pickled table,
-not from their environment).
+--schema DDL [--storage-options JSON --read-options JSON]`` (the events' schema, as a Spark DDL
+string; for a table on S3, its fsspec storage options and Paimon's ``s3.*`` options for the data
+source: the executors get them inside the pickled table, not from their environment).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--table", required=True)
     parser.add_argument("--schema", required=True)
     parser.add_argument("--storage-options", type=json.loads, default=None)
+    parser.add_argument("--read-options", type=json.loads, default={})
     args = parser.parse_args(argv)
     quick_jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # short-lived JVMs on a small shared machine
     spark = (
@@ -76,20 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     latest = table.latest_snapshot()
     assert latest is not None, "the query wrote nothing"
     appends = [s for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
-    if args.storage_options:
-        # The data source takes no storage options (its options are table options): the
-        # changelog is read here.
-        changes = table.changes(0, latest.id).to_arrow().to_pylist()
-    else:
-        # The changelog, read back by a streaming query of the `changelake` data source: the
-        # splits are planned here and read in the executors.
-        streaming.register(spark)
-        reader = (spark.readStream.format("changelake").option("read.changelog", "true")
-                  .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").load(args.table))
-        read = (reader.writeStream.format("memory").queryName("changes")
-                .option("checkpointLocation", f"{args.checkpoint}-read").trigger(availableNow=True).start())
-        read.awaitTermination()
-        changes = [row.asDict() for row in spark.table("changes").collect()]
+    # The changelog, read back by a streaming query of the `changelake` data source: the
+    # splits are planned here and read in the executors.
+    streaming.register(spark)
+    reader = (spark.readStream.format("changelake").options(**args.read_options).option("read.changelog", "true")
+              .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").load(args.table))
+    read = (reader.writeStream.format("memory").queryName("changes")
+            .option("checkpointLocation", f"{args.checkpoint}-read").trigger(availableNow=True).start())
+    read.awaitTermination()
+    changes = [row.asDict() for row in spark.table("changes").collect()]
     context = spark.sparkContext
     print(json.dumps({
         "master": context.master,

@@ -4,7 +4,8 @@ by tasks in executor JVMs that the worker launched, not in the driver, and the t
 changelog come out as the feed says.
 
 It runs twice: with the table on local disk, and on S3 (moto's endpoint on loopback, the
-``s3`` fixture), whose storage options reach the executors inside the pickled table.
+``s3`` fixture), whose storage options (the sink's table's; the data source's ``s3.*`` options)
+reach the executors inside the pickled table, not through their environment.
 
 Each Spark runs in its own process (a process holds one SparkContext, and this one's belongs to
 the test session); everything started here is killed at the end.
@@ -77,7 +78,8 @@ def test_a_standalone_cluster_writes_the_stream_on_its_executors(
         table = cl.Catalog(s3.new_warehouse(), storage_options=s3.storage_options).create_table(
             "db.t", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
             options={"bucket": "2", "changelog-producer": "lookup"})
-        storage_args = ["--storage-options", json.dumps(s3.storage_options)]
+        storage_args = ["--storage-options", json.dumps(s3.storage_options),
+                        "--read-options", json.dumps(s3.paimon_options)]
     else:
         table = make_table(tmp_path, **{"changelog-producer": "lookup"})
     source = tmp_path / "in"

@@ -76,6 +76,19 @@ def test_a_table_on_s3_travels_to_another_process_by_pickling(s3: S3Endpoint, s3
     assert copy.scan().to_arrow().to_pylist() == [{"id": 1, "v": "a"}]
 
 
+def test_fsspec_configuration_travels_with_the_table(
+    s3: S3Endpoint, s3_warehouse: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cl.Catalog(s3_warehouse, storage_options=s3.storage_options).create_table("db.t", SCHEMA, ["id"]).write(
+        pa.table({"id": [1], "v": ["a"]}))
+    monkeypatch.setitem(fsspec.config.conf, "s3", s3.storage_options)
+    table = cl.open_table(f"{s3_warehouse}/db.db/t")  # as the Spark data source opens it
+    monkeypatch.delitem(fsspec.config.conf, "s3")
+    copy = pickle.loads(pickle.dumps(table))  # what an executor gets
+    assert copy.context.file_io.storage_options == s3.storage_options
+    assert copy.scan().to_arrow().to_pylist() == [{"id": 1, "v": "a"}]
+
+
 def test_concurrent_committers_on_s3_lose_nothing(s3: S3Endpoint, s3_warehouse: str) -> None:
     catalog = cl.Catalog(s3_warehouse, storage_options=s3.storage_options)
     table = catalog.create_table("db.t", SCHEMA, ["id"], options={"bucket": "1"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any
 
 import fsspec
 import pyarrow.fs as pafs
+from fsspec.config import apply_config
 from fsspec.implementations.local import LocalFileSystem
 
 from changelake.errors import UnsafeStorageError
@@ -34,9 +36,13 @@ class FileIO:
     @staticmethod
     def for_url(url: str, storage_options: dict[str, Any] | None = None, *,
                 lock: CommitLock | None = None) -> tuple[FileIO, str]:
-        """The FileIO of a URL (or local path) and the path inside that filesystem."""
-        options = dict(storage_options or {})
-        fs, path = fsspec.core.url_to_fs(url, **options)
+        """The FileIO of a URL (or local path) and the path inside that filesystem.
+
+        fsspec's own configuration for the protocol (``fsspec.config.conf``, filled from its
+        config files and ``FSSPEC_*`` variables) joins the options, explicit ones winning: a
+        process that unpickles the FileIO (a Spark executor) opens the same store."""
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        options: dict[str, Any] = copy.deepcopy(apply_config(type(fs), dict(storage_options or {})))
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         if isinstance(fs, LocalFileSystem):
             path = os.path.abspath(path)
