@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ class FileIO:
         config files and ``FSSPEC_*`` variables) joins the options, explicit ones winning: a
         process that unpickles the FileIO (a Spark executor) opens the same store."""
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        options: dict[str, Any] = copy.deepcopy(apply_config(type(fs), dict(storage_options or {})))
+        options: dict[str, Any] = apply_config(type(fs), dict(storage_options or {}))
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         if isinstance(fs, LocalFileSystem):
             path = os.path.abspath(path)
