@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from changelake.table.commit import renumber
+from s3_support import S3Endpoint, moto_s3
 from spark_support import java_reason, session_builder
 
 
@@ -41,3 +42,15 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Endpoint]:
+    """moto's S3 server on loopback, shared by the session, with one bucket."""
+    yield from moto_s3()
+
+
+@pytest.fixture
+def s3_warehouse(s3: S3Endpoint) -> str:
+    """A fresh ``s3://`` warehouse URL on the moto endpoint (storage options: ``s3.storage_options``)."""
+    return s3.new_warehouse()

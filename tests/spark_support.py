@@ -17,7 +17,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from changelake import streaming
+from changelake import Table, streaming
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -49,7 +49,8 @@ def session_builder(app: str, master: str = "local[2]") -> SparkSession.Builder:
     )
 
 
-def write_event_stream(spark: SparkSession, events: str, schema: str, table: str, checkpoint: str) -> StreamingQuery:
+def write_event_stream(spark: SparkSession, events: str, schema: str, table: Table | str,
+                       checkpoint: str) -> StreamingQuery:
     """Stream the JSON change-event files of directory ``events`` (one micro-batch per file,
     in modification order) into ``table`` through the exactly-once sink, until every file
     present at the start is written (AvailableNow); the finished query."""

@@ -14,6 +14,7 @@ from changelake.options import TableOptions
 from changelake.table.commit.message import CommitMessage
 from changelake.table.format.kv import RowKind
 from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.io.atomic import CommitLock
 from changelake.table.lsm.inspection import BucketInspection, TableInspection
 from changelake.table.lsm.universal import PickRule
 from changelake.table.read.planner import Split
@@ -32,6 +33,7 @@ __all__ = [
     "ChangelogProducer",
     "Changes",
     "CommitKind",
+    "CommitLock",
     "CommitMessage",
     "ExpireResult",
     "MergeEngineKind",

@@ -154,3 +154,9 @@ class CdcError(ChangelakeError):
 class MissingExtraError(ChangelakeError, ImportError):
     """An optional library a feature needs is not installed; the message names the extra to
     install (``pip install 'changelake[polars]'``)."""
+
+
+class UnsafeStorageError(ChangelakeError):
+    """A commit is refused because the table's store cannot create a file only if it is absent
+    (no conditional writes) and no commit lock is configured: two writers could overwrite each
+    other's snapshot. Pass ``lock=`` to ``Catalog`` or ``open_table`` (see docs/storage.md)."""

@@ -12,7 +12,9 @@ prints one JSON object for the test to check:
 * ``rows``: the table's rows; ``changes``: its changelog from snapshot 0 (each with ``rowkind``).
 
 Run as ``cluster_job.py --master spark://HOST:PORT --input DIR --checkpoint DIR --table LOCATION
---schema DDL`` (the events' schema, as a Spark DDL string).
+--schema DDL [--storage-options JSON --read-options JSON]`` (the events' schema, as a Spark DDL
+string; for a table on S3, its fsspec storage options and Paimon's ``s3.*`` options for the data
+source: the executors get them inside the pickled table, not from their environment).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--table", required=True)
     parser.add_argument("--schema", required=True)
+    parser.add_argument("--storage-options", type=json.loads, default=None)
+    parser.add_argument("--read-options", type=json.loads, default={})
     args = parser.parse_args(argv)
     quick_jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # short-lived JVMs on a small shared machine
     spark = (
@@ -66,16 +70,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    query = write_event_stream(spark, args.input, args.schema, args.table, args.checkpoint)
+    table = cl.open_table(args.table, args.storage_options)
+    query = write_event_stream(spark, args.input, args.schema, table, args.checkpoint)
 
-    table = cl.open_table(args.table)
+    table.refresh()
     latest = table.latest_snapshot()
     assert latest is not None, "the query wrote nothing"
     appends = [s for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
     # The changelog, read back by a streaming query of the `changelake` data source: the
     # splits are planned here and read in the executors.
     streaming.register(spark)
-    reader = (spark.readStream.format("changelake").option("read.changelog", "true")
+    reader = (spark.readStream.format("changelake").options(**args.read_options).option("read.changelog", "true")
               .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").load(args.table))
     read = (reader.writeStream.format("memory").queryName("changes")
             .option("checkpointLocation", f"{args.checkpoint}-read").trigger(availableNow=True).start())

@@ -3,6 +3,10 @@ a driver in its own process streams a change feed into a lookup table; the batch
 by tasks in executor JVMs that the worker launched, not in the driver, and the table and its
 changelog come out as the feed says.
 
+It runs twice: with the table on local disk, and on S3 (moto's endpoint on loopback, the
+``s3`` fixture), whose storage options (the sink's table's; the data source's ``s3.*`` options)
+reach the executors inside the pickled table, not through their environment.
+
 Each Spark runs in its own process (a process holds one SparkContext, and this one's belongs to
 the test session); everything started here is killed at the end.
 """
@@ -20,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sink import SPARK_SCHEMA, events, make_table, model
+from test_sink import SCHEMA, SPARK_SCHEMA, events, make_table, model
 
+import changelake as cl
 from spark_support import child_env, end_session, java_reason
 
 JOB = str(Path(__file__).with_name("cluster_job.py"))
@@ -57,14 +62,26 @@ def fold(changes: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[Any, Any]
     return state
 
 
-def test_a_standalone_cluster_writes_the_stream_on_its_executors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_a_standalone_cluster_writes_the_stream_on_its_executors(
+    tmp_path: Path, storage: str, request: pytest.FixtureRequest
+) -> None:
     reason = java_reason()
     if reason is not None:
         pytest.skip(reason)
     import pyspark
 
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-    table = make_table(tmp_path, **{"changelog-producer": "lookup"})
+    storage_args: list[str] = []
+    if storage == "s3":
+        s3 = request.getfixturevalue("s3")
+        table = cl.Catalog(s3.new_warehouse(), storage_options=s3.storage_options).create_table(
+            "db.t", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+            options={"bucket": "2", "changelog-producer": "lookup"})
+        storage_args = ["--storage-options", json.dumps(s3.storage_options),
+                        "--read-options", json.dumps(s3.paimon_options)]
+    else:
+        table = make_table(tmp_path, **{"changelog-producer": "lookup"})
     source = tmp_path / "in"
     source.mkdir()
     for b in range(BATCHES):
@@ -93,7 +110,7 @@ def test_a_standalone_cluster_writes_the_stream_on_its_executors(tmp_path: Path)
         with logs["driver"].open("wb") as log:
             driver = subprocess.Popen(
                 [sys.executable, JOB, "--master", master_url, "--input", str(source), "--table", str(table.location),
-                 "--checkpoint", str(tmp_path / "checkpoint"), "--schema", SPARK_SCHEMA],
+                 "--checkpoint", str(tmp_path / "checkpoint"), "--schema", SPARK_SCHEMA, *storage_args],
                 env=env, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
             daemons.append(driver)
             out, _ = driver.communicate(timeout=240)

@@ -9,6 +9,7 @@ import pyarrow as pa
 from changelake.api.table import Table
 from changelake.errors import DatabaseAlreadyExistsError, DatabaseNotFoundError, SchemaError
 from changelake.table import metadata
+from changelake.table.io.atomic import CommitLock
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
 
@@ -23,10 +24,17 @@ def _split_name(name: str) -> tuple[str, str]:
 
 
 class Catalog:
-    """Databases and tables under a warehouse directory (a path or any fsspec URL)."""
+    """Databases and tables under a warehouse directory (a path or any fsspec URL).
 
-    def __init__(self, warehouse: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.file_io, self.warehouse = FileIO.for_url(str(warehouse), storage_options)
+    ``storage_options`` go to the fsspec filesystem (e.g. s3fs's ``key``, ``secret``,
+    ``endpoint_url``). ``lock`` is a commit lock (Paimon's ``lock.enabled`` catalog lock): a
+    callable taking a table directory and returning a context manager; stores without
+    conditional writes need one to commit (see docs/storage.md).
+    """
+
+    def __init__(self, warehouse: str, storage_options: dict[str, Any] | None = None, *,
+                 lock: CommitLock | None = None) -> None:
+        self.file_io, self.warehouse = FileIO.for_url(str(warehouse), storage_options, lock=lock)
 
     def __repr__(self) -> str:
         return f"Catalog({self.warehouse!r})"
@@ -86,9 +94,11 @@ class Catalog:
         return Table(metadata.open_context(self.file_io, f"{db_dir}/{table_name}", name))
 
 
-def open_table(path: str, storage_options: dict[str, Any] | None = None) -> Table:
-    """Open the table in directory ``path`` (a local path or any fsspec URL)."""
-    file_io, root = FileIO.for_url(str(path), storage_options)
+def open_table(path: str, storage_options: dict[str, Any] | None = None, *,
+               lock: CommitLock | None = None) -> Table:
+    """Open the table in directory ``path`` (a local path or any fsspec URL), with the
+    filesystem's ``storage_options`` and a commit ``lock`` as for :class:`Catalog`."""
+    file_io, root = FileIO.for_url(str(path), storage_options, lock=lock)
     parts = root.rstrip("/").rsplit("/", 2)
     name = f"{parts[-2].removesuffix(_DB_SUFFIX)}.{parts[-1]}" if len(parts) >= 2 else parts[-1]
     return Table(metadata.open_context(file_io, root, name))

@@ -86,8 +86,9 @@ class Table:
 
     @property
     def location(self) -> str:
-        """The table directory (a path inside its filesystem)."""
-        return self._context.paths.root
+        """The table directory: a local path, or a URL (``s3://...``) that ``open_table`` takes
+        back (with the same storage options)."""
+        return self._context.file_io.url(self._context.paths.root)
 
     # -- schema evolution -----------------------------------------------------------------
 

@@ -140,7 +140,7 @@ class FullCompactionChangelog(_CompactionChangelog):
 
 def lookup_cache(ctx: TableContext) -> LookupCache:
     """The process's lookup cache of the table (hits, misses, ``hit_rate``, ``clear()``)."""
-    return cache_for(ctx.paths.root, ctx.options.lookup_cache_max_memory_size, ctx.schema.id)
+    return cache_for(ctx.file_io.url(ctx.paths.root), ctx.options.lookup_cache_max_memory_size, ctx.schema.id)
 
 
 def for_table(ctx: TableContext) -> ChangelogHook:

@@ -30,6 +30,10 @@ configured one applies whenever Spark passes that default back; ``ReadAllAvailab
 all. ``Trigger.AvailableNow`` records the latest snapshot when it starts and plans no further.
 When Spark commits a batch, the consumer (``consumer-id``) records the offset; Spark commits a
 batch when it plans the next one (or the next run's first), so the consumer trails by a batch.
+
+A table on S3 is opened with Paimon's S3 options among the read's options (``s3.endpoint``,
+``s3.access-key``, ``s3.secret-key``, ``s3.session-token``, ``s3.region``,
+``s3.path.style.access``: see :mod:`.storage_options`).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ from changelake.changelog.source import ROWKIND, ChangeSource, ChangeSplit
 from changelake.errors import OffsetError, OptionError, ScanError, SchemaError
 from changelake.option_values import ScanMode
 from changelake.options import TableOptions, canonical_key
+from changelake.streaming import storage_options
 from changelake.streaming.filters import push as push_filters
 from changelake.streaming.spark_schema import arrow_schema, check_requested, struct_type
 from changelake.table.format.kv import RowKind
@@ -117,9 +122,11 @@ class ReadRequest:
         location, system_name = path, ""
         if "$" in path.rstrip("/").rsplit("/", 1)[-1]:
             location, _, system_name = path.rstrip("/").rpartition("$")
-        table = open_table(location)
+        table_options, storage = storage_options.split(options)
+        table = open_table(location, storage or None)
         system = system_tables.parse_name(table.context, system_name) if system_name else None
-        overrides = {canonical_key(key, table=table.name): value for key, value in options.items() if key != "path"}
+        overrides = {canonical_key(key, table=table.name): value for key, value in table_options.items()
+                     if key != "path"}
         parsed = TableOptions.parse({**table.options, **overrides}, table=table.name)
         if parsed.read_changelog and ROWKIND in table.schema.names and system is None:
             raise SchemaError(f"read.changelog adds a {ROWKIND!r} column, and the table has one", table=table.name,

@@ -11,9 +11,12 @@ from typing import Any
 
 import fsspec
 import pyarrow.fs as pafs
+from fsspec.config import apply_config
 from fsspec.implementations.local import LocalFileSystem
 
+from changelake.errors import UnsafeStorageError
 from changelake.table.io import killpoints
+from changelake.table.io.atomic import MEMORY_LOCK, AtomicCreate, CommitLock, atomic_create_of, table_root_of
 from changelake.table.io.killpoints import KillPoint
 
 
@@ -21,25 +24,41 @@ from changelake.table.io.killpoints import KillPoint
 class FileIO:
     """A filesystem (any fsspec URL) plus the operations the table needs.
 
-    Pickles as its URL protocol and storage options, so Spark tasks get it by value.
+    Pickles as its URL protocol, storage options and commit lock, so Spark tasks get it by
+    value (the storage options and the lock must pickle).
     """
 
     protocol: str
     storage_options: dict[str, Any] = field(default_factory=dict)
+    lock: CommitLock | None = None
 
     @staticmethod
-    def for_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[FileIO, str]:
-        """The FileIO of a URL (or local path) and the path inside that filesystem."""
-        options = dict(storage_options or {})
-        fs, path = fsspec.core.url_to_fs(url, **options)
+    def for_url(url: str, storage_options: dict[str, Any] | None = None, *,
+                lock: CommitLock | None = None) -> tuple[FileIO, str]:
+        """The FileIO of a URL (or local path) and the path inside that filesystem.
+
+        fsspec's own configuration for the protocol (``fsspec.config.conf``, filled from its
+        config files and ``FSSPEC_*`` variables) joins the options, explicit ones winning: a
+        process that unpickles the FileIO (a Spark executor) opens the same store."""
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        options: dict[str, Any] = apply_config(type(fs), dict(storage_options or {}))
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         if isinstance(fs, LocalFileSystem):
             path = os.path.abspath(path)
-        return FileIO(protocol, options), path.rstrip("/")
+        return FileIO(protocol, options, lock), path.rstrip("/")
 
     @cached_property
     def fs(self) -> fsspec.AbstractFileSystem:
-        return fsspec.filesystem(self.protocol, **self.storage_options)
+        if self.protocol in LocalFileSystem.protocol:
+            return fsspec.filesystem(self.protocol, **self.storage_options)
+        # Another process's commit must show at once: a cached listing would hide a new
+        # snapshot (s3fs answers exists() from its listing cache), so list afresh each time.
+        return fsspec.filesystem(self.protocol, **{"use_listings_cache": False, **self.storage_options})
+
+    @cached_property
+    def atomic_create(self) -> AtomicCreate:
+        """How this filesystem creates a file only if it is absent."""
+        return atomic_create_of(self.fs)
 
     @cached_property
     def is_local(self) -> bool:
@@ -53,11 +72,16 @@ class FileIO:
         return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "storage_options": self.storage_options}
+        return {"protocol": self.protocol, "storage_options": self.storage_options, "lock": self.lock}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "protocol", state["protocol"])
         object.__setattr__(self, "storage_options", state["storage_options"])
+        object.__setattr__(self, "lock", state["lock"])
+
+    def url(self, path: str) -> str:
+        """``path`` as a URL naming its filesystem (local paths stay paths)."""
+        return path if self.is_local else str(self.fs.unstrip_protocol(path))
 
     def read_bytes(self, path: str) -> bytes:
         data: bytes = self.fs.cat_file(path)
@@ -83,7 +107,7 @@ class FileIO:
         else:
             if kill_point is not None:
                 killpoints.reached(kill_point)
-            self.fs.pipe_file(path, data)
+            self._put(path, data)
 
     def overwrite_hint(self, path: str, text: str) -> None:
         """Replace a small hint file (LATEST, EARLIEST) so readers never see it half-written."""
@@ -93,35 +117,78 @@ class FileIO:
                 out.write(text)
             os.replace(tmp, path)
         else:
-            self.fs.pipe_file(path, text.encode("utf-8"))
+            self._put(path, text.encode("utf-8"))
 
     def create_if_absent(self, path: str, data: bytes) -> bool:
         """Atomically create ``path`` with ``data``; False if it already exists.
 
-        Local: write a temp file, then hard-link it to the final name (link fails if the name
-        exists), so no reader ever sees a partial file. Elsewhere: exclusive-create (``xb``),
-        which object stores implement as a conditional put.
+        Local: a temp file hard-linked to the final name (link fails if the name exists), so
+        no reader sees a partial file. S3: one conditional put (``If-None-Match: *``; an
+        object found holding exactly ``data`` is this put's own, retried by the client). In
+        memory: check and put under a process-wide mutex. With a commit lock configured, all
+        of this runs while the table's lock is held, and a store with none of these checks
+        and puts under the lock; without one, such a store refuses (UnsafeStorageError): it
+        never overwrites silently.
         """
-        if self.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
-            with open(tmp, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            try:
-                os.link(tmp, path)
+        if self.lock is not None:
+            with self.lock(table_root_of(path)):
+                return self._create_if_absent(path, data, locked=True)
+        return self._create_if_absent(path, data, locked=False)
+
+    def _create_if_absent(self, path: str, data: bytes, *, locked: bool) -> bool:
+        match self.atomic_create:
+            case AtomicCreate.LINK:
+                return self._link_new(path, data)
+            case AtomicCreate.CONDITIONAL_PUT:
+                try:
+                    self.fs.pipe_file(path, data, mode="create")
+                except FileExistsError:  # s3fs's translation of 412 Precondition Failed
+                    # A put whose response was lost is retried by the client and then finds
+                    # its own object: ours only if it holds our bytes.
+                    return bool(self.fs.cat_file(path) == data)
                 return True
-            except FileExistsError:
-                return False
-            finally:
-                os.unlink(tmp)
+            case AtomicCreate.PROCESS_LOCK:
+                with MEMORY_LOCK:
+                    return self._put_if_absent(path, data)
+            case AtomicCreate.NONE:
+                if not locked:
+                    raise UnsafeStorageError(
+                        f"{self.protocol}:// cannot create a file only if it is absent (no conditional "
+                        "writes), so concurrent commits could overwrite each other: configure a commit "
+                        "lock (Catalog(..., lock=...) or open_table(..., lock=...); see docs/storage.md)",
+                        file=path)
+                return self._put_if_absent(path, data)
+
+    def _link_new(self, path: str, data: bytes) -> bool:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
         try:
-            with self.fs.open(path, "xb") as out:
-                out.write(data)
+            os.link(tmp, path)
             return True
         except FileExistsError:
             return False
+        finally:
+            os.unlink(tmp)
+
+    def _put_if_absent(self, path: str, data: bytes) -> bool:
+        """Check, then put: atomic only while the caller excludes every other creator."""
+        if self.fs.exists(path):
+            return False
+        self._put(path, data)
+        return True
+
+    def _put(self, path: str, data: bytes) -> None:
+        """One put of the whole file; object stores have no directories to make, so they are
+        made only when a filesystem that has them says the parent is missing."""
+        try:
+            self.fs.pipe_file(path, data)
+        except FileNotFoundError:
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+            self.fs.pipe_file(path, data)
 
     def exists(self, path: str) -> bool:
         return bool(self.fs.exists(path))
