@@ -13,10 +13,10 @@ the table's changelog streamed back out.
 4. A second query streams the table's changelog (+I, -U, +U, -D) and prints it.
 
 Run: ./dev demo   (or python examples/cdc_pipeline.py; needs pyspark and Java 17 or 21). By
-default it runs on local[2] with a temporary warehouse; ``--master``, ``--warehouse`` (any fsspec
-URL) with ``--storage-option key=value``, ``--driver-host`` and ``--workdir`` (a directory the
-executors share, for the event files) run it on a cluster against object storage, as
-docker-compose.yml does.
+default it runs on local[2] with a temporary warehouse; ``--master``, ``--warehouse`` (a path or
+an ``s3://`` URL) with Paimon's S3 options (``--option s3.endpoint=...``), ``--driver-host`` and
+``--workdir`` (a directory the executors share, for the event files) run it on a cluster against
+object storage, as docker-compose.yml does.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import changelake as cl
 from changelake import streaming
-from changelake.streaming import cdc
+from changelake.streaming import cdc, storage_options
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
@@ -77,13 +77,18 @@ class Setup:
 
     workdir: str
     warehouse: str
-    storage_options: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)  # Paimon's S3 options (s3.endpoint, ...)
     master: str = "local[2]"
     driver_host: str = "127.0.0.1"
 
     @property
     def table_location(self) -> str:
         return f"{self.warehouse.rstrip('/')}/shop.db/orders"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options as fsspec's (s3fs's) storage options."""
+        return storage_options.split(self.options)[1]
 
     def open_table(self) -> cl.Table:
         return cl.open_table(self.table_location, storage_options=self.storage_options)
@@ -158,7 +163,8 @@ def main(setup: Setup) -> None:
     spark = spark_session(setup)
     streaming.register(spark)
     changes = (spark.readStream.format("changelake").option("read.changelog", "true")
-               .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").load(table.location))
+               .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").options(**setup.options)
+               .load(table.location))
 
     def show(batch: DataFrame, batch_id: int) -> None:
         for row in batch.collect():
@@ -178,15 +184,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--driver-host", default="127.0.0.1", help="the name executors reach the driver by")
     parser.add_argument("--warehouse", help="the warehouse URL (default: a temporary directory); each run "
                                             "makes its own run-<time> warehouse under it")
-    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="an fsspec storage option of the warehouse's filesystem (repeatable)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Paimon S3 option for an s3:// warehouse (repeatable): "
+                             f"{', '.join(storage_options.KEYS)}")
     parser.add_argument("--workdir", help="a directory for the event files and checkpoints, shared with the "
                                           "executors on a cluster (default: a temporary directory)")
     parser.add_argument("--ingest", help=argparse.SUPPRESS)  # the ingest query's own process
     args = parser.parse_args(argv)
-    for option in args.storage_option:
+    for option in args.option:
         if "=" not in option:
-            parser.error(f"--storage-option {option!r} is not KEY=VALUE")
+            parser.error(f"--option {option!r} is not KEY=VALUE")
+    try:
+        storage_options.split(dict(option.split("=", 1) for option in args.option))
+    except cl.errors.OptionError as error:
+        parser.error(str(error))
     return args
 
 
@@ -195,7 +206,7 @@ def run(args: argparse.Namespace, tmp: str) -> None:
     main(Setup(
         workdir=f"{args.workdir}/{run_id}" if args.workdir else f"{tmp}/work",
         warehouse=f"{args.warehouse.rstrip('/')}/{run_id}" if args.warehouse else f"{tmp}/warehouse",
-        storage_options=dict(option.split("=", 1) for option in args.storage_option),
+        options=dict(option.split("=", 1) for option in args.option),
         master=args.master, driver_host=args.driver_host))
 
 

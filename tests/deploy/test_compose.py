@@ -88,14 +88,14 @@ def test_the_worker_and_the_pipeline_use_the_master() -> None:
 def test_the_pipeline_reaches_minio_with_its_credentials_and_bucket() -> None:
     minio = SERVICES["minio"]
     user, password = minio["environment"]["MINIO_ROOT_USER"], minio["environment"]["MINIO_ROOT_PASSWORD"]
-    options = dict(o.split("=", 1) for o in pipeline_args()["--storage-option"])
-    assert options["key"] == user and options["secret"] == password
-    endpoint = urlparse(options["endpoint_url"])
+    options = dict(o.split("=", 1) for o in pipeline_args()["--option"])
+    assert options["s3.access-key"] == user and options["s3.secret-key"] == password
+    endpoint = urlparse(options["s3.endpoint"])
     assert endpoint.hostname == "minio" and endpoint.port in published("minio")
     warehouse = urlparse(pipeline_args()["--warehouse"][0])
     assert warehouse.scheme == "s3"
     create = SERVICES["create-bucket"]["command"][0]
-    assert f"mc alias set lake {options['endpoint_url']} {user} {password}" in create
+    assert f"mc alias set lake {options['s3.endpoint']} {user} {password}" in create
     assert f"mc mb --ignore-existing lake/{warehouse.netloc}" in create
     assert SERVICES["create-bucket"]["depends_on"]["minio"]["condition"] == "service_healthy"
     assert SERVICES["pipeline"]["depends_on"]["create-bucket"]["condition"] == "service_completed_successfully"
@@ -113,10 +113,13 @@ def test_the_pipeline_runs_the_demo_with_arguments_it_accepts() -> None:
     assert shared and mounts["spark-worker"].get(shared[0]) == mounts["pipeline"][shared[0]]
 
 
-def test_the_demo_rejects_a_malformed_storage_option(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_demo_rejects_a_malformed_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        demo().parse_args(["--storage-option", "endpoint_url"])
+        demo().parse_args(["--option", "s3.endpoint"])
     assert "not KEY=VALUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        demo().parse_args(["--option", "s3.endpoint-url=http://minio:9000"])
+    assert "s3.endpoint-url" in capsys.readouterr().err
 
 
 def compose_command() -> list[str] | None:
