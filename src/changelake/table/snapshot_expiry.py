@@ -32,7 +32,7 @@ from changelake.table.format.manifest import FileKind, FileSource, ManifestEntry
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.read import live_files
+from changelake.table.read import deletion_vectors, live_files
 
 _CONSUMER_PREFIX = "consumer-"
 
@@ -201,6 +201,25 @@ def _kept(ctx: TableContext, retained: Snapshot, tagged: Iterable[Snapshot]) -> 
     return paths, names
 
 
+def _unused_index(ctx: TableContext, gone: Iterable[Snapshot], kept: Iterable[Snapshot]) -> list[str]:
+    """Paths of the index manifests and index files the ``gone`` snapshots name and none of the
+    ``kept`` ones does (Paimon's ``cleanUnusedIndexManifests``)."""
+    kept_names: set[str] = set()
+    kept_files: set[str] = set()
+    for s in kept:
+        names, files = deletion_vectors.index_files_of(ctx, s)
+        kept_names |= names
+        kept_files |= files
+    names, files = set(), set()
+    for s in gone:
+        if s.index_manifest is None or s.index_manifest in kept_names:
+            continue
+        more_names, more_files = deletion_vectors.index_files_of(ctx, s)
+        names |= more_names
+        files |= more_files
+    return sorted(files - kept_files) + [ctx.paths.manifest(name) for name in sorted(names)]
+
+
 def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str, ...]) -> ExpireResult:
     expired = [s for s in (_present(ctx, i) for i in range(earliest, end)) if s is not None]
     retained = ctx.snapshot(end)
@@ -222,6 +241,7 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
             manifests.add(s.changelog_manifest_list)
             manifests.update(m.file_name for m in live_files.manifest_list(ctx, s.changelog_manifest_list))
     manifests -= kept_manifests
+    index = _unused_index(ctx, expired, [retained, *(t for t in metadata.tags(ctx).values() if t.id < end)])
 
     if keep_changelog:
         decoupled_changelog.keep(ctx, expired)
@@ -233,6 +253,7 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
     ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(end))
     _delete(ctx, [*data_files, *changelog_files])
     _delete(ctx, [ctx.paths.manifest(name) for name in sorted(manifests)])
+    _delete(ctx, index)
     return ExpireResult(tuple(s.id for s in expired), len(data_files), len(changelog_files), len(manifests), dropped)
 
 
@@ -314,4 +335,5 @@ def release_tag(ctx: TableContext, tagged: Snapshot) -> ExpireResult:
     manifests = sorted(_manifest_names(ctx, tagged) - kept_manifests)
     _delete(ctx, data_files)
     _delete(ctx, [ctx.paths.manifest(name) for name in manifests])
+    _delete(ctx, _unused_index(ctx, [tagged], [earliest, *metadata.tags(ctx).values()]))
     return ExpireResult(data_files=len(data_files), manifests=len(manifests))

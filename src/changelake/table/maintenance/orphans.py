@@ -4,9 +4,9 @@ older than a threshold.
 
 What is listed: the manifest directory, every bucket directory (under the partition
 directories), and non-metadata files in ``snapshot/`` and ``changelog/`` (temp files; Paimon's
-rule), plus our own temp files in ``schema/``, ``tag/`` and ``consumer/``. ``index/`` and
-``statistics/`` are left alone: changelake writes neither and does not read index manifests,
-so it cannot tell what they still need. Directories are left in place (removing an empty bucket
+rule), plus our own temp files in ``schema/``, ``tag/`` and ``consumer/``, and the index files
+in ``index/`` that no index manifest names. ``statistics/`` is left alone: changelake does not
+write it. Directories are left in place (removing an empty bucket
 directory races with a writer about to create a file in it).
 
 Concurrent writers: a file newer than the threshold is never deleted, so a writer's files are
@@ -98,7 +98,7 @@ def _candidates(ctx: TableContext, used: set[str]) -> list[tuple[str, int | None
     for directory, keep in keep_metadata.items():
         found.extend((f"{directory}/{_name(i)}", _modified_ms(i)) for i in _listing(ctx, directory)
                      if not _is_dir(i) and not keep(_name(i)))
-    for directory in (ctx.paths.manifest_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))):
+    for directory in (ctx.paths.manifest_dir, ctx.paths.index_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))):
         for info in _listing(ctx, directory):
             path = f"{directory}/{_name(info)}"
             if not _is_dir(info) and path not in used:
