@@ -152,8 +152,9 @@ class _Task:
                     # Older rows of the keys are merged in (the engine needs them) and marked
                     # deleted where they are: every older row of a key is gone, so deletes
                     # can be dropped at any level.
-                    older = deletion_vectors.take_older_rows(ctx, rows, files, self.lookup, self._read_whole,
-                                                             self.vectors)
+                    older = deletion_vectors.take_older_rows(
+                        ctx, self.bucket_dir, rows, files, self.lookup, self._read_whole, self.vectors,
+                        with_values=not ctx.merge_engine.keeps_last_row)
                     rows = pa.concat_tables([older, rows]) if older.num_rows else rows
                 drop = self.drop_delete or self.vectors is not None
                 merged = ctx.merge_rows(rows, drop_deletes=drop)

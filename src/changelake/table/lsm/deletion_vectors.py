@@ -47,12 +47,14 @@ def _positions(ctx: TableContext, stored: pa.Table, keys: pa.Table) -> np.ndarra
 
 
 def take_older_rows(
-    ctx: TableContext, rows: pa.Table, span: Sequence[DataFileMeta], lookup: Iterable[DataFileMeta],
-    read: Callable[[DataFileMeta], pa.Table], vectors: Vectors,
+    ctx: TableContext, bucket_dir: str, rows: pa.Table, span: Sequence[DataFileMeta], lookup: Iterable[DataFileMeta],
+    read: Callable[[DataFileMeta], pa.Table], vectors: Vectors, *, with_values: bool,
 ) -> pa.Table:
     """The live rows of the ``lookup`` files whose keys are among ``rows``' keys (``span``: the
     files ``rows`` came from, whose key range bounds the search), marked deleted in
-    ``vectors`` (replaced, not changed in place: callers share the older bitmaps)."""
+    ``vectors`` (replaced, not changed in place: callers share the older bitmaps). Without
+    ``with_values`` (a merge that keeps the newest row never needs an older one) only the key
+    columns of the files are read and no row is returned."""
     key_of = ctx.key_of
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
@@ -61,7 +63,7 @@ def take_older_rows(
     for f in lookup:
         if key_of(f.max_key) < low or key_of(f.min_key) > high:
             continue
-        stored = read(f)
+        stored = read(f) if with_values else ctx.read_file(bucket_dir, f, ctx.key_columns)
         at = _positions(ctx, stored, keys)
         vector = vectors.get(f.file_name)
         if vector:
@@ -69,7 +71,8 @@ def take_older_rows(
         if not len(at):
             continue
         vectors[f.file_name] = (vector or BitMap()) | BitMap(at.astype(np.uint32))
-        found.append(stored.take(pa.array(at)).select(rows.schema.names).cast(rows.schema))
+        if with_values:
+            found.append(stored.take(pa.array(at)).select(rows.schema.names).cast(rows.schema))
     return pa.concat_tables(found) if found else rows.schema.empty_table()
 
 
