@@ -33,7 +33,9 @@ def read_split(
     # A filter may name any column; a projection needs the columns its merge depends on too.
     value_columns = list(ctx.arrow_schema.names) if expression is not None else \
         ctx.merge_engine.required_columns(columns)
-    wanted = [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
+    # Raw splits are not merged: their rows need only their kinds besides the values.
+    wanted = [kv.VALUE_KIND, *value_columns] if split.raw_convertible else \
+        [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
     parts = [ctx.read_file(split.bucket_dir, f, wanted) for f in split.files]
     if split.deletion_files:
         parts = [_without_deleted(ctx, part, d) for part, d in zip(parts, split.deletion_files, strict=True)]
