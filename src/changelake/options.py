@@ -325,9 +325,8 @@ class TableOptions:
         "deletion-vectors.enabled",
         values.parse_bool,
         "false",
-        "Deletion vectors instead of merge-on-read.",
-        supports=lambda v: v is False,
-        unsupported="deletion vectors are not implemented yet",
+        "Deletion vectors instead of merge-on-read: writers compact level 0 up before each commit, "
+        "marking the replaced rows of older files deleted; readers read each file once, without a merge.",
     )
     dynamic_bucket_target_row_num: int = _option(
         "dynamic-bucket.target-row-num", values.int_value, "2000000", "Rows per bucket in dynamic bucket mode."

@@ -23,7 +23,6 @@ def _create(tmp_path: Path, options: dict[str, str]) -> cl.Table:
 @pytest.mark.parametrize(("options", "option", "words"), [
     ({"bucket": "4", "bucket-key": "v"}, "bucket-key", ["'v'", "primary key"]),
     ({"bucket": "4", "bucket-key": "p"}, "bucket-key", ["partition"]),
-    ({"deletion-vectors.enabled": "true"}, "deletion-vectors.enabled", ["not supported", "deletion vectors"]),
     ({"record-level.expire-time": "1 d"}, "record-level.expire-time", ["not supported"]),
     ({"tag.automatic-creation": "process-time"}, "tag.automatic-creation", ["not supported"]),
     ({"fields.v.default-value": "x"}, "fields.v.default-value", ["not supported"]),

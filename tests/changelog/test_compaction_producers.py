@@ -127,9 +127,19 @@ def test_changelog_of_string_keys_is_the_diff_of_states(tmp_path: Path, producer
     check_against_model(tmp_path, producer, engine, dedup=False, string_keys=True)
 
 
-def check_against_model(tmp_path: Path, producer: str, engine: str, *, dedup: bool, string_keys: bool) -> None:
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("producer", ["lookup", "full-compaction"])
+def test_changelog_of_tables_with_deletion_vectors_is_the_diff_of_states(tmp_path: Path, producer: str,
+                                                                          engine: str) -> None:
+    # The state before a compaction is its files minus the rows their deletion vectors mark.
+    check_against_model(tmp_path, producer, engine, dedup=False, string_keys=False,
+                        extra={"deletion-vectors.enabled": "true"})
+
+
+def check_against_model(tmp_path: Path, producer: str, engine: str, *, dedup: bool, string_keys: bool,
+                        extra: dict[str, str] | None = None) -> None:
     options = {"bucket": "2", "changelog-producer": producer,
-               "changelog-producer.row-deduplicate": str(dedup).lower(), **ENGINES[engine]}
+               "changelog-producer.row-deduplicate": str(dedup).lower(), **ENGINES[engine], **(extra or {})}
     schema = SCHEMA.set(0, pa.field("k", pa.string(), nullable=False)) if string_keys else SCHEMA
     table = cl.Catalog(str(tmp_path)).create_table("db.t", schema, primary_keys=["k"], options=options)
     rng = random.Random(f"{producer}-{engine}-{dedup}")

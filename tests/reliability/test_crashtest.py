@@ -34,6 +34,8 @@ PLANS = {
     "expire": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
     "decoupled": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
     "lookup": [KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.CHANGELOG_FILE, crashtest.RANDOM],
+    "deletion-vectors": [KillPoint.INDEX_FILE, KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.EXPIRE_FILES],
+    "dv-partial-update": [KillPoint.INDEX_FILE, KillPoint.COMPACTION, crashtest.RANDOM],
 }
 KILLS = sum(len(p) for p in PLANS.values())
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 import changelake as cl
 from changelake.table.format import data_file, kv, manifest
 from changelake.table.format.manifest import ManifestEntry
-from changelake.table.read import live_files
+from changelake.table.read import deletion_vectors, live_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from paimon_oracle import paimon_table
@@ -53,6 +53,7 @@ INPUT_CHANGELOG = {"changelog-producer": "input"}
 EXPIRY = {"snapshot.num-retained.min": "3", "snapshot.num-retained.max": "3"}
 # Changelog outlives its snapshots: expired APPEND snapshots keep their data files for streams.
 DECOUPLED = EXPIRY | {"changelog.num-retained.max": "7"}
+DELETION_VECTORS = {"deletion-vectors.enabled": "true"}
 
 Row = dict[str, Any]
 Key = tuple[str, int]
@@ -96,6 +97,13 @@ class Mode:
         return self.options.get("changelog-producer") == "lookup"
 
     @property
+    def skips_level0(self) -> bool:
+        """Whether readers skip level 0 (Paimon's for first-row, and every reader of a table
+        with deletion vectors): a snapshot holding level-0 files (a kill between a commit's
+        APPEND and COMPACT) does not show that commit yet."""
+        return self.engine == "first-row" or self.options.get("deletion-vectors.enabled") == "true"
+
+    @property
     def expires(self) -> bool:
         """Whether writers expire snapshots (the oldest retained one is then not snapshot 1)."""
         return "snapshot.num-retained.max" in self.options
@@ -114,6 +122,10 @@ MODES = {m.name: m for m in (
     # Writers expire all but the newest three snapshots after every commit.
     Mode("expire", one_shot=False, engine="deduplicate", options=COMPACTION | EXPIRY),
     Mode("decoupled", one_shot=False, engine="deduplicate", options=COMPACTION | DECOUPLED),
+    # Every commit compacts level 0 up, marking replaced rows in deletion vectors; with expiry,
+    # so expired index files and index manifests go.
+    Mode("deletion-vectors", one_shot=False, engine="deduplicate", options=COMPACTION | DELETION_VECTORS | EXPIRY),
+    Mode("dv-partial-update", one_shot=True, engine="partial-update", options=COMPACTION | DELETION_VECTORS),
     Mode("changelog", one_shot=False, engine="deduplicate",
          options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
 )}
@@ -331,6 +343,16 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
         return f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
 
     for snap in snapshots:
+        if snap.index_manifest is not None:
+            referenced.add(ctx.paths.manifest(snap.index_manifest))
+            try:
+                index_files = {deletion_vectors.index_path(ctx, e.file)
+                               for e in deletion_vectors.index_entries(ctx, snap)}
+            except (OSError, cl.errors.ChangelakeError):
+                missing.append(ctx.paths.manifest(snap.index_manifest))
+                index_files = set()
+            referenced |= index_files
+            needed |= index_files
         live = manifest.merge_entries([*entries(snap.base_manifest_list), *entries(snap.delta_manifest_list)])
         changelog = entries(snap.changelog_manifest_list) if snap.changelog_manifest_list else []
         needed.update(path(e) for e in [*live.values(), *changelog])

@@ -19,17 +19,19 @@ are merged by the table's merge engine; the new rows are those merged with the i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyroaring import BitMap
 
 from changelake.changelog.lookup_cache import LookupCache
 from changelake.option_values import MergeEngineKind
 from changelake.table.context import TableContext
 from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta
+from changelake.table.lsm.deletion_vectors import live_rows
 from changelake.table.merge import sort
 
 _ADDS = (kv.INSERT, kv.UPDATE_AFTER)
@@ -50,16 +52,16 @@ def incoming_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str,
 
 
 def merged_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, files: Sequence[DataFileMeta],
-                keys: pa.Table, span: tuple[DataFileMeta, ...]) -> pa.Table:
-    """The merged row (delete markers kept) of every key of ``keys`` found in ``files``, one
-    per key in key order. Files whose key range misses ``span``'s (the files the keys came
-    from) are not read."""
+                keys: pa.Table, span: tuple[DataFileMeta, ...], vectors: Mapping[str, BitMap]) -> pa.Table:
+    """The merged row (delete markers kept) of every key of ``keys`` found in ``files`` (minus
+    the rows their deletion ``vectors`` mark), one per key in key order. Files whose key range
+    misses ``span``'s (the files the keys came from) are not read."""
     key_of = ctx.key_of
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    parts = [file_rows(ctx, cache, bucket_dir, f).select(schema.names).cast(schema)
-             for f in files if key_of(f.min_key) <= high and key_of(f.max_key) >= low]
+    parts = [live_rows(file_rows(ctx, cache, bucket_dir, f), vectors.get(f.file_name)).select(schema.names)
+             .cast(schema) for f in files if key_of(f.min_key) <= high and key_of(f.max_key) >= low]
     if not parts:
         return schema.empty_table()
     key_columns = list(ctx.key_columns)
@@ -88,13 +90,13 @@ def _sorted_matches(column: pa.ChunkedArray, wanted: np.ndarray) -> np.ndarray:
 
 
 def before_and_after(ctx: TableContext, cache: LookupCache, bucket_dir: str, state: Sequence[DataFileMeta],
-                     incoming: tuple[DataFileMeta, ...]) -> tuple[pa.Table, pa.Table]:
+                     incoming: tuple[DataFileMeta, ...], vectors: Mapping[str, BitMap]) -> tuple[pa.Table, pa.Table]:
     """The merged rows, before and after a compaction, of the keys of the ``incoming`` files
     the compaction brings into the ``state`` files. The after-image of a key is its
     before-image merged with its incoming rows, as Paimon's lookup merge does: what the
     compaction writes for the key, without reading its output back."""
     rows = incoming_rows(ctx, cache, bucket_dir, incoming)
-    before = merged_rows(ctx, cache, bucket_dir, state, rows.select(list(ctx.key_columns)), incoming)
+    before = merged_rows(ctx, cache, bucket_dir, state, rows.select(list(ctx.key_columns)), incoming, vectors)
     after = ctx.merge_rows(pa.concat_tables([before, rows]), drop_deletes=False).cast(before.schema)
     return before, after
 

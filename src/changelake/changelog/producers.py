@@ -18,10 +18,11 @@ See :mod:`changelake.changelog.compaction_changelog` for how the changes are com
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyroaring import BitMap
 
 from changelake.changelog import compaction_changelog as changes
 from changelake.changelog.lookup_cache import LookupCache, cache_for
@@ -47,7 +48,7 @@ class NoChangelog:
         return []
 
     def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
-                      unit: CompactUnit) -> list[DataFileMeta]:
+                      unit: CompactUnit, vectors: Mapping[str, BitMap] | None) -> list[DataFileMeta]:
         """No files."""
         return []
 
@@ -85,10 +86,12 @@ class _CompactionChangelog(NoChangelog):
         return changes.file_rows(ctx, self.cache, bucket_dir, f)
 
     def _changelog(self, ctx: TableContext, bucket_dir: str, cache: LookupCache, before: Levels, after: Levels,
-                   state: list[DataFileMeta], incoming: tuple[DataFileMeta, ...], level: int) -> list[DataFileMeta]:
+                   state: list[DataFileMeta], incoming: tuple[DataFileMeta, ...], level: int,
+                   vectors: Mapping[str, BitMap] | None) -> list[DataFileMeta]:
         """The changelog files (at ``level``) of the keys of ``incoming`` between the ``state``
-        files before the compaction and after it; files the compaction removed leave the cache."""
-        old, new = changes.before_and_after(ctx, cache, bucket_dir, state, incoming)
+        files (without the rows their deletion ``vectors`` mark) before the compaction and after
+        it; files the compaction removed leave the cache."""
+        old, new = changes.before_and_after(ctx, cache, bucket_dir, state, incoming, vectors or {})
         removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
         cache.discard(f"{bucket_dir}/{name}" for name in removed)
         return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), level)
@@ -100,13 +103,14 @@ class LookupChangelog(_CompactionChangelog):
     files above level 0 before and after it (Paimon's LookupMergeTreeCompactRewriter)."""
 
     def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
-                      unit: CompactUnit) -> list[DataFileMeta]:
+                      unit: CompactUnit, vectors: Mapping[str, BitMap] | None) -> list[DataFileMeta]:
         """Changelog files at the compaction's output level (none without level-0 files)."""
         level0 = tuple(f for f in unit.files if f.level == 0)
         if not level0 or self.cache is None:
             return []
         state = [f for f in before.files if f.level > 0]
-        return self._changelog(ctx, bucket_dir, self.cache, before, after, state, level0, unit.output_level)
+        return self._changelog(ctx, bucket_dir, self.cache, before, after, state, level0, unit.output_level,
+                               vectors)
 
     def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
         """Keep the file in the cache: the next compaction of the bucket looks its keys up."""
@@ -123,14 +127,14 @@ class FullCompactionChangelog(_CompactionChangelog):
     top_level: int = 0
 
     def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
-                      unit: CompactUnit) -> list[DataFileMeta]:
+                      unit: CompactUnit, vectors: Mapping[str, BitMap] | None) -> list[DataFileMeta]:
         """Changelog files at the top level (none for compactions below it)."""
         top = before.max_level
         incoming = tuple(f for f in unit.files if f.level < top)
         if unit.output_level != top or not incoming or self.cache is None:
             return []
         state = [f for f in before.files if f.level == top]
-        return self._changelog(ctx, bucket_dir, self.cache, before, after, state, incoming, top)
+        return self._changelog(ctx, bucket_dir, self.cache, before, after, state, incoming, top, vectors)
 
     def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
         """Keep a new top-level file in the cache: the next full compaction diffs against it."""

@@ -7,10 +7,11 @@ hands it the table's producer, chosen from the ``changelog-producer`` option.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import pyarrow as pa
+from pyroaring import BitMap
 
 from changelake.table.context import TableContext
 from changelake.table.format.manifest import DataFileMeta
@@ -50,11 +51,12 @@ class ChangelogHook(Protocol):
         ...
 
     def on_compaction(self, ctx: TableContext, bucket_dir: str, before: Levels, after: Levels,
-                      unit: CompactUnit) -> list[DataFileMeta]:
+                      unit: CompactUnit, vectors: Mapping[str, BitMap] | None) -> list[DataFileMeta]:
         """The changelog files written for one compaction of a bucket, in ``bucket_dir``:
-        ``unit`` took the bucket from ``before`` to ``after``. The files returned are committed
-        with the compaction (``CommitMessage.compact_changelog_files``, listed in the COMPACT
-        snapshot)."""
+        ``unit`` took the bucket from ``before`` to ``after``; ``vectors`` (tables with deletion
+        vectors) are the deletion vectors of ``before``'s files, whose marked rows are gone. The
+        files returned are committed with the compaction
+        (``CommitMessage.compact_changelog_files``, listed in the COMPACT snapshot)."""
         ...
 
     def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:

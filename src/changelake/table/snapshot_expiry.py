@@ -32,7 +32,7 @@ from changelake.table.format.manifest import FileKind, FileSource, ManifestEntry
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.read import live_files
+from changelake.table.read import deletion_vectors, live_files
 
 _CONSUMER_PREFIX = "consumer-"
 
@@ -205,6 +205,25 @@ def _kept(ctx: TableContext, retained: Snapshot, tagged: Iterable[Snapshot]) -> 
     return paths, names
 
 
+def _unused_index(ctx: TableContext, gone: Iterable[Snapshot], kept: Iterable[Snapshot]) -> list[str]:
+    """Paths of the index manifests and index files the ``gone`` snapshots name and none of the
+    ``kept`` ones does (Paimon's ``cleanUnusedIndexManifests``)."""
+    kept_names: set[str] = set()
+    kept_files: set[str] = set()
+    for s in kept:
+        names, files = deletion_vectors.index_files_of(ctx, s)
+        kept_names |= names
+        kept_files |= files
+    names, files = set(), set()
+    for s in gone:
+        if s.index_manifest is None or s.index_manifest in kept_names:
+            continue
+        more_names, more_files = deletion_vectors.index_files_of(ctx, s)
+        names |= more_names
+        files |= more_files
+    return sorted(files - kept_files) + [ctx.paths.manifest(name) for name in sorted(names)]
+
+
 def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str, ...],
                   progress: Callable[[int, int], None] | None) -> ExpireResult:
     expired = [s for s in (_present(ctx, i) for i in range(earliest, end)) if s is not None]
@@ -227,6 +246,7 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
             manifests.add(s.changelog_manifest_list)
             manifests.update(m.file_name for m in live_files.manifest_list(ctx, s.changelog_manifest_list))
     manifests -= kept_manifests
+    index = _unused_index(ctx, expired, [retained, *(t for t in metadata.tags(ctx).values() if t.id < end)])
 
     if keep_changelog:
         decoupled_changelog.keep(ctx, expired)
@@ -238,9 +258,10 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
     ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(end))
     files = [*data_files, *changelog_files]
     manifest_paths = [ctx.paths.manifest(name) for name in sorted(manifests)]
-    total = len(files) + len(manifest_paths)
+    total = len(files) + len(manifest_paths) + len(index)
     _delete(ctx, files, progress, done=0, total=total)
     _delete(ctx, manifest_paths, progress, done=len(files), total=total)
+    _delete(ctx, index, progress, done=len(files) + len(manifest_paths), total=total)
     return ExpireResult(tuple(s.id for s in expired), len(data_files), len(changelog_files), len(manifests), dropped)
 
 
@@ -326,4 +347,5 @@ def release_tag(ctx: TableContext, tagged: Snapshot) -> ExpireResult:
     manifests = sorted(_manifest_names(ctx, tagged) - kept_manifests)
     _delete(ctx, data_files)
     _delete(ctx, [ctx.paths.manifest(name) for name in manifests])
+    _delete(ctx, _unused_index(ctx, [tagged], [earliest, *metadata.tags(ctx).values()]))
     return ExpireResult(data_files=len(data_files), manifests=len(manifests))

@@ -20,12 +20,13 @@ from changelake.table import metadata
 from changelake.table.commit import manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
-from changelake.table.format import binary_row, manifest, snapshot
+from changelake.table.format import binary_row, index_manifest, manifest, snapshot
+from changelake.table.format.index_manifest import IndexManifestEntry
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.read import live_files
+from changelake.table.read import deletion_vectors, live_files
 
 
 @dataclass
@@ -201,6 +202,32 @@ def _check_view(ctx: TableContext, view: int, latest: Snapshot | None, entries: 
                         "its levels; this commit's compaction is void", table=ctx.name)
 
 
+def _index_manifest(ctx: TableContext, latest: Snapshot | None, messages: Sequence[CommitMessage],
+                    attempt: _Attempt) -> str | None:
+    """The index manifest of the new snapshot: the latest one's, or when the messages replace
+    deletion-vector index files, a new one listing every index file after them (Paimon's
+    IndexManifestFileHandler: all ADD entries). A replaced index file that is gone already means
+    a concurrent compaction of the bucket landed first: the compaction is void."""
+    previous = latest.index_manifest if latest is not None else None
+    if not any(m.index_added or m.index_deleted for m in messages):
+        return previous
+    entries = deletion_vectors.index_entries(ctx, latest) if latest is not None else []
+    live = {(e.partition, e.bucket, e.file.file_name) for e in entries}
+    deleted = {(m.partition, m.bucket, f.file_name) for m in messages for f in m.index_deleted}
+    if deleted - live:
+        raise CommitConflictError("deletion vectors of a bucket were replaced by a concurrent commit; "
+                                  "this commit's compaction is void", table=ctx.name)
+    after = [e for e in entries if (e.partition, e.bucket, e.file.file_name) not in deleted]
+    after += [IndexManifestEntry(FileKind.ADD, m.partition, m.bucket, f) for m in messages for f in m.index_added]
+    if not after:
+        return None
+    name = f"index-manifest-{uuid.uuid4()}-0"
+    data = index_manifest.encode(after, ctx.options.manifest_compression)
+    ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST)
+    attempt.written.append(ctx.paths.manifest(name))
+    return name
+
+
 def back_off(ctx: TableContext, attempt_number: int) -> None:
     """Wait before retry ``attempt_number`` (1, 2, ...) after a lost race: doubling from
     ``commit.min-retry-wait`` up to ``commit.max-retry-wait``, with jitter, so that contending
@@ -333,10 +360,11 @@ def _land(
             _check_conflicts(ctx, latest, entries)
             if view is not None and kind is CommitKind.COMPACT:
                 _check_view(ctx, view, latest, entries)
+            lists = _Attempt()
+            index_name = _index_manifest(ctx, latest, messages if kind is CommitKind.COMPACT else [], lists)
         except CommitConflictError:
             _remove(ctx, attempt.written)
             raise
-        lists = _Attempt()
         previous = live_files.data_manifests(ctx, latest) if latest is not None else []
         base = manifest_merge.merge(ctx, previous, functools.partial(write_manifest, ctx, attempt=lists))
         base_name, base_size = _write_manifest_list(ctx, base, lists)
@@ -355,6 +383,7 @@ def _land(
             deltaManifestListSize=delta_size,
             changelogManifestList=changelog_name,
             changelogManifestListSize=changelog_size,
+            indexManifest=index_name,
             commitUser=commit_user,
             commitIdentifier=identifier,
             commitKind=kind,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from changelake.table.context import TableContext
+from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 
 
@@ -25,6 +26,10 @@ class CommitMessage:
     # Changelog files a compaction produced (Paimon's compactIncrement.changelogFiles), listed
     # in the COMPACT snapshot's changelog manifest list.
     compact_changelog_files: tuple[DataFileMeta, ...] = ()
+    # Deletion-vector index files of the bucket a compaction wrote and replaced (Paimon's
+    # compactIncrement.newIndexFiles / deletedIndexFiles), landed with the COMPACT snapshot.
+    index_added: tuple[IndexFileMeta, ...] = ()
+    index_deleted: tuple[IndexFileMeta, ...] = ()
 
     def bucket_dir(self, ctx: TableContext) -> str:
         return ctx.bucket_dir(self.partition, self.bucket)
@@ -37,4 +42,5 @@ class CommitMessage:
         outputs = [f for f in self.compact_after if f.file_name not in moved]
         compaction = [*outputs, *self.compact_changelog_files]
         files = compaction if compaction_only else [*self.new_files, *self.changelog_files, *compaction]
-        return [f"{self.bucket_dir(ctx)}/{f.file_name}" for f in files]
+        return [f"{self.bucket_dir(ctx)}/{f.file_name}" for f in files] + \
+            [ctx.paths.index(f.file_name) for f in self.index_added]

@@ -132,6 +132,14 @@ class TablePaths:
         return f"{self.root}/manifest/{name}"
 
     @property
+    def index_dir(self) -> str:
+        return f"{self.root}/index"
+
+    def index(self, name: str) -> str:
+        """An index file (deletion vectors of a bucket): ``index/index-<uuid>-<n>``."""
+        return f"{self.root}/index/{name}"
+
+    @property
     def tag_dir(self) -> str:
         return f"{self.root}/tag"
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyroaring import BitMap
 
 from changelake.errors import ScanError, SchemaError
 from changelake.table.changelog_hook import ChangelogHook
@@ -18,8 +19,11 @@ from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
+from changelake.table.lsm import deletion_vectors
+from changelake.table.lsm.deletion_vectors import Vectors
 from changelake.table.lsm.levels import Levels, SortedRun, interval_partition
 from changelake.table.lsm.universal import CompactUnit, UniversalCompaction, pick_full
+from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 
 SMALL_FILE_RATIO = 0.7  # files under 70% of target-file-size are rewritten, not upgraded
@@ -33,6 +37,8 @@ class CompactResult:
     before: list[DataFileMeta] = field(default_factory=list)
     after: list[DataFileMeta] = field(default_factory=list)
     changelog: list[DataFileMeta] = field(default_factory=list)
+    # tables with deletion vectors: the bucket's vectors after the compactions, by data file
+    vectors: Vectors | None = None
 
     def merge(self, later: CompactResult) -> list[DataFileMeta]:
         """Append a later compaction of the same bucket. Files this result added and the later
@@ -53,6 +59,8 @@ class CompactResult:
         self.after = [*added.values(), *later.after]
         # Both changelogs stay: the later one starts from the state the earlier one ends in.
         self.changelog += later.changelog
+        if later.vectors is not None:
+            self.vectors = later.vectors  # the later compaction started from the earlier's vectors
         return obsolete
 
 
@@ -79,6 +87,9 @@ class _Task:
     # found there keeps that first row and the unit's rows of it are dropped (Paimon's lookup
     # compaction), which keeps every key in at most one file above level 0.
     lookup: tuple[DataFileMeta, ...] = ()
+    # deletion vectors (None: the table has none): the rows of the files it reads are read
+    # without those the vectors mark, and older rows the unit replaces are marked in them
+    vectors: Vectors | None = None
     result: CompactResult = field(default_factory=CompactResult)
 
     def run(self) -> CompactResult:
@@ -95,7 +106,16 @@ class _Task:
                     self._rewrite(candidate)
                     self._upgrade(f)
         self._rewrite(candidate)
+        if self.vectors is not None:
+            rewritten = {f.file_name for f in self.result.before} - {f.file_name for f in self.result.after}
+            self.result.vectors = {name: v for name, v in self.vectors.items() if name not in rewritten}
         return self.result
+
+    def _read(self, f: DataFileMeta) -> pa.Table:
+        rows = self.changelog.read_file(self.ctx, self.bucket_dir, f)
+        if self.vectors is None:
+            return rows
+        return deletion_vectors.live_rows(rows, self.vectors.get(f.file_name))
 
     def _rewrite(self, candidate: list[list[SortedRun]]) -> None:
         if not candidate:
@@ -126,9 +146,19 @@ class _Task:
 
         def merged_sections() -> Iterator[pa.Table]:
             for files in sections:
-                parts = [self.changelog.read_file(ctx, self.bucket_dir, f) for f in files]
-                merged = ctx.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
-                if self.lookup and merged.num_rows:
+                rows = pa.concat_tables([self._read(f) for f in files])
+                if self.vectors is not None and not ctx.merge_engine.needs_lookup and self.lookup \
+                        and rows.num_rows and any(f.level == 0 for f in files):
+                    # Older rows of the keys are merged in (the engine needs them) and marked
+                    # deleted where they are: every older row of a key is gone, so deletes
+                    # can be dropped at any level.
+                    older = deletion_vectors.take_older_rows(
+                        ctx, self.bucket_dir, rows, files, self.lookup, self._read_whole, self.vectors,
+                        with_values=not ctx.merge_engine.keeps_last_row)
+                    rows = pa.concat_tables([older, rows]) if older.num_rows else rows
+                drop = self.drop_delete or self.vectors is not None
+                merged = ctx.merge_rows(rows, drop_deletes=drop)
+                if self.lookup and ctx.merge_engine.needs_lookup and merged.num_rows:
                     merged = self._without_older_keys(merged)
                 yield merged
 
@@ -140,6 +170,10 @@ class _Task:
         killpoints.reached(KillPoint.COMPACTION)
         self.result.before += [f for files in sections for f in files]
         self.result.after += written
+
+    def _read_whole(self, f: DataFileMeta) -> pa.Table:
+        """All stored rows of ``f`` (positions as in the file), for deletion-vector lookups."""
+        return self.changelog.read_file(self.ctx, self.bucket_dir, f)
 
     def _without_older_keys(self, merged: pa.Table) -> pa.Table:
         ctx = self.ctx
@@ -158,9 +192,10 @@ class _Task:
 
 
 def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUnit,
-            changelog: ChangelogHook) -> CompactResult:
+            changelog: ChangelogHook, vectors: Mapping[str, BitMap] | None = None) -> CompactResult:
     """Run one picked compaction of a bucket (deletes are dropped only into the top level), with
-    the changelog the table's producer writes for it."""
+    the changelog the table's producer writes for it. With deletion ``vectors`` (the bucket's,
+    by data file) the result carries the vectors after it."""
     newer = next((f for f in unit.files if f.schema_id > ctx.schema.id), None)
     if newer is not None:
         # Rewriting it in this older schema would lose the columns added since.
@@ -170,28 +205,31 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
     output = unit.output_level
     drop_delete = output != 0 and output >= levels.highest_non_empty_level()
     lookup: tuple[DataFileMeta, ...] = ()
-    if ctx.merge_engine.needs_lookup:
+    if ctx.merge_engine.needs_lookup or vectors is not None:
         picked = {(f.file_name, f.level) for f in unit.files}
         lookup = tuple(f for f in levels.files if f.level > 0 and (f.file_name, f.level) not in picked)
-    result = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, changelog, lookup).run()
+    working = None if vectors is None else dict(vectors)
+    result = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, changelog, lookup, working).run()
     after = levels.replace(result.before, result.after)
-    result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit)
+    result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit, vectors)
     return result
 
 
 def forces_level0_up(ctx: TableContext, changelog: ChangelogHook) -> bool:
     """Whether compactions of the table pick level 0 up when nothing else is picked: first-row's
-    lookup compaction, and producers that make changelog from level 0 (``lookup``)."""
-    return ctx.merge_engine.needs_lookup or changelog.force_level0_up
+    lookup compaction, deletion vectors, and producers that make changelog from level 0
+    (``lookup``)."""
+    return ctx.merge_engine.needs_lookup or ctx.options.deletion_vectors_enabled or changelog.force_level0_up
 
 
 def compact_bucket(
     ctx: TableContext, bucket_dir: str, levels: Levels, *, full: bool, changelog: ChangelogHook,
-    force_level0: bool = False,
+    force_level0: bool = False, vectors: Mapping[str, BitMap] | None = None,
 ) -> tuple[Levels, CompactResult]:
     """Compact until the bucket is within bounds: one pick normally, more while the sorted runs
     exceed ``num-sorted-run.stop-trigger``; everything into the top level when ``full``; with
-    ``force_level0`` also until no file is left at level 0."""
+    ``force_level0`` also until no file is left at level 0. ``vectors``: the bucket's deletion
+    vectors (tables with them), carried from one compaction to the next."""
     total = CompactResult()
     choose = picker(ctx)
     stop = ctx.options.stop_trigger
@@ -205,7 +243,9 @@ def compact_bucket(
             unit = choose.pick(levels.num_levels, runs)
         if unit is None:
             return levels, total
-        result = compact(ctx, bucket_dir, levels, unit, changelog)
+        result = compact(ctx, bucket_dir, levels, unit, changelog, vectors)
+        if result.vectors is not None:
+            vectors = result.vectors
         levels = levels.replace(result.before, result.after)
         for f in total.merge(result):
             ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
@@ -236,6 +276,7 @@ def compact_table(
             raise ScanError(f"{sorted(unknown)} are not partition keys {ctx.partition_keys}", table=ctx.name)
         wanted = [tuple(p.get(k) for k in ctx.partition_keys) for p in partitions]
     files = live_files.files_by_bucket(live_files.live_entries(ctx, latest))
+    index_files = read_vectors.snapshot_vectors(ctx, latest)
     if wanted is not None:
         files = {k: v for k, v in files.items() if ctx.partition_values(k[0]) in wanted}
     if buckets is not None:
@@ -244,11 +285,16 @@ def compact_table(
     def run(item: tuple[tuple[bytes, int], list[DataFileMeta]]) -> CommitMessage:
         (partition, bucket), files = item
         levels = Levels(tuple(files), ctx.options.num_levels)
-        _, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full, changelog=changelog,
-                                   force_level0=forces_level0_up(ctx, changelog))
+        base_files = index_files.get((partition, bucket), [])
+        base = read_vectors.bucket_vectors(ctx, base_files) if ctx.options.deletion_vectors_enabled else None
+        after, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full,
+                                       changelog=changelog, force_level0=forces_level0_up(ctx, changelog),
+                                       vectors=base)
+        added, deleted = deletion_vectors.index_changes(ctx, base_files, base or {}, result.vectors, after.files)
         return CommitMessage(partition, bucket, ctx.options.bucket,
                              compact_before=tuple(result.before), compact_after=tuple(result.after),
-                             compact_changelog_files=tuple(result.changelog))
+                             compact_changelog_files=tuple(result.changelog), index_added=added,
+                             index_deleted=deleted)
 
     messages = map_all(run, files.items(), progress=progress)
     return [m for m in messages if m.compact_before or m.compact_after]

@@ -4,9 +4,9 @@ older than a threshold.
 
 What is listed: the manifest directory, every bucket directory (under the partition
 directories), and non-metadata files in ``snapshot/`` and ``changelog/`` (temp files; Paimon's
-rule), plus our own temp files in ``schema/``, ``tag/`` and ``consumer/``. ``index/`` and
-``statistics/`` are left alone: changelake writes neither and does not read index manifests,
-so it cannot tell what they still need. Directories are left in place (removing an empty bucket
+rule), plus our own temp files in ``schema/``, ``tag/`` and ``consumer/``, and the index files
+in ``index/`` that no index manifest names. ``statistics/`` is left alone: changelake does not
+write it. Directories are left in place (removing an empty bucket
 directory races with a writer about to create a file in it).
 
 Concurrent writers: a file newer than the threshold is never deleted, so a writer's files are
@@ -96,7 +96,7 @@ def _candidates(ctx: TableContext, used: set[str],
         ctx.paths.tag_dir: lambda n: not _OUR_TEMP.search(n),
         ctx.paths.consumer_dir: lambda n: not _OUR_TEMP.search(n),
     }
-    data_dirs = [ctx.paths.manifest_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))]
+    data_dirs = [ctx.paths.manifest_dir, ctx.paths.index_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))]
     total = len(keep_metadata) + len(data_dirs)
     found: list[tuple[str, int | None]] = []
     for listed, (directory, keep) in enumerate(keep_metadata.items(), start=1):

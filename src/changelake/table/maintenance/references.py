@@ -10,7 +10,7 @@ from changelake.errors import CorruptMetadataError
 from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import Snapshot
-from changelake.table.read import live_files
+from changelake.table.read import deletion_vectors, live_files
 
 
 def long_lived_changelogs(ctx: TableContext) -> list[Snapshot]:
@@ -59,15 +59,16 @@ def _named(ctx: TableContext, list_name: str, *, with_entries: bool = True) -> s
 def files_of(ctx: TableContext, snapshot: Snapshot) -> set[str]:
     """Full paths of the files a snapshot or tag names: its manifest lists, their manifests,
     and the data and changelog files of every entry (DELETE entries too: superset is safe);
-    the index manifest and statistics file when set."""
+    the index manifest, its index files and the statistics file when set."""
     used = _named(ctx, snapshot.base_manifest_list) | _named(ctx, snapshot.delta_manifest_list)
     # A tag holds its data files, not its changelog: expiry deleted the changelog of a tagged
     # snapshot that expired (as Paimon's SnapshotDeletion does), so a missing list is fine.
     changelog = snapshot.changelog_manifest_list
     if changelog is not None and ctx.file_io.exists(ctx.paths.manifest(changelog)):
         used |= _named(ctx, changelog)
-    if snapshot.index_manifest is not None:
-        used.add(ctx.paths.manifest(snapshot.index_manifest))
+    index_manifests, index_files = deletion_vectors.index_files_of(ctx, snapshot)
+    used.update(ctx.paths.manifest(name) for name in index_manifests)
+    used |= index_files
     if snapshot.statistics is not None:
         used.add(f"{ctx.paths.root}/statistics/{snapshot.statistics}")
     return used

@@ -19,7 +19,8 @@ from changelake.table.format import binary_row
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import interval_partition
-from changelake.table.read import live_files
+from changelake.table.read import deletion_vectors, live_files
+from changelake.table.read.deletion_vectors import DeletionFile
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class Split:
     """Files of one bucket that are read (and merged) together.
 
     ``raw_convertible`` splits hold no overlapping keys and no delete rows, so their rows
-    are read as they are, without a merge.
+    are read as they are, without a merge. ``deletion_files`` (tables with deletion vectors)
+    gives each file's deletion vector (None: none), whose rows are left out.
     """
 
     partition: bytes
@@ -35,6 +37,7 @@ class Split:
     bucket_dir: str
     files: tuple[DataFileMeta, ...]
     raw_convertible: bool
+    deletion_files: tuple[DeletionFile | None, ...] = ()
 
     @property
     def row_count(self) -> int:
@@ -153,11 +156,35 @@ def plan(
     entries = _prune_files(ctx, live_files.live_entries(ctx, snapshot, manifests), expression)
     if levels is not None:
         entries = [e for e in entries if levels(e.file.level)]
+    if ctx.options.deletion_vectors_enabled:
+        return _plan_with_vectors(ctx, snapshot, entries)
     splits = []
     for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
         bucket_dir = ctx.bucket_dir(partition, bucket)
         for group, raw in split_bucket(ctx, files):
             splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw))
+    return splits
+
+
+def _plan_with_vectors(ctx: TableContext, snapshot: Snapshot, entries: list[ManifestEntry]) -> list[Split]:
+    """Splits of a table with deletion vectors (Paimon's batch scan with ``deletion-vectors.enabled``):
+    level 0 is skipped (writers compact it up before they commit), and every other file is read
+    alone, without a merge, minus the rows its deletion vector marks; files are packed into splits
+    up to ``source.split.target-size``."""
+    options = ctx.options
+    vector_files = deletion_vectors.snapshot_vectors(ctx, snapshot)
+    splits = []
+    for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
+        above = sorted((f for f in files if f.level > 0), key=lambda f: (f.level, ctx.key_of(f.min_key)))
+        if not above:
+            continue
+        bucket_dir = ctx.bucket_dir(partition, bucket)
+        found = deletion_vectors.deletion_files(ctx, vector_files.get((partition, bucket), ()))
+        groups = _pack([[f] for f in above], lambda g: max(sum(f.file_size for f in g), options.split_open_file_cost),
+                       options.split_target_size)
+        for group in groups:
+            splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw_convertible=True,
+                                deletion_files=tuple(found.get(f.file_name) for f in group)))
     return splits
 
 

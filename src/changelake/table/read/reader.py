@@ -14,7 +14,9 @@ import pyarrow.compute as pc
 from changelake.errors import ScanError
 from changelake.table.context import TableContext
 from changelake.table.executor import WORKERS, executor
-from changelake.table.format import kv
+from changelake.table.format import deletion_vector, kv
+from changelake.table.read import deletion_vectors
+from changelake.table.read.deletion_vectors import DeletionFile
 from changelake.table.read.planner import Split
 
 
@@ -31,8 +33,12 @@ def read_split(
     # A filter may name any column; a projection needs the columns its merge depends on too.
     value_columns = list(ctx.arrow_schema.names) if expression is not None else \
         ctx.merge_engine.required_columns(columns)
-    wanted = [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
+    # Raw splits are not merged: their rows need only their kinds besides the values.
+    wanted = [kv.VALUE_KIND, *value_columns] if split.raw_convertible else \
+        [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
     parts = [ctx.read_file(split.bucket_dir, f, wanted) for f in split.files]
+    if split.deletion_files:
+        parts = [_without_deleted(ctx, part, d) for part, d in zip(parts, split.deletion_files, strict=True)]
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     # Raw splits hold no deletes by their metadata; dropping retractions anyway guards
     # against writers whose delete counts are wrong.
@@ -40,6 +46,14 @@ def read_split(
     if rows is not None:
         merged = merged.slice(rows[0], rows[1] - rows[0])
     return apply_filter(ctx, merged, expression).select(list(columns))
+
+
+def _without_deleted(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
+    """The rows of a whole file that its deletion vector does not mark (one vectorized mask)."""
+    if deletion_file is None:
+        return part
+    keep = deletion_vector.keep_mask(deletion_vectors.read_vector(ctx, deletion_file), part.num_rows)
+    return part if keep is None else part.filter(keep)
 
 
 def apply_filter(ctx: TableContext, table: pa.Table, expression: pc.Expression | None) -> pa.Table:

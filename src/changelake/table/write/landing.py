@@ -29,12 +29,12 @@ Buckets = set[tuple[bytes, int]]
 
 
 def level0_goes_up(ctx: TableContext, changelog: ChangelogHook) -> bool:
-    """Every commit moves level 0 up: Paimon's readers skip level 0 of first-row tables, and
-    a waiting lookup producer lands each commit's changelog with it (``write-only`` writers
-    never compact: a later ``table.compact()`` does)."""
+    """Every commit moves level 0 up: Paimon's readers skip level 0 of first-row tables and of
+    tables with deletion vectors, and a waiting lookup producer lands each commit's changelog
+    with it (``write-only`` writers never compact: a later ``table.compact()`` does)."""
     if ctx.options.write_only:
         return False
-    return ctx.merge_engine.needs_lookup or changelog.wait_level0_up
+    return ctx.merge_engine.needs_lookup or ctx.options.deletion_vectors_enabled or changelog.wait_level0_up
 
 
 def replayed(ctx: TableContext, changelog: ChangelogHook, commit_user: str, identifier: int) -> bool:

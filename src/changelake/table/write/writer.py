@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,10 +20,13 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import executor, map_all
 from changelake.table.format import data_file, kv
+from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.lsm import compactor as compaction
+from changelake.table.lsm import deletion_vectors
 from changelake.table.lsm.levels import Levels
+from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 from changelake.table.write import conform as rows
 from changelake.table.write import landing, spill
@@ -46,6 +49,9 @@ class _Bucket:
     changelog: list[DataFileMeta] = field(default_factory=list)
     compacted: compaction.CompactResult = field(default_factory=compaction.CompactResult)
     running: Future[compaction.CompactResult] | None = None
+    # deletion vectors: the bucket's index files a commit's compaction replaced, and what they held
+    index_added: tuple[IndexFileMeta, ...] = ()
+    index_deleted: tuple[IndexFileMeta, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,10 @@ class TableWrite:
         self._buckets: dict[tuple[bytes, int], _Bucket] = {}
         self._spill_dir: str | None = None
         # Compactions run in the background unless the writer waits for them (one-shot writes).
-        self._background = not (wait_compaction or ctx.options.write_only)
+        # Tables with deletion vectors compact level 0 up in every commit, from the vectors of
+        # the latest snapshot: never in the background.
+        self._background = not (wait_compaction or ctx.options.write_only or ctx.options.deletion_vectors_enabled)
+        self._index_files: Mapping[tuple[bytes, int], list[IndexFileMeta]] = {}
         self._commits = 0
         # The snapshot whose files the last compactions that look up older levels (first-row,
         # lookup and full-compaction changelog) saw; None when no compaction looks up.
@@ -185,6 +194,8 @@ class TableWrite:
         for f in [*state.new_files, *state.changelog, *state.compacted.after, *state.compacted.changelog]:
             if f.file_name not in kept:
                 self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+        for index_file in state.index_added:
+            self.ctx.file_io.delete(self.ctx.paths.index(index_file.file_name))
 
     def _flush(self, *, final: bool) -> None:
         """Sort and merge the buffer per bucket; spill it, or write it as level-0 files."""
@@ -286,10 +297,15 @@ class TableWrite:
             self._collect(state)
             if committed is not None:
                 self._refresh(state, committed.get((state.partition, state.bucket), []))
+            base_files = self._index_files.get((state.partition, state.bucket), [])
+            base = read_vectors.bucket_vectors(ctx, base_files) if options.deletion_vectors_enabled else None
             state.levels, result = compaction.compact_bucket(ctx, bucket_dir, state.levels, full=full,
-                                                             changelog=self.changelog, force_level0=force_level0)
+                                                             changelog=self.changelog, force_level0=force_level0,
+                                                             vectors=base)
             for f in state.compacted.merge(result):
                 ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+            state.index_added, state.index_deleted = deletion_vectors.index_changes(
+                ctx, base_files, base or {}, result.vectors, state.levels.files)
         elif state.running is None and self._background:
             choose = compaction.picker(ctx)
             pick = choose.pick_level0 if force_level0 else choose.pick
@@ -332,6 +348,7 @@ class TableWrite:
             self.view = latest.id if latest is not None else 0
             if latest is not None:
                 committed = live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
+            self._index_files = read_vectors.snapshot_vectors(self.ctx, latest)
         map_all(lambda s: self._compact(s, full=full_compaction, committed=committed), states)
         messages = []
         for state in states:
@@ -341,10 +358,12 @@ class TableWrite:
                     compact_before=tuple(state.compacted.before), compact_after=tuple(state.compacted.after),
                     changelog_files=tuple(state.changelog),
                     compact_changelog_files=tuple(state.compacted.changelog),
+                    index_added=state.index_added, index_deleted=state.index_deleted,
                 ))
             state.new_files = []
             state.changelog = []
             state.compacted = compaction.CompactResult()
+            state.index_added = state.index_deleted = ()
         return messages
 
     def commit(self, identifier: int) -> list[Snapshot]:

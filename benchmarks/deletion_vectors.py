@@ -1,0 +1,111 @@
+"""Issue 13 benchmark: deletion vectors on the 2M-row upsert workload.
+
+2,000,000 rows in 20 commits of 100,000 (70% new keys, 25% updates, 5% deletes), 4 partitions,
+bucket 4, compaction on (default settings), written to a table with ``deletion-vectors.enabled``
+and to one without; the same batches written as plain Parquet files (the floor); then a full read
+of the latest snapshot of each table (read rates are live rows returned per second; the two reads
+are checked equal). With deltalake installed (benchmark-only: ``pip install deltalake``), the
+live rows are also written as a Delta table partitioned like ours (the layout copy-on-write
+merges leave) and read with delta-rs.
+
+Run: ./dev bench deletion_vectors [--commits 20] [--batch 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import pyarrow as pa
+from ingest_read import SCHEMA, batches, run_floor
+
+import changelake as cl
+
+
+def ingest(root: str, commits: int, size: int, *, vectors: bool) -> tuple[cl.Table, list[float]]:
+    options = {"bucket": "4", "deletion-vectors.enabled": str(vectors).lower()}
+    table = cl.Catalog(root).create_table("bench.orders", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+                                          options=options)
+    durations = []
+    for batch in batches(commits, size):
+        start = time.perf_counter()
+        table.write(batch)
+        durations.append(time.perf_counter() - start)
+    return table, durations
+
+
+def timed_read(table: cl.Table) -> tuple[pa.Table, float]:
+    table.scan().to_arrow()  # warm the manifest caches, as a long-lived reader has them
+    start = time.perf_counter()
+    result = table.scan().to_arrow()
+    return result, time.perf_counter() - start
+
+
+def delta_read(root: str, live: pa.Table) -> float | None:
+    """Seconds delta-rs takes to read ``live`` written as a Delta table (None without deltalake)."""
+    if importlib.util.find_spec("deltalake") is None:
+        return None
+    import deltalake  # optional, benchmark-only: imported when installed
+
+    deltalake.write_deltalake(root, live, partition_by=["dt"])
+    deltalake.DeltaTable(root).to_pyarrow_table()
+    start = time.perf_counter()
+    rows = deltalake.DeltaTable(root).to_pyarrow_table()
+    seconds = time.perf_counter() - start
+    assert rows.num_rows == live.num_rows
+    return seconds
+
+
+def _sorted(t: pa.Table) -> pa.Table:
+    return t.select(SCHEMA.names).sort_by([("dt", "ascending"), ("id", "ascending")])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--commits", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=100_000)
+    args = parser.parse_args()
+    total = args.commits * args.batch
+    work = tempfile.mkdtemp(prefix="changelake-bench-")
+    try:
+        dv_table, dv_durations = ingest(f"{work}/dv", args.commits, args.batch, vectors=True)
+        plain_table, plain_durations = ingest(f"{work}/plain", args.commits, args.batch, vectors=False)
+        floor_write_s, _, floor_rows = run_floor(f"{work}/parquet", args.commits, args.batch)
+        dv_rows, dv_read_s = timed_read(dv_table)
+        plain_rows, plain_read_s = timed_read(plain_table)
+        if not (dv_rows.num_rows == plain_rows.num_rows == floor_rows) or \
+                not _sorted(dv_rows).equals(_sorted(plain_rows)):
+            sys.exit(f"results differ: with vectors {dv_rows.num_rows}, without {plain_rows.num_rows}, "
+                     f"floor {floor_rows}")
+        delta_s = delta_read(f"{work}/delta", dv_rows.select(SCHEMA.names))
+        files = {name: t.system("files").num_rows for name, t in (("with", dv_table), ("without", plain_table))}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    live = dv_rows.num_rows
+    floor_rate = total / floor_write_s
+    print(f"rows written: {total:,} in {args.commits} commits; live rows at the end: {live:,}; "
+          f"files in the latest snapshot: {files['with']} with vectors, {files['without']} without")
+    for label, durations in (("with deletion vectors", dv_durations), ("without", plain_durations)):
+        ms = sorted(d * 1000 for d in durations)
+        rate = total / sum(durations)
+        print(f"ingest {label}: {rate:,.0f} rows/s ({rate / floor_rate:.2f}x the floor; per commit p50 "
+              f"{statistics.median(ms):.0f} ms, p95 {ms[int(0.95 * (len(ms) - 1))]:.0f} ms)")
+    print(f"plain parquet write (floor): {floor_rate:,.0f} rows/s")
+    dv_rate, plain_rate = live / dv_read_s, live / plain_read_s
+    print(f"latest read with deletion vectors: {dv_rate:,.0f} rows/s ({dv_read_s:.2f} s)")
+    print(f"latest read without (merge on read): {plain_rate:,.0f} rows/s ({plain_read_s:.2f} s)")
+    if delta_s is None:
+        print("delta-rs: not installed (pip install deltalake to compare)")
+    else:
+        delta_rate = live / delta_s
+        print(f"delta-rs read: {delta_rate:,.0f} rows/s ({delta_s:.2f} s); with deletion vectors we read at "
+              f"{dv_rate / delta_rate:.2f}x delta-rs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Tables with ``deletion-vectors.enabled``, through the public API: every commit compacts level 0
+up and marks the replaced rows in deletion vectors (index files listed by the snapshot's index
+manifest); scans read each file alone, minus its marked rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import changelake as cl
+
+SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string()), ("n", pa.int64())])
+DV = {"bucket": "2", "deletion-vectors.enabled": "true"}
+
+
+def _rows(table: cl.Table, **scan: Any) -> list[dict[str, Any]]:
+    return sorted(table.scan(**scan).to_arrow().to_pylist(), key=lambda r: r["k"])
+
+
+def _batch(keys: list[int], tag: str, kinds: list[str] | None = None) -> pa.Table:
+    data = pa.table({"k": keys, "v": [f"{tag}{k}" for k in keys], "n": keys}, schema=SCHEMA)
+    return data if kinds is None else data.append_column("rowkind", pa.array(kinds))
+
+
+def _snapshot_json(table: cl.Table) -> dict[str, Any]:
+    snapshot = table.latest_snapshot()
+    assert snapshot is not None
+    with open(os.path.join(table.location, "snapshot", f"snapshot-{snapshot.id}")) as f:
+        return dict(json.load(f))
+
+
+def _live_file_levels(table: cl.Table) -> list[int]:
+    return [int(level) for level in table.system("files").column("level").to_pylist()]
+
+
+def test_updates_and_deletes_land_as_deletion_vectors_and_read_without_merging(tmp_path: Any) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options=DV)
+    table.write(_batch(list(range(100)), "a"))
+    assert "indexManifest" not in _snapshot_json(table)  # nothing replaced yet
+    table.write(_batch([5, 50, 150], "b"))
+    table.write(_batch([7, 50], "c", ["-D", "-D"]))
+    expected = {k: (f"a{k}", k) for k in range(100)}
+    expected.update({k: (f"b{k}", k) for k in (5, 50, 150)})
+    del expected[7], expected[50]
+    assert _rows(table) == [{"k": k, "v": v, "n": n} for k, (v, n) in sorted(expected.items())]
+    assert 0 not in _live_file_levels(table)  # every commit compacted level 0 up
+    index_manifest = _snapshot_json(table)["indexManifest"]
+    assert os.path.exists(os.path.join(table.location, "manifest", index_manifest))
+    assert os.listdir(os.path.join(table.location, "index"))
+    # pruning and projection work file by file
+    filtered = table.scan().filter(pc.field("k") >= 50).select("k", "v").to_arrow().to_pylist()
+    assert sorted(filtered, key=lambda r: r["k"]) == [
+        {"k": k, "v": v} for k, (v, _) in sorted(expected.items()) if k >= 50]
+    # earlier snapshots read as they were: an APPEND snapshot's rows are at level 0, which
+    # readers of tables with deletion vectors skip (as Paimon's), its COMPACT snapshot has them
+    assert _rows(table, snapshot_id=1) == []
+    assert len(_rows(table, snapshot_id=2)) == 100
+
+
+def test_a_full_compaction_rewrites_the_files_and_drops_their_vectors(tmp_path: Any) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options=DV)
+    table.write(_batch(list(range(20)), "a"))
+    table.write(_batch([1, 2, 3], "b"))
+    before = _rows(table)
+    assert "indexManifest" in _snapshot_json(table)
+    table.compact(full=True)
+    assert _rows(table) == before
+    assert "indexManifest" not in _snapshot_json(table)  # no file left with deleted rows
+
+
+def test_writer_commits_many_times_and_each_key_is_live_once(tmp_path: Any) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", SCHEMA, primary_keys=["k"], options={**DV, "target-file-size": "4 kb"})
+    twin = cl.Catalog(str(tmp_path)).create_table("db.twin", SCHEMA, primary_keys=["k"], options={"bucket": "2"})
+    with table.writer(commit_user="u") as writer, twin.writer(commit_user="u") as twin_writer:
+        for i in range(8):
+            keys = list(range(i * 10, i * 10 + 40))
+            for w in (writer, twin_writer):
+                w.write(_batch(keys, f"w{i}-"))
+                w.commit(i)
+            assert _rows(table) == _rows(twin)
+    rows = table.scan().to_arrow()
+    assert len(pc.unique(rows.column("k"))) == rows.num_rows
+
+
+def test_partitioned_tables_keep_vectors_per_bucket(tmp_path: Any) -> None:
+    schema = SCHEMA.append(pa.field("p", pa.string(), nullable=False))
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", schema, primary_keys=["p", "k"], partition_keys=["p"],
+                                                   options=DV)
+
+    def batch(keys: list[int], p: str, tag: str) -> pa.Table:
+        return _batch(keys, tag).append_column("p", pa.array([p] * len(keys)))
+
+    table.write(pa.concat_tables([batch(list(range(10)), "x", "a"), batch(list(range(10)), "y", "a")]))
+    table.write(batch([1, 2], "y", "b"))
+    rows = table.scan().to_arrow().to_pylist()
+    assert len(rows) == 20
+    assert sorted(r["v"] for r in rows if r["p"] == "y" and r["k"] in (1, 2)) == ["b1", "b2"]
+
+
+def _index_dir_files(table: cl.Table) -> set[str]:
+    directory = os.path.join(table.location, "index")
+    return set(os.listdir(directory)) if os.path.isdir(directory) else set()
+
+
+def _index_manifests_on_disk(table: cl.Table) -> set[str]:
+    return {n for n in os.listdir(os.path.join(table.location, "manifest")) if n.startswith("index-manifest-")}
+
+
+def test_expiry_deletes_the_index_files_and_manifests_no_retained_snapshot_names(tmp_path: Any) -> None:
+    options = {**DV, "snapshot.num-retained.min": "1", "snapshot.num-retained.max": "2"}
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options=options)
+    table.write(_batch(list(range(50)), "a"))
+    for i in range(5):
+        table.write(_batch(list(range(i, 50, 5)), f"u{i}"))
+    retained = [json.loads(Path(table.location, "snapshot", f"snapshot-{s.id}").read_text())
+                for s in table.snapshots()]
+    named = {s["indexManifest"] for s in retained if "indexManifest" in s}
+    assert named and _index_manifests_on_disk(table) == named
+    # every index file left is one a retained snapshot's index manifest lists (one per bucket each)
+    assert 0 < len(_index_dir_files(table)) <= 2 * len(named)
+    assert len(_rows(table)) == 50
+
+
+def test_orphan_cleanup_removes_index_files_nothing_names(tmp_path: Any) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options=DV)
+    table.write(_batch(list(range(20)), "a"))
+    table.write(_batch([1, 2], "b"))
+    in_use = _index_dir_files(table)
+    assert in_use
+    stray = os.path.join(table.location, "index", "index-00000000-0000-0000-0000-000000000000-0")
+    with open(stray, "wb") as f:
+        f.write(b"\x01")
+    removed = table.remove_orphan_files(older_than=dt.timedelta(seconds=-60))
+    assert removed == [stray]
+    assert _index_dir_files(table) == in_use
+    assert len(_rows(table)) == 20
