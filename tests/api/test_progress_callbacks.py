@@ -55,5 +55,6 @@ def test_orphan_search_reports_each_directory(tmp_path: Path) -> None:
     calls: list[tuple[int, int]] = []
     found = table.remove_orphan_files(dry_run=True, progress=lambda done, total: calls.append((done, total)))
     assert found == [str(orphan)]
-    # snapshot, changelog, schema, tag and consumer directories, the manifests and 3 buckets
-    _check(calls, 9)
+    # snapshot, changelog, schema, tag and consumer directories, the manifests, the deletion
+    # vectors' index files and 3 buckets
+    _check(calls, 10)
