@@ -30,6 +30,7 @@ import changelake as cl
 from spark_support import child_env, end_session, java_reason
 
 JOB = str(Path(__file__).with_name("cluster_job.py"))
+DEMO = str(Path(__file__).resolve().parents[2] / "examples" / "cdc_pipeline.py")
 BATCHES = 3
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # short-lived JVMs on a small shared machine
 
@@ -73,8 +74,8 @@ def test_a_standalone_cluster_writes_the_stream_on_its_executors(
 
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
     storage_args: list[str] = []
-    if storage == "s3":
-        s3 = request.getfixturevalue("s3")
+    s3 = request.getfixturevalue("s3") if storage == "s3" else None
+    if s3 is not None:
         table = cl.Catalog(s3.new_warehouse(), storage_options=s3.storage_options).create_table(
             "db.t", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
             options={"bucket": "2", "changelog-producer": "lookup"})
@@ -115,6 +116,18 @@ def test_a_standalone_cluster_writes_the_stream_on_its_executors(
             daemons.append(driver)
             out, _ = driver.communicate(timeout=240)
         assert driver.returncode == 0, logs["driver"].read_text(errors="replace")[-3000:]
+        if s3 is not None:
+            # docker-compose.yml's pipeline without Docker: the demo on this cluster, on S3.
+            options = [a for k, v in s3.paimon_options.items() for a in ("--option", f"{k}={v}")]
+            demo = subprocess.run([sys.executable, DEMO, "--master", master_url, "--warehouse", s3.new_warehouse(),
+                                   *options, "--workdir", str(tmp_path / "demo")],
+                                  env=env, capture_output=True, text=True, timeout=300, check=False)
+            assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-3000:]
+            assert "batch ids committed to the table: [0, 1, 2] (each once)" in demo.stdout, demo.stdout
+            assert "= the source database's final state, exactly" in demo.stdout
+            kinds = [line.split()[0] for line in demo.stdout.splitlines()
+                     if line.strip()[:2] in ("+I", "-U", "+U", "-D")]
+            assert Counter(kinds) == {"+I": 6, "-U": 3, "+U": 3, "-D": 1}
     finally:
         for daemon in daemons:
             end_session(daemon.pid)
