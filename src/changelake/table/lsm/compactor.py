@@ -126,7 +126,10 @@ class _Task:
 
         def merged_sections() -> Iterator[pa.Table]:
             for files in sections:
-                parts = [self.changelog.read_file(ctx, self.bucket_dir, f) for f in files]
+                # Oldest first: the merge's sort then finds rows in (key, sequence) order within
+                # each key and sorts by key alone.
+                oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
+                parts = [self.changelog.read_file(ctx, self.bucket_dir, f) for f in oldest_first]
                 merged = ctx.merge_rows(pa.concat_tables(parts), drop_deletes=self.drop_delete)
                 if self.lookup and merged.num_rows:
                     merged = self._without_older_keys(merged)
