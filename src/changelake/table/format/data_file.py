@@ -7,7 +7,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -74,58 +76,73 @@ class _OpenFile:
                                        use_dictionary=dictionary)
         self.rows = 0
         self.deletes = 0
-        self.min_key = b""
-        self.max_key = b""
-        self.key_min: list[pa.Array] = []
-        self.key_max: list[pa.Array] = []
+        self.first: pa.Table | None = None  # the first and the last row written
+        self.last: pa.Table | None = None
+        # per key column: its (min, max) in every chunk, reduced at close
+        self.key_bounds: list[list[tuple[Any, Any]]] = [[] for _ in settings.key_names]
         self.seq_min: int | None = None
         self.seq_max: int | None = None
         self.keep = keep
         self.pieces: list[pa.Table] = []  # with ``keep``: what was written, for ``on_file``
 
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
+        # Bookkeeping is per chunk and whole-column; BinaryRows are encoded once, at close
+        # (a level-0 flush writes a small file per bucket, so per-file overhead counts).
         self.writer.write_table(chunk.drop_columns(self.dropped), row_group_size=_ROW_GROUP_ROWS)
         if self.keep:
             self.pieces.append(chunk)
-        if not self.rows:
-            self.min_key = key_row(chunk, key_names, 0)
-        self.max_key = key_row(chunk, key_names, chunk.num_rows - 1)
+        if self.first is None:
+            self.first = chunk.slice(0, 1)
+        self.last = chunk.slice(chunk.num_rows - 1, 1)
         self.rows += chunk.num_rows
-        kinds = chunk.column(kv.VALUE_KIND)
-        retract = pc.or_(pc.equal(kinds, kv.UPDATE_BEFORE), pc.equal(kinds, kv.DELETE))
-        self.deletes += int(pc.sum(retract).as_py() or 0)
-        seq = pc.min_max(chunk.column(kv.SEQUENCE))
-        low, high = seq["min"].as_py(), seq["max"].as_py()
+        kinds = np.asarray(chunk.column(kv.VALUE_KIND).to_numpy())
+        self.deletes += int(np.count_nonzero((kinds == kv.UPDATE_BEFORE) | (kinds == kv.DELETE)))
+        seq = np.asarray(chunk.column(kv.SEQUENCE).to_numpy())
+        low, high = int(seq.min()), int(seq.max())
         self.seq_min = low if self.seq_min is None else min(self.seq_min, low)
         self.seq_max = high if self.seq_max is None else max(self.seq_max, high)
-        for i, name in enumerate(key_names):
-            bounds = pc.min_max(chunk.column(kv.key_column(name)))
-            low_key = pa.array([bounds["min"].as_py()], type=chunk.schema.field(kv.key_column(name)).type)
-            high_key = pa.array([bounds["max"].as_py()], type=low_key.type)
-            if len(self.key_min) <= i:
-                self.key_min.append(low_key)
-                self.key_max.append(high_key)
-            else:
-                self.key_min[i] = pc.min_element_wise(self.key_min[i], low_key)
-                self.key_max[i] = pc.max_element_wise(self.key_max[i], high_key)
+        for bounds, name in zip(self.key_bounds, key_names, strict=True):
+            both = pc.min_max(chunk.column(kv.key_column(name)))
+            bounds.append((both["min"].as_py(), both["max"].as_py()))
+
+    def _key_stats(self, first: bytes, last: bytes, settings: FileSettings) -> SimpleStats:
+        """Min and max of every key column (no nulls: keys are primary-key columns)."""
+        arity = len(settings.key_names)
+        assert self.first is not None and self.last is not None
+        names = [kv.key_column(k) for k in settings.key_names]
+        types = [self.first.schema.field(n).type for n in names]
+        lows = [min(low for low, _ in b) for b in self.key_bounds]
+        highs = [max(high for _, high in b) for b in self.key_bounds]
+        # Rows are in key order, so the bounds are usually the first and last keys: reuse them
+        # (not for floats, whose Python equality makes -0.0 and 0.0 one value).
+        reuse = not any(pa.types.is_floating(t) for t in types)
+        if reuse and lows == [self.first.column(n)[0].as_py() for n in names]:
+            min_stats = first
+        else:
+            min_stats = binary_row.serialize(
+                binary_row.encode([pa.array([v], t) for v, t in zip(lows, types, strict=True)]).row(0), arity)
+        if reuse and highs == [self.last.column(n)[0].as_py() for n in names]:
+            max_stats = last
+        else:
+            max_stats = binary_row.serialize(
+                binary_row.encode([pa.array([v], t) for v, t in zip(highs, types, strict=True)]).row(0), arity)
+        return SimpleStats(min_stats, max_stats, (0,) * arity)
 
     def close(self, file_io: FileIO, bucket_dir: str, settings: FileSettings, level: int,
               file_source: FileSource) -> DataFileMeta:
         self.writer.close()
         data = self.sink.getvalue()
         file_io.write_bytes(f"{bucket_dir}/{self.name}", data, kill_point=settings.kill_point)
-        arity = len(settings.key_names)
-        key_stats = SimpleStats(
-            binary_row.serialize(binary_row.encode(self.key_min).row(0), arity),
-            binary_row.serialize(binary_row.encode(self.key_max).row(0), arity),
-            (0,) * arity,
-        )
+        assert self.first is not None and self.last is not None
+        min_key = key_row(self.first, settings.key_names, 0)
+        max_key = key_row(self.last, settings.key_names, 0)
+        key_stats = self._key_stats(min_key, max_key, settings)
         return DataFileMeta(
             file_name=self.name,
             file_size=len(data),
             row_count=self.rows,
-            min_key=self.min_key,
-            max_key=self.max_key,
+            min_key=min_key,
+            max_key=max_key,
             key_stats=key_stats,
             value_stats=EMPTY_STATS,
             min_sequence_number=self.seq_min or 0,

@@ -146,7 +146,10 @@ class _Task:
 
         def merged_sections() -> Iterator[pa.Table]:
             for files in sections:
-                rows = pa.concat_tables([self._read(f) for f in files])
+                # Oldest first: the merge's sort then finds rows in (key, sequence) order within
+                # each key and sorts by key alone.
+                oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
+                rows = pa.concat_tables([self._read(f) for f in oldest_first])
                 if self.vectors is not None and not ctx.merge_engine.needs_lookup and self.lookup \
                         and rows.num_rows and any(f.level == 0 for f in files):
                     # Older rows of the keys are merged in (the engine needs them) and marked

@@ -50,12 +50,29 @@ def sort_indices(keys: Sequence[pa.Array | pa.ChunkedArray], seq: pa.Array | pa.
     """Row order by (keys..., seq), stable for ties."""
     numeric = [_numpy_key(k) for k in keys]
     seq_np = np.asarray(seq.to_numpy())
+    if len(numeric) == 1 and numeric[0] is not None:
+        presorted = _presorted_order(numeric[0], seq_np)
+        if presorted is not None:
+            return presorted
     if all(n is not None for n in numeric):
         columns = [seq_np] + [n for n in reversed(numeric) if n is not None]
         return np.asarray(np.lexsort(columns), dtype=np.int64)
     table = pa.table({f"k{i}": comparable(k) for i, k in enumerate(keys)} | {"seq": seq_np})
     order = [(f"k{i}", "ascending") for i in range(len(keys))] + [("seq", "ascending")]
     return np.asarray(pc.sort_indices(table, sort_keys=order).to_numpy(), dtype=np.int64)
+
+
+def _presorted_order(key: np.ndarray, seq: np.ndarray) -> np.ndarray | None:
+    """Order by one key, or None unless that order also has sequence numbers ascending within
+    every key. A compaction's input is sorted runs (files) concatenated oldest first: a stable
+    sort by key alone (Timsort, which merges the runs it finds) then orders it by (key,
+    sequence), checked here, at the cost of one sort instead of lexsort's two."""
+    order = np.argsort(key, kind="stable")
+    ordered_key, ordered_seq = key[order], seq[order]
+    ties = ordered_key[1:] == ordered_key[:-1]
+    if np.any(ties & (ordered_seq[1:] < ordered_seq[:-1])):
+        return None
+    return np.asarray(order, dtype=np.int64)
 
 
 def group_ends(sorted_keys: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:

@@ -18,7 +18,7 @@ from changelake.errors import CommitConflictError
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
-from changelake.table.executor import executor, map_all
+from changelake.table.executor import compaction_executor, map_all
 from changelake.table.format import data_file, kv
 from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
@@ -183,7 +183,7 @@ class TableWrite:
     def _discard(self, state: _Bucket) -> None:
         bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
         running, state.running = state.running, None
-        if running is not None:
+        if running is not None and not running.cancel():  # a compaction not yet started never runs
             try:
                 result = running.result()
             except Exception:  # a discarded compaction's failure is moot
@@ -311,7 +311,7 @@ class TableWrite:
             pick = choose.pick_level0 if force_level0 else choose.pick
             unit = pick(state.levels.num_levels, state.levels.sorted_runs(ctx.key_of))
             if unit is not None:
-                state.running = executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit,
+                state.running = compaction_executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit,
                                                   self.changelog)
 
     def _refresh(self, state: _Bucket, files: list[DataFileMeta]) -> None:
