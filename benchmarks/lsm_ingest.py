@@ -11,7 +11,15 @@ its maximum: nothing expires) and on (Paimon's defaults but ``snapshot.time-reta
 in a few minutes would expire), to compare ingest rates and the files left on disk against the
 live data.
 
+Issue 13: ``--rows N`` is the scale run instead: N rows in commits of ``--batch`` rows (100M:
+1,000 commits) by one long-lived writer with expiry on, a generator whose memory does not grow
+with the table's history (a bitmap of live ids), and the figures the issue asks for: peak RSS
+(target < 2 GB), first-100 and last-100 commit p50 (target ratio <= 1.5), a streamed read of the
+latest snapshot (rows counted batch by batch, never held at once), and bytes on disk against the
+live data. ``--deletion-vectors`` makes the table a deletion-vector one.
+
 Run: ./dev bench lsm_ingest [--commits 100] [--batch 100000] [--no-small] [--time-retained "1 s"]
+     ./dev bench lsm_ingest --rows 100000000 [--deletion-vectors]
 """
 
 from __future__ import annotations
@@ -25,10 +33,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from ingest_read import SCHEMA, batches
+from ingest_read import PARTITIONS, SCHEMA, batches
 
 import changelake as cl
 from changelake.table.read import live_files
@@ -127,14 +139,94 @@ def report(r: dict[str, float]) -> None:
     print(f"  peak RSS so far: {r['rss']:,.0f} MB")
 
 
+def scale_batches(commits: int, size: int, seed: int = 7) -> Iterator[pa.Table]:
+    """:func:`ingest_read.batches`'s mix (70% new keys, 25% updates, 5% deletes of live keys) for
+    any number of commits: live ids are a bitmap over the ids handed out, and updates and
+    deletes are drawn from it by rejection, so each batch costs the same at any history."""
+    rng = np.random.default_rng(seed)
+    live = np.zeros(commits * size, dtype=np.bool_)
+    next_id = 0
+    names = pa.array([f"name-{i % 1000}" for i in range(size)])
+    for _ in range(commits):
+        n_new = int(size * 0.70) if next_id else size
+        n_old = size - n_new
+        picked = np.zeros(0, dtype=np.int64)
+        while picked.size < n_old:  # live ids are most of those handed out: few rounds
+            draw = rng.integers(0, next_id, int(n_old * 1.5) + 16)
+            picked = np.unique(np.concatenate([picked, draw[live[draw]]]))
+        picked = rng.permutation(picked)[:n_old]
+        upd, dele = picked[: int(size * 0.25)], picked[int(size * 0.25):]
+        new = np.arange(next_id, next_id + n_new, dtype=np.int64)
+        next_id += n_new
+        live[new] = True
+        live[dele] = False
+        ids = np.concatenate([new, upd, dele])
+        kinds = np.concatenate([np.full(n_new, "+I"), np.full(upd.size, "+U"), np.full(dele.size, "-D")])
+        yield pa.table({
+            "dt": np.array(PARTITIONS)[ids % 4], "id": ids, "name": names,
+            "amount": rng.random(size) * 100, "qty": rng.integers(0, 1000, size, dtype=np.int32),
+            "rowkind": kinds,
+        })
+
+
+def scale(rows: int, size: int, options: dict[str, str]) -> None:
+    """The scale run (see the module docstring); prints its figures."""
+    commits = rows // size
+    work = tempfile.mkdtemp(prefix="changelake-scale-")
+    try:
+        table = cl.Catalog(work).create_table(
+            "bench.orders", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+            options={"bucket": "4", **options})
+        print(f"{commits * size:,} rows in {commits:,} commits of {size:,}, options {options}", flush=True)
+        durations: list[float] = []
+        writer = table.writer(commit_user="bench-job")
+        started = time.perf_counter()
+        for identifier, batch in enumerate(scale_batches(commits, size)):
+            start = time.perf_counter()
+            writer.write(batch)
+            writer.commit(identifier)
+            durations.append(time.perf_counter() - start)
+            if (identifier + 1) % 100 == 0:
+                print(f"  {identifier + 1:,} commits, {time.perf_counter() - started:,.0f} s, "
+                      f"last p50 {statistics.median(durations[-100:]) * 1000:.0f} ms, "
+                      f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB", flush=True)
+        writer.close()
+        window = min(100, max(1, commits // 10))
+        first, last = statistics.median(durations[:window]), statistics.median(durations[-window:])
+        ingest_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        files, nbytes = disk_usage(table.location)
+        live = live_files.live_entries(table.context, table.latest_snapshot())
+        live_bytes = sum(e.file.file_size for e in live)
+        start = time.perf_counter()
+        read = sum(b.num_rows for b in table.scan().to_batches())
+        read_s = time.perf_counter() - start
+        print(f"  ingest: {commits * size / sum(durations):,.0f} rows/s")
+        print(f"  per commit p50, first {window}: {first * 1000:.0f} ms, last {window}: {last * 1000:.0f} ms "
+              f"(ratio {last / first:.2f}, target <= 1.5)")
+        print(f"  peak RSS during ingest: {ingest_rss:,.0f} MB (target < 2,048; the generator's live-id "
+              f"bitmap is {commits * size / 2**20:,.0f} MB of it)")
+        print(f"  latest read (streamed): {read:,} live rows in {read_s:.1f} s = {read / read_s:,.0f} rows/s")
+        print(f"  peak RSS after the read: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
+        print(f"  on disk: {files:,} data files, {nbytes / 2**20:,.0f} MB; live: {len(live):,} files, "
+              f"{live_bytes / 2**20:,.0f} MB (x{nbytes / live_bytes:.2f}, target <= 2); "
+              f"{len(table.snapshots())} snapshots retained")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commits", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--no-small", action="store_true", help="skip the 2.5M-row comparison run")
     parser.add_argument("--time-retained", default="1 s", help="snapshot.time-retained of the runs with expiry")
+    parser.add_argument("--rows", type=int, help="the scale run instead: this many rows, expiry on")
+    parser.add_argument("--deletion-vectors", action="store_true", help="the scale run on a deletion-vector table")
     args = parser.parse_args()
     expiry = {"snapshot.time-retained": args.time_retained}
+    if args.rows:
+        scale(args.rows, args.batch, expiry | ({"deletion-vectors.enabled": "true"} if args.deletion_vectors else {}))
+        return
     print("snapshot expiry off:")
     off = run(args.commits, args.batch, EXPIRY_OFF)
     report(off)
