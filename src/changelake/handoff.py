@@ -7,6 +7,7 @@ them), and a missing one raises :class:`~changelake.errors.MissingExtraError` na
 
 from __future__ import annotations
 
+import abc
 import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -54,3 +55,26 @@ def to_duckdb(data: pa.Table, name: str, connection: duckdb.DuckDBPyConnection |
     con: duckdb.DuckDBPyConnection = duck.connect() if connection is None else connection
     con.register(name, data)
     return con
+
+
+class ArrowExports(abc.ABC):
+    """``to_pandas``, ``to_polars`` and ``to_duckdb`` for a read whose rows ``to_arrow()`` gives."""
+
+    @abc.abstractmethod
+    def to_arrow(self) -> pa.Table:
+        """All the rows as one Arrow table."""
+
+    def to_pandas(self) -> pd.DataFrame:
+        """All the rows as a pandas DataFrame (extra ``changelake[pandas]``)."""
+        return to_pandas(self.to_arrow())
+
+    def to_polars(self) -> pl.DataFrame:
+        """All the rows as a polars DataFrame over the same Arrow buffers (extra
+        ``changelake[polars]``)."""
+        return to_polars(self.to_arrow())
+
+    def to_duckdb(self, name: str, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+        """Register the rows as DuckDB view ``name`` on ``connection`` (default: a new in-memory
+        database) and return the connection; DuckDB reads the Arrow data in place (extra
+        ``changelake[duckdb]``)."""
+        return to_duckdb(self.to_arrow(), name, connection)

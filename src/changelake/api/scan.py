@@ -20,13 +20,11 @@ from changelake.table.read import planner, reader
 from changelake.table.read.planner import Split
 
 if TYPE_CHECKING:
-    import duckdb
-    import pandas as pd
-    import polars as pl
+    pass
 
 
 @dataclass(frozen=True)
-class Scan:
+class Scan(handoff.ArrowExports):
     """A read of one snapshot, merged to one row per key (deleted keys absent). A
     ``read_optimized`` scan reads only the top level's files, which need no merge: faster, but
     without the rows written since the last full compaction (Paimon's read-optimized table).
@@ -146,17 +144,3 @@ class Scan:
         """All merged rows of the snapshot as one Arrow table."""
         return pa.Table.from_batches(self.to_batches(), schema=self.output_schema)
 
-    def to_pandas(self) -> pd.DataFrame:
-        """All merged rows as a pandas DataFrame (extra ``changelake[pandas]``)."""
-        return handoff.to_pandas(self.to_arrow())
-
-    def to_polars(self) -> pl.DataFrame:
-        """All merged rows as a polars DataFrame over the same Arrow buffers (extra
-        ``changelake[polars]``)."""
-        return handoff.to_polars(self.to_arrow())
-
-    def to_duckdb(self, name: str, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
-        """Register the merged rows as DuckDB view ``name`` on ``connection`` (default: a new
-        in-memory database) and return the connection; DuckDB reads the Arrow data in place
-        (extra ``changelake[duckdb]``)."""
-        return handoff.to_duckdb(self.to_arrow(), name, connection)

@@ -21,7 +21,6 @@ from changelake.table.executor import WORKERS, executor
 from changelake.table.format import snapshot as snapshots
 
 if TYPE_CHECKING:
-    import duckdb
     import pandas as pd
     import polars as pl
 
@@ -136,7 +135,7 @@ class ChangeStream:
 
 
 @dataclass(frozen=True)
-class Changes:
+class Changes(handoff.ArrowExports):
     """The changes of the snapshots after ``start_snapshot`` up to ``end_snapshot`` (Paimon's
     ``incremental-between``): delta files with producer ``none``, else changelog files."""
 
@@ -185,17 +184,3 @@ class Changes:
     def to_arrow(self) -> pa.Table:
         """All the changes as one Arrow table."""
         return pa.Table.from_batches(self.to_batches(), schema=self.schema)
-
-    def to_pandas(self) -> pd.DataFrame:
-        """All the changes as a pandas DataFrame (extra ``changelake[pandas]``)."""
-        return handoff.to_pandas(self.to_arrow())
-
-    def to_polars(self) -> pl.DataFrame:
-        """All the changes as a polars DataFrame over the same Arrow buffers (extra
-        ``changelake[polars]``)."""
-        return handoff.to_polars(self.to_arrow())
-
-    def to_duckdb(self, name: str, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
-        """Register the changes as DuckDB view ``name`` on ``connection`` (default: a new
-        in-memory database) and return the connection (extra ``changelake[duckdb]``)."""
-        return handoff.to_duckdb(self.to_arrow(), name, connection)

@@ -31,17 +31,20 @@ StorageOpt = Annotated[list[str] | None, typer.Option(
     help="fsspec storage option for the URL (repeatable), e.g. -o endpoint_url=http://localhost:9000.")]
 
 
-def storage_options(pairs: list[str] | None) -> dict[str, str] | None:
-    """``KEY=VALUE`` pairs as a dict (None when none were given)."""
-    if not pairs:
-        return None
-    options: dict[str, str] = {}
+def key_values(pairs: list[str], flag: str, what: str = "KEY=VALUE") -> dict[str, str]:
+    """``KEY=VALUE`` pairs as a dict; UsageError naming ``flag`` for a pair without ``=``."""
+    found: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"--storage-option takes KEY=VALUE, got {pair!r}")
-        options[key] = value
-    return options
+            raise UsageError(f"{flag} takes {what}, got {pair!r}")
+        found[key] = value
+    return found
+
+
+def storage_options(pairs: list[str] | None) -> dict[str, str] | None:
+    """``--storage-option`` pairs as a dict (None when none were given)."""
+    return key_values(pairs, "--storage-option") if pairs else None
 
 
 def load_table(table: str, warehouse: str | None, storage: list[str] | None) -> Table:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from changelake.cli.common import StorageOpt, TableArg, UsageError, WarehouseOpt, load_table
+from changelake.cli.common import StorageOpt, TableArg, UsageError, WarehouseOpt, key_values, load_table
 from changelake.table.lsm.inspection import TableInspection
 
 
@@ -16,12 +16,7 @@ def _partition(found: TableInspection, pairs: list[str] | None) -> dict[str, Any
     command line gives text; the table's partition values may be dates or numbers)."""
     if not pairs:
         return None
-    wanted: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--partition takes COLUMN=VALUE, got {pair!r}")
-        wanted[key] = value
+    wanted = key_values(pairs, "--partition", "COLUMN=VALUE")
     for b in found.buckets:
         values = dict(b.partition)
         if set(values) == set(wanted) and all(str(values[k]) == v for k, v in wanted.items()):
