@@ -8,6 +8,7 @@ import struct
 import zlib
 
 import fastavro
+import numpy as np
 import pytest
 from pyroaring import BitMap
 
@@ -74,3 +75,11 @@ def test_index_manifest_records_have_paimons_fields_and_round_trip() -> None:
     assert IndexManifestEntry.from_avro(record) == entry  # type: ignore[arg-type]
     deleted = IndexManifestEntry(FileKind.DELETE, entry.partition, entry.bucket, entry.file)
     assert index_manifest.live([entry, deleted]) == []
+
+
+def test_bitmap_of_positions_round_trips_in_order_without_repeats() -> None:
+    bitmap = deletion_vector.bitmap_of(np.array([9, 2, 9, 0, 70000], dtype=np.int64))
+    assert bitmap == BitMap([0, 2, 9, 70000])
+    assert deletion_vector.positions_of(bitmap).tolist() == [0, 2, 9, 70000]
+    keep = deletion_vector.keep_mask(bitmap, 4, start=7)
+    assert keep is not None and keep.tolist() == [True, True, False, True]

@@ -10,6 +10,7 @@ in RoaringBitmap's portable format), then the CRC-32 of those ``size`` bytes. A 
 
 from __future__ import annotations
 
+import array
 import struct
 import zlib
 from collections.abc import Mapping
@@ -78,13 +79,26 @@ def deserialize(data: bytes | memoryview, meta: DeletionVectorMeta, path: str) -
     return BitMap.deserialize(body[4:])
 
 
+def bitmap_of(positions: np.ndarray) -> BitMap:
+    """The bitmap of row ``positions`` (any order, repeats allowed), built from their bytes at
+    once (a numpy array would be iterated value by value)."""
+    return BitMap(array.array("I", np.ascontiguousarray(positions, dtype=np.uint32).tobytes()))
+
+
+def positions_of(bitmap: BitMap) -> np.ndarray:
+    """The positions a bitmap holds, in order, as a uint32 array (no per-value copy)."""
+    return np.frombuffer(bitmap.to_array(), dtype=np.uint32)
+
+
 def keep_mask(bitmap: BitMap | None, num_rows: int, start: int = 0) -> np.ndarray | None:
     """Which of rows ``start .. start + num_rows`` of a file survive its deletion vector (None:
     all of them), as a boolean array."""
     if not bitmap:
         return None
-    deleted = np.asarray(bitmap.to_array(), dtype=np.int64)
-    deleted = deleted[(deleted >= start) & (deleted < start + num_rows)] - start
+    deleted = positions_of(bitmap)
+    if start or deleted[-1] >= num_rows:
+        low, high = np.searchsorted(deleted, [start, start + num_rows])
+        deleted = deleted[low:high] - np.uint32(start)
     if not len(deleted):
         return None
     keep = np.ones(num_rows, dtype=bool)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
@@ -19,7 +20,7 @@ from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.lsm import deletion_vectors
+from changelake.table.lsm import deletion_vectors, recent_files
 from changelake.table.lsm.deletion_vectors import Vectors
 from changelake.table.lsm.levels import Levels, SortedRun, interval_partition
 from changelake.table.lsm.universal import CompactUnit, UniversalCompaction, pick_full
@@ -112,7 +113,7 @@ class _Task:
         return self.result
 
     def _read(self, f: DataFileMeta) -> pa.Table:
-        rows = self.changelog.read_file(self.ctx, self.bucket_dir, f)
+        rows = self._read_whole(f)
         if self.vectors is None:
             return rows
         return deletion_vectors.live_rows(rows, self.vectors.get(f.file_name))
@@ -150,6 +151,7 @@ class _Task:
                 # each key and sorts by key alone.
                 oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
                 rows = pa.concat_tables([self._read(f) for f in oldest_first])
+                alone = True  # no older row of the keys is merged in
                 if self.vectors is not None and not ctx.merge_engine.needs_lookup and self.lookup \
                         and rows.num_rows and any(f.level == 0 for f in files):
                     # Older rows of the keys are merged in (the engine needs them) and marked
@@ -159,14 +161,22 @@ class _Task:
                         ctx, self.bucket_dir, rows, files, self.lookup, self._read_whole, self.vectors,
                         with_values=not ctx.merge_engine.keeps_last_row)
                     rows = pa.concat_tables([older, rows]) if older.num_rows else rows
+                    alone = not older.num_rows
                 drop = self.drop_delete or self.vectors is not None
-                merged = ctx.merge_rows(rows, drop_deletes=drop)
+                if drop and alone and len(files) == 1 and _unique_sorted(ctx, rows):
+                    # One file and nothing older: a key's only row stays as it is in a merge,
+                    # which would only drop the retractions.
+                    merged = kv.drop_retractions(rows)
+                else:
+                    merged = ctx.merge_rows(rows, drop_deletes=drop)
                 if self.lookup and ctx.merge_engine.needs_lookup and merged.num_rows:
                     merged = self._without_older_keys(merged)
                 yield merged
 
         def on_file(f: DataFileMeta, rows: pa.Table) -> None:
             self.changelog.on_compacted_file(self.bucket_dir, f, rows)
+            if self.vectors is not None:  # the next commits' compactions read it again
+                recent_files.keep(ctx, self.bucket_dir, f, rows)
 
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
                                   self.unit.output_level, file_source=FileSource.COMPACT, on_file=on_file)
@@ -175,8 +185,10 @@ class _Task:
         self.result.after += written
 
     def _read_whole(self, f: DataFileMeta) -> pa.Table:
-        """All stored rows of ``f`` (positions as in the file), for deletion-vector lookups."""
-        return self.changelog.read_file(self.ctx, self.bucket_dir, f)
+        """All stored rows of ``f`` (positions as in the file): kept from when this process
+        wrote it, else through the changelog producer (whose lookup cache may hold it)."""
+        rows = recent_files.get(self.ctx, self.bucket_dir, f)
+        return self.changelog.read_file(self.ctx, self.bucket_dir, f) if rows is None else rows
 
     def _without_older_keys(self, merged: pa.Table) -> pa.Table:
         ctx = self.ctx
@@ -192,6 +204,18 @@ class _Task:
         found = indexed.join(older, keys=key_columns, join_type="left semi").column("__row")
         keep = pc.invert(pc.is_in(indexed.column("__row"), value_set=found.combine_chunks()))
         return merged.filter(keep)
+
+
+def _unique_sorted(ctx: TableContext, rows: pa.Table) -> bool:
+    """Whether ``rows`` are in strictly increasing key order (checked for one integer key, as
+    files written by a merge are; other keys count as not)."""
+    if len(ctx.key_columns) != 1:
+        return False
+    column = rows.column(ctx.key_columns[0])
+    if not pa.types.is_integer(column.type) or column.null_count:
+        return False
+    keys = column.to_numpy()
+    return bool(np.all(keys[1:] > keys[:-1]))
 
 
 def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUnit,

@@ -19,6 +19,7 @@ from changelake.table.format import deletion_vector, index_manifest
 from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.io.killpoints import KillPoint
+from changelake.table.lsm import recent_files
 
 Vectors = dict[str, BitMap]
 
@@ -31,19 +32,20 @@ def live_rows(rows: pa.Table, vector: BitMap | None) -> pa.Table:
 
 def _positions(ctx: TableContext, stored: pa.Table, keys: pa.Table) -> np.ndarray:
     """Positions of the rows of a key-sorted file (unique keys: a file above level 0) whose key
-    is among ``keys``: binary searches for one integer key, else a semi join."""
+    is among ``keys`` (in any order, repeated when a key repeats): binary searches for one
+    integer key, else a semi join."""
     key_columns = list(ctx.key_columns)
     column = stored.column(key_columns[0])
     if len(key_columns) == 1 and pa.types.is_integer(column.type) and column.null_count == 0:
         values = column.to_numpy()
-        wanted = np.unique(keys.column(0).to_numpy())
-        at = np.searchsorted(values, wanted)
+        wanted = keys.column(0).to_numpy()
+        at: np.ndarray = np.searchsorted(values, wanted)
         inside = at < len(values)
         at = at[inside]
-        return np.sort(at[values[at] == wanted[inside]])
+        return np.asarray(at[values[at] == wanted[inside]])
     indexed = stored.select(key_columns).append_column("__position", pa.array(np.arange(stored.num_rows)))
     found = indexed.join(keys.select(key_columns), keys=key_columns, join_type="left semi")
-    return np.sort(found.column("__position").to_numpy())
+    return np.asarray(found.column("__position").to_numpy())
 
 
 def take_older_rows(
@@ -63,16 +65,20 @@ def take_older_rows(
     for f in lookup:
         if key_of(f.max_key) < low or key_of(f.min_key) > high:
             continue
-        stored = read(f) if with_values else ctx.read_file(bucket_dir, f, ctx.key_columns)
+        stored = read(f) if with_values else recent_files.read(ctx, bucket_dir, f, ctx.key_columns)
         at = _positions(ctx, stored, keys)
-        vector = vectors.get(f.file_name)
-        if vector:
-            at = at[~np.isin(at, np.asarray(vector.to_array(), dtype=np.int64))]
         if not len(at):
             continue
-        vectors[f.file_name] = (vector or BitMap()) | BitMap(at.astype(np.uint32))
+        marked = deletion_vector.bitmap_of(at)
+        vector = vectors.get(f.file_name)
+        if vector:
+            marked -= vector  # rows marked before are not live: only the newly found ones
+        if not marked:
+            continue
+        vectors[f.file_name] = marked if not vector else vector | marked
         if with_values:
-            found.append(stored.take(pa.array(at)).select(rows.schema.names).cast(rows.schema))
+            taken = stored.take(pa.array(deletion_vector.positions_of(marked)))
+            found.append(taken.select(rows.schema.names).cast(rows.schema))
     return pa.concat_tables(found) if found else rows.schema.empty_table()
 
 

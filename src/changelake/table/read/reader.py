@@ -37,15 +37,30 @@ def read_split(
     wanted = [kv.VALUE_KIND, *value_columns] if split.raw_convertible else \
         [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
     parts = [ctx.read_file(split.bucket_dir, f, wanted) for f in split.files]
-    if split.deletion_files:
-        parts = [_without_deleted(ctx, part, d) for part, d in zip(parts, split.deletion_files, strict=True)]
+    deletion_files = split.deletion_files or (None,) * len(parts)
+    if split.raw_convertible:
+        # Not merged: each file's live rows, in one filter per file.
+        parts = [_live_rows(ctx, part, d) for part, d in zip(parts, deletion_files, strict=True)]
+    elif split.deletion_files:
+        parts = [_without_deleted(ctx, part, d) for part, d in zip(parts, deletion_files, strict=True)]
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    # Raw splits hold no deletes by their metadata; dropping retractions anyway guards
-    # against writers whose delete counts are wrong.
-    merged = kv.drop_retractions(table) if split.raw_convertible else ctx.merge_rows(table, drop_deletes=True)
+    merged = table if split.raw_convertible else ctx.merge_rows(table, drop_deletes=True)
     if rows is not None:
         merged = merged.slice(rows[0], rows[1] - rows[0])
     return apply_filter(ctx, merged, expression).select(list(columns))
+
+
+def _live_rows(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
+    """The rows of a whole file of a raw split that are neither marked by its deletion vector
+    nor retractions: raw splits hold no retractions by their metadata, and dropping them anyway
+    guards against writers whose delete counts are wrong (one mask, one filter)."""
+    kinds = part.column(kv.VALUE_KIND).to_numpy()
+    keep = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
+    if deletion_file is not None:
+        alive = deletion_vector.keep_mask(deletion_vectors.read_vector(ctx, deletion_file), part.num_rows)
+        if alive is not None:
+            keep &= alive
+    return part if keep.all() else part.filter(keep)
 
 
 def _without_deleted(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:

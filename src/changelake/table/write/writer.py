@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.lsm import compactor as compaction
-from changelake.table.lsm import deletion_vectors
+from changelake.table.lsm import deletion_vectors, recent_files
 from changelake.table.lsm.levels import Levels
 from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
@@ -261,7 +262,9 @@ class TableWrite:
             chunks, raw = [ctx.merge_rows(part, drop_deletes=False)], [part]
         bucket_dir = ctx.bucket_dir(state.partition, state.bucket)
         state.changelog += self.changelog.on_flush(ctx, bucket_dir, raw)
-        files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, level=0)
+        # Tables with deletion vectors compact these files up before the commit: keep their rows.
+        on_file = partial(recent_files.keep, ctx, bucket_dir) if ctx.options.deletion_vectors_enabled else None
+        files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, level=0, on_file=on_file)
         state.new_files += files
         state.levels = state.levels.replace((), files)
         for run in state.spilled:
