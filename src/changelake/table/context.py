@@ -8,7 +8,7 @@ and schema JSON, so Spark tasks get it by value and rebuild the derived parts la
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -72,6 +72,15 @@ class TableContext:
             renames = self.schema.names_in(self.schemas.get(meta.schema_id))
         return data_file.read(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns, rows,
                               renames)
+
+    def read_file_batches(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str],
+                          batch_rows: int) -> Iterator[pa.Table]:
+        """The rows :meth:`read_file` reads, ``batch_rows`` at a time in file order."""
+        renames = None
+        if meta.schema_id != self.schema.id:
+            renames = self.schema.names_in(self.schemas.get(meta.schema_id))
+        return data_file.read_batches(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns,
+                                      batch_rows, renames)
 
     @property
     def primary_keys(self) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +225,40 @@ def read(
         raise CorruptMetadataError("data file is missing", file=path) from None
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
+    return _conform(table, schema, columns, names, present, stored, absent)
+
+
+def read_batches(
+    file_io: FileIO,
+    path: str,
+    schema: pa.Schema,
+    columns: Sequence[str],
+    batch_rows: int,
+    renames: Mapping[str, str | None] | None = None,
+) -> Iterator[pa.Table]:
+    """The rows of a data file as :func:`read` reads them, ``batch_rows`` at a time in file
+    order, so a big file is never in memory whole."""
+    names = list(columns)
+    renamed = renames or {}
+    absent = [n for n in names if n in renamed and renamed[n] is None]
+    present = [n for n in names if n not in absent]
+    try:
+        with file_io.arrow_fs.open_input_file(path) as source:
+            parquet = pq.ParquetFile(source)
+            stored = _stored_columns([renamed.get(n) or n for n in present], parquet.schema_arrow.names, path)
+            batches = parquet.iter_batches(batch_size=batch_rows, columns=list(dict.fromkeys(stored)))
+            for batch in batches:
+                yield _conform(pa.Table.from_batches([batch]), schema, columns, names, present, stored, absent)
+    except FileNotFoundError:
+        raise CorruptMetadataError("data file is missing", file=path) from None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
+
+
+def _conform(table: pa.Table, schema: pa.Schema, columns: Sequence[str] | None, names: list[str],
+             present: list[str], stored: list[str], absent: list[str]) -> pa.Table:
+    """Rows read from the ``stored`` file columns as the ``names`` columns in ``schema``'s
+    types (``absent`` ones all nulls)."""
     if stored != names:
         arrays = dict(zip(present, (table.column(c) for c in stored), strict=True))
         arrays.update({n: pa.nulls(table.num_rows, schema.field(n).type) for n in absent})

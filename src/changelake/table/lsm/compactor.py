@@ -16,7 +16,7 @@ from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
-from changelake.table.format import data_file, kv
+from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
@@ -24,6 +24,7 @@ from changelake.table.lsm import deletion_vectors, recent_files
 from changelake.table.lsm.deletion_vectors import Vectors
 from changelake.table.lsm.levels import Levels, SortedRun, interval_partition
 from changelake.table.lsm.universal import CompactUnit, UniversalCompaction, pick_full
+from changelake.table.merge import chunked
 from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 
@@ -150,28 +151,15 @@ class _Task:
                 # Oldest first: the merge's sort then finds rows in (key, sequence) order within
                 # each key and sorts by key alone.
                 oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
-                rows = pa.concat_tables([self._read(f) for f in oldest_first])
-                alone = True  # no older row of the keys is merged in
-                if self.vectors is not None and not ctx.merge_engine.needs_lookup and self.lookup \
-                        and rows.num_rows and any(f.level == 0 for f in files):
-                    # Older rows of the keys are merged in (the engine needs them) and marked
-                    # deleted where they are: every older row of a key is gone, so deletes
-                    # can be dropped at any level.
-                    older = deletion_vectors.take_older_rows(
-                        ctx, self.bucket_dir, rows, files, self.lookup, self._read_whole, self.vectors,
-                        with_values=not ctx.merge_engine.keeps_last_row)
-                    rows = pa.concat_tables([older, rows]) if older.num_rows else rows
-                    alone = not older.num_rows
-                drop = self.drop_delete or self.vectors is not None
-                if drop and alone and len(files) == 1 and _unique_sorted(ctx, rows):
-                    # One file and nothing older: a key's only row stays as it is in a merge,
-                    # which would only drop the retractions.
-                    merged = kv.drop_retractions(rows)
+                if len(files) > 1 and not self.lookup and chunked.is_big(files):
+                    # Merged a chunk of keys at a time, in bounded memory (merges are per key).
+                    # Sections that look older keys up (first-row, deletion vectors with files
+                    # outside the unit) stay whole: each chunk would read those files again.
+                    sources = [self._batches(f) for f in oldest_first]
+                    for rows in chunked.key_bounded(sources, ctx.key_columns):
+                        yield self._merge(rows, files)
                 else:
-                    merged = ctx.merge_rows(rows, drop_deletes=drop)
-                if self.lookup and ctx.merge_engine.needs_lookup and merged.num_rows:
-                    merged = self._without_older_keys(merged)
-                yield merged
+                    yield self._merge(pa.concat_tables([self._read(f) for f in oldest_first]), files)
 
         def on_file(f: DataFileMeta, rows: pa.Table) -> None:
             self.changelog.on_compacted_file(self.bucket_dir, f, rows)
@@ -183,6 +171,44 @@ class _Task:
         killpoints.reached(KillPoint.COMPACTION)
         self.result.before += [f for files in sections for f in files]
         self.result.after += written
+
+    def _merge(self, rows: pa.Table, files: Sequence[DataFileMeta]) -> pa.Table:
+        """The merge of ``rows``: all rows of their keys in ``files`` (oldest file first)."""
+        ctx = self.ctx
+        alone = True  # no older row of the keys is merged in
+        if self.vectors is not None and not ctx.merge_engine.needs_lookup and self.lookup \
+                and rows.num_rows and any(f.level == 0 for f in files):
+            # Older rows of the keys are merged in (the engine needs them) and marked
+            # deleted where they are: every older row of a key is gone, so deletes
+            # can be dropped at any level.
+            older = deletion_vectors.take_older_rows(
+                ctx, self.bucket_dir, rows, files, self.lookup, self._read_whole, self.vectors,
+                with_values=not ctx.merge_engine.keeps_last_row)
+            rows = pa.concat_tables([older, rows]) if older.num_rows else rows
+            alone = not older.num_rows
+        drop = self.drop_delete or self.vectors is not None
+        if drop and alone and len(files) == 1 and _unique_sorted(ctx, rows):
+            # One file and nothing older: a key's only row stays as it is in a merge,
+            # which would only drop the retractions.
+            merged = kv.drop_retractions(rows)
+        else:
+            merged = ctx.merge_rows(rows, drop_deletes=drop)
+        if self.lookup and ctx.merge_engine.needs_lookup and merged.num_rows:
+            merged = self._without_older_keys(merged)
+        return merged
+
+    def _batches(self, f: DataFileMeta) -> Iterator[pa.Table]:
+        """The live rows of ``f`` in batches: sliced from memory when this process wrote it,
+        else read a batch at a time; rows its deletion vector marks are left out by position."""
+        vector = None if self.vectors is None else self.vectors.get(f.file_name)
+        rows = recent_files.get(self.ctx, self.bucket_dir, f)
+        batches = chunked.batches_of(rows) if rows is not None else \
+            self.ctx.read_file_batches(self.bucket_dir, f, self.ctx.file_schema.names, chunked.BATCH_ROWS)
+        position = 0
+        for batch in batches:
+            keep = deletion_vector.keep_mask(vector, batch.num_rows, position)
+            position += batch.num_rows
+            yield batch if keep is None else batch.filter(keep)
 
     def _read_whole(self, f: DataFileMeta) -> pa.Table:
         """All stored rows of ``f`` (positions as in the file): kept from when this process

@@ -15,9 +15,14 @@ from changelake.errors import ScanError
 from changelake.table.context import TableContext
 from changelake.table.executor import WORKERS, executor
 from changelake.table.format import deletion_vector, kv
+from changelake.table.format.manifest import DataFileMeta
+from changelake.table.merge import chunked
 from changelake.table.read import deletion_vectors
 from changelake.table.read.deletion_vectors import DeletionFile
 from changelake.table.read.planner import Split
+
+# Splits read ahead of the one being returned weigh at most this much (their files' sizes).
+READ_AHEAD_BYTES = 256 * 1024 * 1024
 
 
 def read_split(
@@ -30,12 +35,10 @@ def read_split(
     """The merged rows of one split, filtered by ``expression`` and projected to ``columns``;
     ``rows`` = (start, stop) keeps only those merged rows (counted before the filter), so a
     change stream can resume inside a split."""
-    # A filter may name any column; a projection needs the columns its merge depends on too.
-    value_columns = list(ctx.arrow_schema.names) if expression is not None else \
-        ctx.merge_engine.required_columns(columns)
-    # Raw splits are not merged: their rows need only their kinds besides the values.
-    wanted = [kv.VALUE_KIND, *value_columns] if split.raw_convertible else \
-        [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
+    if chunked.is_big(split.files):
+        parts = list(iter_split(ctx, split, columns, expression, rows))
+        return pa.concat_tables(parts) if parts else _empty(ctx, columns)
+    wanted = _wanted(ctx, split, columns, expression)
     parts = [ctx.read_file(split.bucket_dir, f, wanted) for f in split.files]
     deletion_files = split.deletion_files or (None,) * len(parts)
     if split.raw_convertible:
@@ -48,6 +51,72 @@ def read_split(
     if rows is not None:
         merged = merged.slice(rows[0], rows[1] - rows[0])
     return apply_filter(ctx, merged, expression).select(list(columns))
+
+
+def iter_split(
+    ctx: TableContext,
+    split: Split,
+    columns: Sequence[str],
+    expression: pc.Expression | None,
+    rows: tuple[int, int] | None = None,
+) -> Iterator[pa.Table]:
+    """What :func:`read_split` returns, in parts of bounded size: a raw split file by file,
+    else merged chunk by chunk (:func:`chunked.key_bounded`), never a whole file in memory."""
+    wanted = _wanted(ctx, split, columns, expression)
+    deletion_files = split.deletion_files or (None,) * len(split.files)
+    if split.raw_convertible:
+        merged: Iterator[pa.Table] = (
+            _live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted), d)
+            for f, d in zip(split.files, deletion_files, strict=True))
+    else:
+        sources = [_file_batches(ctx, split.bucket_dir, f, d, wanted)
+                   for f, d in zip(split.files, deletion_files, strict=True)]
+        merged = (ctx.merge_rows(chunk, drop_deletes=True)
+                  for chunk in chunked.key_bounded(sources, ctx.key_columns))
+    if rows is not None:
+        merged = _window(merged, rows)
+    for part in merged:
+        out = apply_filter(ctx, part, expression).select(list(columns))
+        if out.num_rows:
+            yield out
+
+
+def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression: pc.Expression | None) -> list[str]:
+    """The file columns a split's read needs."""
+    # A filter may name any column; a projection needs the columns its merge depends on too.
+    value_columns = list(ctx.arrow_schema.names) if expression is not None else \
+        ctx.merge_engine.required_columns(columns)
+    # Raw splits are not merged: their rows need only their kinds besides the values.
+    return [kv.VALUE_KIND, *value_columns] if split.raw_convertible else \
+        [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
+
+
+def _empty(ctx: TableContext, columns: Sequence[str]) -> pa.Table:
+    return pa.schema([ctx.arrow_schema.field(c) for c in columns]).empty_table()
+
+
+def _window(parts: Iterator[pa.Table], rows: tuple[int, int]) -> Iterator[pa.Table]:
+    """Rows [start, stop) of the concatenation of ``parts``, counted across them."""
+    start, stop = rows
+    position = 0
+    for part in parts:
+        end = position + part.num_rows
+        if end > start:
+            yield part.slice(max(start - position, 0), min(stop, end) - max(start, position))
+        position = end
+        if position >= stop:
+            return
+
+
+def _file_batches(ctx: TableContext, bucket_dir: str, meta: DataFileMeta, deletion_file: DeletionFile | None,
+                  columns: Sequence[str]) -> Iterator[pa.Table]:
+    """The rows of a file in batches, without those its deletion vector marks (by position)."""
+    vector = None if deletion_file is None else deletion_vectors.read_vector(ctx, deletion_file)
+    position = 0
+    for batch in ctx.read_file_batches(bucket_dir, meta, columns, chunked.BATCH_ROWS):
+        keep = deletion_vector.keep_mask(vector, batch.num_rows, position)
+        position += batch.num_rows
+        yield batch if keep is None else batch.filter(keep)
 
 
 def _live_rows(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
@@ -92,17 +161,38 @@ def read_changes(ctx: TableContext, split: Split, columns: Sequence[str],
 def read_splits(
     ctx: TableContext, splits: Sequence[Split], columns: Sequence[str], expression: pc.Expression | None
 ) -> Iterator[pa.Table]:
-    """Every split's rows in plan order, read in parallel with a window of a few splits ahead."""
+    """Every split's rows in plan order, read in parallel with a window of a few splits ahead
+    whose files weigh at most :data:`READ_AHEAD_BYTES` together (always at least one split).
+    A big split is read when its turn comes, in chunks (:func:`iter_split`)."""
     pool = executor()
-    pending: deque[Future[pa.Table]] = deque()
+    # (weight, a small split's read, or a big split to read in turn)
+    pending: deque[tuple[int, Future[pa.Table] | Split]] = deque()
     upcoming = iter(splits)
-    for split in upcoming:
-        pending.append(pool.submit(read_split, ctx, split, columns, expression))
-        if len(pending) >= 2 * WORKERS:
-            break
+    waiting = next(upcoming, None)
+    in_flight = 0
+
+    def top_up() -> None:
+        nonlocal waiting, in_flight
+        while waiting is not None and len(pending) < 2 * WORKERS:
+            big = chunked.is_big(waiting.files)
+            # A big split holds about the chunked-merge threshold at a time.
+            weight = chunked.CHUNKED_MERGE_BYTES if big else sum(f.file_size for f in waiting.files)
+            if pending and in_flight + weight > READ_AHEAD_BYTES:
+                return
+            read = waiting if big else pool.submit(read_split, ctx, waiting, columns, expression)
+            pending.append((weight, read))
+            in_flight += weight
+            waiting = next(upcoming, None)
+
+    top_up()
     while pending:
-        result = pending.popleft().result()
-        nxt = next(upcoming, None)
-        if nxt is not None:
-            pending.append(pool.submit(read_split, ctx, nxt, columns, expression))
-        yield result
+        weight, read = pending.popleft()
+        if isinstance(read, Future):
+            result = read.result()
+            in_flight -= weight
+            top_up()
+            yield result
+        else:
+            yield from iter_split(ctx, read, columns, expression)
+            in_flight -= weight
+            top_up()
