@@ -20,8 +20,10 @@ from changelake.table.format.manifest import DataFileMeta
 from changelake.table.merge.sort import comparable
 
 # Files of a section (or split) larger than this together are merged in chunks; smaller ones
-# are read whole, which is faster (one merge, no bookkeeping).
-CHUNKED_MERGE_BYTES = 64 * 1024 * 1024
+# are read whole, which is faster (one merge, no bookkeeping). Parquet files grow several
+# times over in memory, and a merge copies its input, so this is well under the memory a
+# whole merge of them takes.
+CHUNKED_MERGE_BYTES = 32 * 1024 * 1024
 # rows per record batch read from each file of a chunked merge
 BATCH_ROWS = 64 * 1024
 

@@ -22,7 +22,7 @@ from changelake.table.read.deletion_vectors import DeletionFile
 from changelake.table.read.planner import Split
 
 # Splits read ahead of the one being returned weigh at most this much (their files' sizes).
-READ_AHEAD_BYTES = 256 * 1024 * 1024
+READ_AHEAD_BYTES = 128 * 1024 * 1024
 
 
 def read_split(
@@ -60,17 +60,15 @@ def iter_split(
     expression: pc.Expression | None,
     rows: tuple[int, int] | None = None,
 ) -> Iterator[pa.Table]:
-    """What :func:`read_split` returns, in parts of bounded size: a raw split file by file,
+    """What :func:`read_split` returns, in parts of bounded size: a raw split batch by batch,
     else merged chunk by chunk (:func:`chunked.key_bounded`), never a whole file in memory."""
     wanted = _wanted(ctx, split, columns, expression)
     deletion_files = split.deletion_files or (None,) * len(split.files)
+    sources = [_file_batches(ctx, split.bucket_dir, f, d, wanted)
+               for f, d in zip(split.files, deletion_files, strict=True)]
     if split.raw_convertible:
-        merged: Iterator[pa.Table] = (
-            _live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted), d)
-            for f, d in zip(split.files, deletion_files, strict=True))
+        merged: Iterator[pa.Table] = (_without_retractions(batch) for source in sources for batch in source)
     else:
-        sources = [_file_batches(ctx, split.bucket_dir, f, d, wanted)
-                   for f, d in zip(split.files, deletion_files, strict=True)]
         merged = (ctx.merge_rows(chunk, drop_deletes=True)
                   for chunk in chunked.key_bounded(sources, ctx.key_columns))
     if rows is not None:
@@ -130,6 +128,13 @@ def _live_rows(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | 
         if alive is not None:
             keep &= alive
     return part if keep.all() else part.filter(keep)
+
+
+def _without_retractions(rows: pa.Table) -> pa.Table:
+    """The rows of a raw split's batch that are not retractions (see :func:`_live_rows`)."""
+    kinds = rows.column(kv.VALUE_KIND).to_numpy()
+    keep = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
+    return rows if keep.all() else rows.filter(keep)
 
 
 def _without_deleted(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
