@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import time
 import uuid
@@ -211,21 +212,32 @@ def read(
     file stores under another name (a file of an older schema) to that name, or to None for a
     column the file lacks, read as all nulls."""
     names = list(schema.names if columns is None else columns)
+    absent, present = _absent_and_present(names, renames)
+    with _parquet_file(file_io, path) as parquet:
+        stored = _stored_columns([(renames or {}).get(n) or n for n in present], parquet.schema_arrow.names, path)
+        # A thin file's <k> is read once, for both <k> and _KEY_<k>.
+        read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
+        table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
+    return _conform(table, schema, columns, names, present, stored, absent)
+
+
+def _absent_and_present(names: Sequence[str], renames: Mapping[str, str | None] | None) -> tuple[list[str], list[str]]:
+    """The ``names`` a file of an older schema lacks (read as nulls), and the others."""
     renamed = renames or {}
     absent = [n for n in names if n in renamed and renamed[n] is None]
-    present = [n for n in names if n not in absent]
+    return absent, [n for n in names if n not in absent]
+
+
+@contextlib.contextmanager
+def _parquet_file(file_io: FileIO, path: str) -> Iterator[pq.ParquetFile]:
+    """A data file opened for reading; a missing or unreadable one is corrupt metadata."""
     try:
         with file_io.arrow_fs.open_input_file(path) as source:
-            parquet = pq.ParquetFile(source)
-            stored = _stored_columns([renamed.get(n) or n for n in present], parquet.schema_arrow.names, path)
-            # A thin file's <k> is read once, for both <k> and _KEY_<k>.
-            read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
-            table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
+            yield pq.ParquetFile(source)
     except FileNotFoundError:
         raise CorruptMetadataError("data file is missing", file=path) from None
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
-    return _conform(table, schema, columns, names, present, stored, absent)
 
 
 def read_batches(
@@ -239,20 +251,11 @@ def read_batches(
     """The rows of a data file as :func:`read` reads them, ``batch_rows`` at a time in file
     order, so a big file is never in memory whole."""
     names = list(columns)
-    renamed = renames or {}
-    absent = [n for n in names if n in renamed and renamed[n] is None]
-    present = [n for n in names if n not in absent]
-    try:
-        with file_io.arrow_fs.open_input_file(path) as source:
-            parquet = pq.ParquetFile(source)
-            stored = _stored_columns([renamed.get(n) or n for n in present], parquet.schema_arrow.names, path)
-            batches = parquet.iter_batches(batch_size=batch_rows, columns=list(dict.fromkeys(stored)))
-            for batch in batches:
-                yield _conform(pa.Table.from_batches([batch]), schema, columns, names, present, stored, absent)
-    except FileNotFoundError:
-        raise CorruptMetadataError("data file is missing", file=path) from None
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
+    absent, present = _absent_and_present(names, renames)
+    with _parquet_file(file_io, path) as parquet:
+        stored = _stored_columns([(renames or {}).get(n) or n for n in present], parquet.schema_arrow.names, path)
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(dict.fromkeys(stored))):
+            yield _conform(pa.Table.from_batches([batch]), schema, columns, names, present, stored, absent)
 
 
 def _conform(table: pa.Table, schema: pa.Schema, columns: Sequence[str] | None, names: list[str],
