@@ -124,10 +124,10 @@ def _expire_changelogs(ctx: TableContext, result: ExpireResult) -> ExpireResult:
                  for n in (c.changelog_manifest_list,
                            *(m.file_name for m in live_files.manifest_list(ctx, c.changelog_manifest_list)))}
     with_data = [c for c in gone if ctx.file_io.exists(ctx.paths.manifest(c.delta_manifest_list))]
-    if with_data:
-        # Changelogs expire only below the earliest snapshot: whatever a later snapshot or
-        # changelog needs, the earliest snapshot or a later delta names.
-        earliest = ctx.snapshot(snapshots.earliest_id(ctx.file_io, ctx.paths) or gone[-1].id + 1)
+    earliest_id = snapshots.earliest_id(ctx.file_io, ctx.paths)  # changelogs expire only below it
+    if with_data and earliest_id is not None:
+        # Whatever a later snapshot or changelog needs, the earliest snapshot or a later delta names.
+        earliest = ctx.snapshot(earliest_id)
         kept_paths, kept_manifests = _kept(ctx, earliest, [t for t in metadata.tags(ctx).values()
                                                            if t.id < earliest.id])
         files |= _removed(ctx, with_data) - kept_paths

@@ -212,20 +212,23 @@ def read(
     file stores under another name (a file of an older schema) to that name, or to None for a
     column the file lacks, read as all nulls."""
     names = list(schema.names if columns is None else columns)
-    absent, present = _absent_and_present(names, renames)
+    absent, present, as_stored = _absent_and_present(names, renames)
     with _parquet_file(file_io, path) as parquet:
-        stored = _stored_columns([(renames or {}).get(n) or n for n in present], parquet.schema_arrow.names, path)
+        stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
         # A thin file's <k> is read once, for both <k> and _KEY_<k>.
         read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
         table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
     return _conform(table, schema, columns, names, present, stored, absent)
 
 
-def _absent_and_present(names: Sequence[str], renames: Mapping[str, str | None] | None) -> tuple[list[str], list[str]]:
-    """The ``names`` a file of an older schema lacks (read as nulls), and the others."""
+def _absent_and_present(names: Sequence[str], renames: Mapping[str, str | None] | None
+                        ) -> tuple[list[str], list[str], list[str]]:
+    """The ``names`` a file of an older schema lacks (read as nulls), the others, and the
+    others under the names the file stores them by."""
     renamed = renames or {}
     absent = [n for n in names if n in renamed and renamed[n] is None]
-    return absent, [n for n in names if n not in absent]
+    present = [n for n in names if n not in absent]
+    return absent, present, [renamed.get(n) or n for n in present]
 
 
 @contextlib.contextmanager
@@ -251,9 +254,9 @@ def read_batches(
     """The rows of a data file as :func:`read` reads them, ``batch_rows`` at a time in file
     order, so a big file is never in memory whole."""
     names = list(columns)
-    absent, present = _absent_and_present(names, renames)
+    absent, present, as_stored = _absent_and_present(names, renames)
     with _parquet_file(file_io, path) as parquet:
-        stored = _stored_columns([(renames or {}).get(n) or n for n in present], parquet.schema_arrow.names, path)
+        stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
         for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(dict.fromkeys(stored))):
             yield _conform(pa.Table.from_batches([batch]), schema, columns, names, present, stored, absent)
 
