@@ -3,10 +3,11 @@
 2,000,000 rows in 20 commits of 100,000 (70% new keys, 25% updates, 5% deletes), 4 partitions,
 bucket 4, compaction on (default settings), written to a table with ``deletion-vectors.enabled``
 and to one without; the same batches written as plain Parquet files (the floor); then a full read
-of the latest snapshot of each table (read rates are live rows returned per second; the two reads
-are checked equal). With deltalake installed (benchmark-only: ``pip install deltalake``), the
-live rows are also written as a Delta table partitioned like ours (the layout copy-on-write
-merges leave) and read with delta-rs.
+of the latest snapshot of each table (read rates are live rows returned per second, the median of
+5 timed reads after a warm-up; the two reads are checked equal). With deltalake installed
+(benchmark-only: ``pip install deltalake``), the live rows are also written as a Delta table
+partitioned like ours (the layout copy-on-write merges leave) and read with delta-rs, timed the
+same way.
 
 Run: ./dev bench deletion_vectors [--commits 20] [--batch 100000]
 """
@@ -20,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import pyarrow as pa
 from ingest_read import SCHEMA, batches, run_floor
@@ -39,11 +41,21 @@ def ingest(root: str, commits: int, size: int, *, vectors: bool) -> tuple[cl.Tab
     return table, durations
 
 
+READS = 5  # reads are timed as the median of this many, after one that warms caches
+
+
+def median_seconds(read: Callable[[], object]) -> float:
+    read()  # warm the caches (manifests, OS pages), as a long-lived reader has them
+    times = []
+    for _ in range(READS):
+        start = time.perf_counter()
+        read()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def timed_read(table: cl.Table) -> tuple[pa.Table, float]:
-    table.scan().to_arrow()  # warm the manifest caches, as a long-lived reader has them
-    start = time.perf_counter()
-    result = table.scan().to_arrow()
-    return result, time.perf_counter() - start
+    return table.scan().to_arrow(), median_seconds(lambda: table.scan().to_arrow())
 
 
 def delta_read(root: str, live: pa.Table) -> float | None:
@@ -53,12 +65,8 @@ def delta_read(root: str, live: pa.Table) -> float | None:
     import deltalake  # optional, benchmark-only: imported when installed
 
     deltalake.write_deltalake(root, live, partition_by=["dt"])
-    deltalake.DeltaTable(root).to_pyarrow_table()
-    start = time.perf_counter()
-    rows = deltalake.DeltaTable(root).to_pyarrow_table()
-    seconds = time.perf_counter() - start
-    assert rows.num_rows == live.num_rows
-    return seconds
+    assert deltalake.DeltaTable(root).to_pyarrow_table().num_rows == live.num_rows
+    return median_seconds(lambda: deltalake.DeltaTable(root).to_pyarrow_table())
 
 
 def _sorted(t: pa.Table) -> pa.Table:

@@ -134,7 +134,7 @@ class Scan(handoff.ArrowExports):
         schema = self.output_schema
         for part in reader.read_splits(self.context, self.plan(), schema.names, self.row_filter):
             # A projection of no columns still counts its rows; a cast would drop them.
-            yield from (part.cast(schema) if schema.names else part).to_batches()
+            yield from (part.cast(schema) if schema.names and not part.schema.equals(schema) else part).to_batches()
 
     def to_arrow_batch_reader(self) -> pa.RecordBatchReader:
         """Merged rows as a ``pyarrow.RecordBatchReader`` (what DuckDB, polars and Spark take)."""

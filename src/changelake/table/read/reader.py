@@ -43,7 +43,8 @@ def read_split(
     deletion_files = split.deletion_files or (None,) * len(parts)
     if split.raw_convertible:
         # Not merged: each file's live rows, in one filter per file.
-        parts = [_live_rows(ctx, part, d) for part, d in zip(parts, deletion_files, strict=True)]
+        parts = [_with_partition(ctx, split, _live_rows(ctx, part, d), columns, expression)
+                 for part, d in zip(parts, deletion_files, strict=True)]
     elif split.deletion_files:
         parts = [_without_deleted(ctx, part, d) for part, d in zip(parts, deletion_files, strict=True)]
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -67,7 +68,8 @@ def iter_split(
     sources = [_file_batches(ctx, split.bucket_dir, f, d, wanted)
                for f, d in zip(split.files, deletion_files, strict=True)]
     if split.raw_convertible:
-        merged: Iterator[pa.Table] = (_without_retractions(batch) for source in sources for batch in source)
+        merged: Iterator[pa.Table] = (_with_partition(ctx, split, _without_retractions(batch), columns, expression)
+                                      for source in sources for batch in source)
     else:
         merged = (ctx.merge_rows(chunk, drop_deletes=True)
                   for chunk in chunked.key_bounded(sources, ctx.key_columns))
@@ -84,9 +86,32 @@ def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression:
     # A filter may name any column; a projection needs the columns its merge depends on too.
     value_columns = list(ctx.arrow_schema.names) if expression is not None else \
         ctx.merge_engine.required_columns(columns)
-    # Raw splits are not merged: their rows need only their kinds besides the values.
-    return [kv.VALUE_KIND, *value_columns] if split.raw_convertible else \
-        [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
+    if split.raw_convertible:
+        # Raw splits are not merged: their rows need only their kinds besides the values, and
+        # not the partition's columns, whose values the split's partition gives.
+        constant = set(_partition_columns(ctx, columns, expression))
+        return [kv.VALUE_KIND, *(c for c in value_columns if c not in constant)]
+    return [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
+
+
+def _partition_columns(ctx: TableContext, columns: Sequence[str], expression: pc.Expression | None) -> list[str]:
+    """The partition columns a raw split's read returns or filters on."""
+    return list(ctx.partition_keys) if expression is not None else [c for c in ctx.partition_keys if c in columns]
+
+
+def _with_partition(ctx: TableContext, split: Split, rows: pa.Table, columns: Sequence[str],
+                    expression: pc.Expression | None) -> pa.Table:
+    """Rows of a raw split with its partition's columns added as constants: they are the same
+    in every row of a bucket, so they are not decoded from the files (as Paimon's readers fill
+    partition fields from the partition, not from the file)."""
+    names = _partition_columns(ctx, columns, expression)
+    if not names:
+        return rows
+    values = dict(zip(ctx.partition_keys, ctx.partition_values(split.partition), strict=True))
+    for name in names:
+        field = ctx.arrow_schema.field(name)
+        rows = rows.append_column(field, pa.repeat(pa.scalar(values[name], field.type), rows.num_rows))
+    return rows
 
 
 def _empty(ctx: TableContext, columns: Sequence[str]) -> pa.Table:
