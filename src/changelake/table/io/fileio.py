@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 import fsspec
+import pyarrow as pa
 import pyarrow.fs as pafs
 from fsspec.config import apply_config
 from fsspec.implementations.local import LocalFileSystem
@@ -108,6 +109,19 @@ class FileIO:
             if kill_point is not None:
                 killpoints.reached(kill_point)
             self._put(path, data)
+
+    def open_output(self, path: str) -> pa.NativeFile:
+        """A stream that writes the file ``path`` (its directory made as needed), for files
+        whose name is unique and that become visible only through a commit (data files): they
+        are written in place, with no temporary name."""
+        if self.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            return self.arrow_fs.open_output_stream(path, compression=None)
+        try:
+            return self.arrow_fs.open_output_stream(path, compression=None)
+        except FileNotFoundError:  # a filesystem with directories, and the parent is missing
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+            return self.arrow_fs.open_output_stream(path, compression=None)
 
     def overwrite_hint(self, path: str, text: str) -> None:
         """Replace a small hint file (LATEST, EARLIEST) so readers never see it half-written."""
