@@ -176,10 +176,11 @@ class FileIO:
     def _link_new(self, path: str, data: bytes) -> bool:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
+        # No fsync (Paimon's LocalFileIO has none either): a killed process loses nothing the
+        # kernel has, and after a power loss a synced snapshot would not help, since the
+        # manifests and data files it names are not synced.
         with open(tmp, "wb") as out:
             out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
         try:
             os.link(tmp, path)
             return True
