@@ -116,8 +116,9 @@ def merge_flush(ctx: TableContext, flush: SortedFlush) -> list[pa.Table]:
     groups = len(flush.bounds) - 1
     if ctx.merge_engine.keeps_last_row:
         # One global pass: the last row of every (group, key) wins.
-        keys = [flush.rows.column(kv.key_column(k)).take(flush.order) for k in ctx.key_names]
-        ends = sort.group_ends([pa.array(flush.sorted_codes), *keys])
+        keys = [flush.rows.column(kv.key_column(k)) for k in ctx.key_names]
+        ends = sort.ordered_group_ends(keys, flush.order)
+        ends[:-1] |= flush.sorted_codes[1:] != flush.sorted_codes[:-1]  # the same key in two partitions
         merged, codes = flush.rows.take(flush.order[ends]), flush.sorted_codes[ends]
         bounds = np.searchsorted(codes, np.arange(groups + 1))
         return [merged.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(groups)]
