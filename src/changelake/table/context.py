@@ -147,7 +147,14 @@ class TableContext:
 
     def partition_values(self, partition: bytes) -> tuple[Any, ...]:
         """Python values of a serialized partition BinaryRow."""
-        return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
+        return self._partition_values(partition)
+
+    @cached_property
+    def _partition_values(self) -> Callable[[bytes], tuple[Any, ...]]:
+        """Partition values, cached: every commit decodes the same few partitions again."""
+        def values(partition: bytes) -> tuple[Any, ...]:
+            return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
+        return functools.lru_cache(maxsize=4096)(values)
 
     def bucket_dir(self, partition: bytes, bucket: int) -> str:
         """Directory of a bucket given its serialized partition BinaryRow."""

@@ -105,7 +105,7 @@ def _partition_stats(ctx: TableContext, partitions: Sequence[bytes]) -> SimpleSt
     if arity == 0:
         empty = binary_row.serialize(binary_row.to_bytes([], []), 0)
         return SimpleStats(empty, empty, ())
-    rows = [binary_row.from_bytes(binary_row.deserialize(p)[1], types) for p in set(partitions)]
+    rows = [ctx.partition_values(p) for p in set(partitions)]
     mins, maxs, nulls = [], [], []
     for i in range(arity):
         present = [r[i] for r in rows if r[i] is not None]

@@ -111,15 +111,32 @@ def sort_flush(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups: Buc
     return SortedFlush(laid_out, order, sorted_codes, bounds)
 
 
-def merge_flush(ctx: TableContext, flush: SortedFlush) -> list[pa.Table]:
-    """Each group's rows merged within the flush by the merge engine, in key order."""
-    groups = len(flush.bounds) - 1
-    if ctx.merge_engine.keeps_last_row:
-        # One global pass: the last row of every (group, key) wins.
-        keys = [flush.rows.column(kv.key_column(k)) for k in ctx.key_names]
-        ends = sort.ordered_group_ends(keys, flush.order)
-        ends[:-1] |= flush.sorted_codes[1:] != flush.sorted_codes[:-1]  # the same key in two partitions
-        merged, codes = flush.rows.take(flush.order[ends]), flush.sorted_codes[ends]
-        bounds = np.searchsorted(codes, np.arange(groups + 1))
-        return [merged.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(groups)]
-    return [ctx.merge_rows(flush.raw(g), drop_deletes=False) for g in range(groups)]
+@dataclass(frozen=True)
+class MergedFlush:
+    """Each group's rows of a flush merged within the flush, in key order, made when asked
+    for: the pool's workers make them in parallel, each its group's, before writing them."""
+
+    ctx: TableContext
+    flush: SortedFlush
+    # With a merge engine that keeps each key's last row: the rows that are a key's last, in
+    # group and key order, and where each group's start (else the engine merges each group).
+    last_rows: np.ndarray | None
+    bounds: np.ndarray | None
+
+    def group(self, group: int) -> pa.Table:
+        """The group's rows merged by the merge engine."""
+        if self.last_rows is None or self.bounds is None:
+            return self.ctx.merge_rows(self.flush.raw(group), drop_deletes=False)
+        return self.flush.rows.take(self.last_rows[self.bounds[group]:self.bounds[group + 1]])
+
+
+def merge_flush(ctx: TableContext, flush: SortedFlush) -> MergedFlush:
+    """The flush's rows merged within the flush by the merge engine, per group."""
+    if not ctx.merge_engine.keeps_last_row:
+        return MergedFlush(ctx, flush, None, None)
+    # One global pass: the last row of every (group, key) wins.
+    keys = [flush.rows.column(kv.key_column(k)) for k in ctx.key_names]
+    ends = sort.ordered_group_ends(keys, flush.order)
+    ends[:-1] |= flush.sorted_codes[1:] != flush.sorted_codes[:-1]  # the same key in two partitions
+    codes = flush.sorted_codes[ends]
+    return MergedFlush(ctx, flush, flush.order[ends], np.searchsorted(codes, np.arange(len(flush.bounds))))

@@ -238,7 +238,7 @@ class TableWrite:
                 self._write_level0(state, flush.raw(group))
         else:
             merged = merge_flush(self.ctx, flush)
-            map_all(lambda group: self._write_level0(states[group], merged[group], raw=_raw(flush, group)),
+            map_all(lambda group: self._write_level0(states[group], merged.group(group), raw=_raw(flush, group)),
                     range(len(states)))
 
     def _spill(self, part: pa.Table) -> spill.SpilledRun:
