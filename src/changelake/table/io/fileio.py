@@ -114,9 +114,6 @@ class FileIO:
         """A stream that writes the file ``path`` (its directory made as needed), for files
         whose name is unique and that become visible only through a commit (data files): they
         are written in place, with no temporary name."""
-        if self.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            return self.arrow_fs.open_output_stream(path, compression=None)
         try:
             return self.arrow_fs.open_output_stream(path, compression=None)
         except FileNotFoundError:  # a filesystem with directories, and the parent is missing
