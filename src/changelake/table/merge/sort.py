@@ -102,10 +102,15 @@ def ordered_group_ends(keys: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], 
     return np.append(changed, True)
 
 
-def deduplicate(table: pa.Table, key_names: Sequence[str]) -> pa.Table:
-    """Last row (highest sequence) of every key, sorted by key; delete markers kept."""
-    if table.num_rows <= 1:
+def deduplicate(table: pa.Table, key_names: Sequence[str], *, drop_retractions: bool = False) -> pa.Table:
+    """Last row (highest sequence) of every key, sorted by key; delete markers kept, or with
+    ``drop_retractions`` left out (taken once, rather than taken and then filtered)."""
+    if table.num_rows <= 1 and not drop_retractions:
         return table
     keys = [table.column(k) for k in key_names]
     order = sort_indices(keys, table.column(kv.SEQUENCE))
-    return table.take(order[ordered_group_ends(keys, order)])
+    last = order[ordered_group_ends(keys, order)]
+    if drop_retractions:
+        kinds = np.asarray(table.column(kv.VALUE_KIND).to_numpy())[last]
+        last = last[(kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)]
+    return table.take(last)

@@ -106,7 +106,9 @@ def sort_flush(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups: Buc
     sorted_codes = groups.codes[order]
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
     columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
-    laid_out = pa.Table.from_arrays(columns, schema=schema)
+    # One chunk per column (a buffer of many writes has many): each group's rows are taken
+    # from it separately, and a take from a chunked column concatenates the chunks first.
+    laid_out = pa.Table.from_arrays(columns, schema=schema).combine_chunks()
     bounds = np.searchsorted(sorted_codes, np.arange(len(groups.partitions) + 1))
     return SortedFlush(laid_out, order, sorted_codes, bounds)
 
