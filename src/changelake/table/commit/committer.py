@@ -126,6 +126,7 @@ def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt:
     )
     ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST)
     attempt.written.append(ctx.paths.manifest(name))
+    live_files.remember(ctx, name, list(entries))
     min_bucket, max_bucket = manifest.bounds([e.bucket for e in entries])
     min_level, max_level = manifest.bounds([e.file.level for e in entries])
     return ManifestFileMeta(
@@ -150,6 +151,7 @@ def _write_manifest_list(ctx: TableContext, metas: Sequence[ManifestFileMeta], a
     )
     ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST_LIST)
     attempt.written.append(ctx.paths.manifest(name))
+    live_files.remember(ctx, name, list(metas))
     return name, len(data)
 
 

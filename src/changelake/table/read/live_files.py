@@ -60,6 +60,12 @@ def manifest_entries(ctx: TableContext, name: str) -> list[ManifestEntry]:
     return MANIFEST_CACHE.get((ctx.file_io.protocol, path), lambda: manifest.read_entries(ctx.file_io, path))
 
 
+def remember(ctx: TableContext, name: str, parsed: list[ManifestEntry] | list[ManifestFileMeta]) -> None:
+    """Cache the parsed contents of the manifest or manifest list ``name`` this process just
+    wrote, so that the next commits do not read it back."""
+    MANIFEST_CACHE.get((ctx.file_io.protocol, ctx.paths.manifest(name)), lambda: parsed)
+
+
 def data_manifests(ctx: TableContext, snapshot: Snapshot) -> list[ManifestFileMeta]:
     """Base then delta manifests of a snapshot."""
     return manifest_list(ctx, snapshot.base_manifest_list) + manifest_list(ctx, snapshot.delta_manifest_list)
