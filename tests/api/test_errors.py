@@ -15,6 +15,7 @@ import pytest
 
 import changelake as cl
 from changelake import errors
+from changelake.table.read import live_files
 
 SCHEMA = pa.schema([
     pa.field("dt", pa.string(), nullable=False),
@@ -377,10 +378,12 @@ def only_manifest(table: cl.Table, prefix: str) -> Path:
 @pytest.mark.parametrize("kind", ["manifest-", "manifest-list-"])
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "missing"])
 def test_corrupt_or_missing_manifest(catalog: cl.Catalog, kind: str, damage: str) -> None:
-    # A table with a single commit: its manifests have never been read in this process.
+    # A table with a single commit, damaged as a fresh process finds it (the committing
+    # process caches the manifests it wrote: they never change).
     table = catalog.create_table("db.fresh", schema=SCHEMA, primary_keys=KEYS, partition_keys=["dt"],
                                  options={"bucket": "2"})
     table.write(good_rows())
+    live_files.MANIFEST_CACHE.clear()
     path = only_manifest(table, kind)
     if damage == "garbage":
         path.write_bytes(b"this is not avro")

@@ -8,7 +8,8 @@ and schema JSON, so Spark tasks get it by value and rebuild the derived parts la
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -146,14 +147,29 @@ class TableContext:
 
     def partition_values(self, partition: bytes) -> tuple[Any, ...]:
         """Python values of a serialized partition BinaryRow."""
-        return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
+        return self._partition_values(partition)
+
+    @cached_property
+    def _partition_values(self) -> Callable[[bytes], tuple[Any, ...]]:
+        """Partition values, cached: every commit decodes the same few partitions again."""
+        def values(partition: bytes) -> tuple[Any, ...]:
+            return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
+        return functools.lru_cache(maxsize=4096)(values)
 
     def bucket_dir(self, partition: bytes, bucket: int) -> str:
         """Directory of a bucket given its serialized partition BinaryRow."""
+        return self.paths.bucket_dir(self._partition_dir(partition), bucket)
+
+    @cached_property
+    def _partition_dir(self) -> Callable[[bytes], str]:
+        """A partition's directory name, cached: a commit asks for the same few partitions for
+        every file it writes, lands or removes, and escaping a name is per-character Python."""
         options = self.options
-        part = partition_path(self.partition_keys, self.partition_values(partition), self.partition_types,
-                              options.partition_default_name, legacy=options.partition_legacy_name)
-        return self.paths.bucket_dir(part, bucket)
+
+        def name(partition: bytes) -> str:
+            return partition_path(self.partition_keys, self.partition_values(partition), self.partition_types,
+                                  options.partition_default_name, legacy=options.partition_legacy_name)
+        return functools.lru_cache(maxsize=4096)(name)
 
     def latest_snapshot(self) -> Snapshot | None:
         """The newest snapshot, or None for a table never written."""

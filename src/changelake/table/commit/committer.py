@@ -105,7 +105,7 @@ def _partition_stats(ctx: TableContext, partitions: Sequence[bytes]) -> SimpleSt
     if arity == 0:
         empty = binary_row.serialize(binary_row.to_bytes([], []), 0)
         return SimpleStats(empty, empty, ())
-    rows = [binary_row.from_bytes(binary_row.deserialize(p)[1], types) for p in set(partitions)]
+    rows = [ctx.partition_values(p) for p in set(partitions)]
     mins, maxs, nulls = [], [], []
     for i in range(arity):
         present = [r[i] for r in rows if r[i] is not None]
@@ -126,6 +126,7 @@ def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt:
     )
     ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST)
     attempt.written.append(ctx.paths.manifest(name))
+    live_files.remember(ctx, name, list(entries))
     min_bucket, max_bucket = manifest.bounds([e.bucket for e in entries])
     min_level, max_level = manifest.bounds([e.file.level for e in entries])
     return ManifestFileMeta(
@@ -150,6 +151,7 @@ def _write_manifest_list(ctx: TableContext, metas: Sequence[ManifestFileMeta], a
     )
     ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST_LIST)
     attempt.written.append(ctx.paths.manifest(name))
+    live_files.remember(ctx, name, list(metas))
     return name, len(data)
 
 

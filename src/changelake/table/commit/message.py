@@ -42,5 +42,6 @@ class CommitMessage:
         outputs = [f for f in self.compact_after if f.file_name not in moved]
         compaction = [*outputs, *self.compact_changelog_files]
         files = compaction if compaction_only else [*self.new_files, *self.changelog_files, *compaction]
-        return [f"{self.bucket_dir(ctx)}/{f.file_name}" for f in files] + \
+        bucket_dir = self.bucket_dir(ctx)
+        return [f"{bucket_dir}/{f.file_name}" for f in files] + \
             [ctx.paths.index(f.file_name) for f in self.index_added]

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +16,7 @@ import pyarrow.parquet as pq
 from changelake.errors import CorruptMetadataError
 from changelake.table.format import binary_row, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
+from changelake.table.io import killpoints
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
 
@@ -59,28 +58,42 @@ _ROW_GROUP_ROWS = 128 * 1024
 
 
 class _OpenFile:
-    """A Parquet file being written, with the metadata gathered so far."""
+    """A Parquet file being written straight to its place in the bucket, with the metadata
+    gathered so far. A data file's name is unique and it becomes part of the table only
+    through a committed snapshot, so it needs no temporary name: a crash leaves at most an
+    orphan (removed by ``remove_orphan_files``)."""
 
-    def __init__(self, schema: pa.Schema, settings: FileSettings, *, keep: bool = False) -> None:
+    def __init__(self, file_io: FileIO, bucket_dir: str, schema: pa.Schema, settings: FileSettings, *,
+                 keep: bool = False) -> None:
         self.name = file_name(settings.prefix)
+        self.path = f"{bucket_dir}/{self.name}"
         # Rows arrive in the full key-value layout (the metadata needs the keys); a thin file
         # stores them without the _KEY_ columns.
         self.dropped = [kv.key_column(k) for k in settings.key_names] if settings.thin else []
+        key_types = [schema.field(kv.key_column(k)).type for k in settings.key_names]
         schema = pa.schema([f for f in schema if f.name not in self.dropped], metadata=schema.metadata)
-        self.sink = io.BytesIO()
         level = settings.zstd_level if settings.compression == "zstd" else None
         # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space.
         dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
                       or pa.types.is_large_string(f.type)] if settings.dictionary else False
-        self.writer = pq.ParquetWriter(self.sink, schema, compression=settings.compression,
-                                       compression_level=level, write_statistics=False, store_schema=True,
-                                       use_dictionary=dictionary)
+        self.sink = file_io.open_output(self.path)
+        try:
+            self.writer = pq.ParquetWriter(self.sink, schema, compression=settings.compression,
+                                           compression_level=level, write_statistics=False, store_schema=True,
+                                           use_dictionary=dictionary)
+        except BaseException:
+            self.sink.close()
+            raise
         self.rows = 0
         self.deletes = 0
         self.first: pa.Table | None = None  # the first and the last row written
         self.last: pa.Table | None = None
-        # per key column: its (min, max) in every chunk, reduced at close
-        self.key_bounds: list[list[tuple[Any, Any]]] = [[] for _ in settings.key_names]
+        # Rows are in key order, so the first key column's bounds are the first and last rows'
+        # (not for floats, whose order and equality differ between Arrow and Paimon); the
+        # other key columns' bounds are reduced from every chunk's, in Arrow.
+        self.bounded = [i for i, k in enumerate(settings.key_names)
+                        if i > 0 or pa.types.is_floating(key_types[i])]
+        self.key_bounds: list[list[pa.StructScalar]] = [[] for _ in self.bounded]
         self.seq_min: int | None = None
         self.seq_max: int | None = None
         self.keep = keep
@@ -102,45 +115,41 @@ class _OpenFile:
         low, high = int(seq.min()), int(seq.max())
         self.seq_min = low if self.seq_min is None else min(self.seq_min, low)
         self.seq_max = high if self.seq_max is None else max(self.seq_max, high)
-        for bounds, name in zip(self.key_bounds, key_names, strict=True):
-            both = pc.min_max(chunk.column(kv.key_column(name)))
-            bounds.append((both["min"].as_py(), both["max"].as_py()))
+        for bounds, index in zip(self.key_bounds, self.bounded, strict=True):
+            bounds.append(pc.min_max(chunk.column(kv.key_column(key_names[index]))))
 
-    def _key_stats(self, first: bytes, last: bytes, settings: FileSettings) -> SimpleStats:
-        """Min and max of every key column (no nulls: keys are primary-key columns)."""
+    def _key_rows(self, settings: FileSettings) -> tuple[bytes, bytes, SimpleStats]:
+        """The first and last keys as BinaryRows, and the min and max of every key column (no
+        nulls: keys are primary-key columns), encoded in one pass."""
+        assert self.first is not None and self.last is not None
         arity = len(settings.key_names)
-        assert self.first is not None and self.last is not None
         names = [kv.key_column(k) for k in settings.key_names]
-        types = [self.first.schema.field(n).type for n in names]
-        lows = [min(low for low, _ in b) for b in self.key_bounds]
-        highs = [max(high for _, high in b) for b in self.key_bounds]
-        # Rows are in key order, so the bounds are usually the first and last keys: reuse them
-        # (not for floats, whose Python equality makes -0.0 and 0.0 one value).
-        reuse = not any(pa.types.is_floating(t) for t in types)
-        if reuse and lows == [self.first.column(n)[0].as_py() for n in names]:
-            min_stats = first
-        else:
-            min_stats = binary_row.serialize(
-                binary_row.encode([pa.array([v], t) for v, t in zip(lows, types, strict=True)]).row(0), arity)
-        if reuse and highs == [self.last.column(n)[0].as_py() for n in names]:
-            max_stats = last
-        else:
-            max_stats = binary_row.serialize(
-                binary_row.encode([pa.array([v], t) for v, t in zip(highs, types, strict=True)]).row(0), arity)
-        return SimpleStats(min_stats, max_stats, (0,) * arity)
+        firsts = [self.first.column(n).combine_chunks() for n in names]
+        lasts = [self.last.column(n).combine_chunks() for n in names]
+        if not self.bounded:
+            encoded = binary_row.encode([pa.concat_arrays([f, t]) for f, t in zip(firsts, lasts, strict=True)])
+            low, high = (binary_row.serialize(encoded.row(r), arity) for r in range(2))
+            return low, high, SimpleStats(low, high, (0,) * arity)
+        lows, highs = list(firsts), list(lasts)
+        for bounds, index in zip(self.key_bounds, self.bounded, strict=True):
+            mins = pa.array([b["min"] for b in bounds], firsts[index].type)
+            maxs = pa.array([b["max"] for b in bounds], firsts[index].type)
+            lows[index] = pa.array([pc.min(mins)], firsts[index].type)
+            highs[index] = pa.array([pc.max(maxs)], firsts[index].type)
+        encoded = binary_row.encode([pa.concat_arrays(c) for c in zip(firsts, lasts, lows, highs, strict=True)])
+        first, last, low, high = (binary_row.serialize(encoded.row(r), arity) for r in range(4))
+        return first, last, SimpleStats(low, high, (0,) * arity)
 
-    def close(self, file_io: FileIO, bucket_dir: str, settings: FileSettings, level: int,
-              file_source: FileSource) -> DataFileMeta:
+    def close(self, settings: FileSettings, level: int, file_source: FileSource) -> DataFileMeta:
+        # The crash test's point: the row groups are on disk, the footer is not (a partial file).
+        killpoints.reached(settings.kill_point)
         self.writer.close()
-        data = self.sink.getvalue()
-        file_io.write_bytes(f"{bucket_dir}/{self.name}", data, kill_point=settings.kill_point)
-        assert self.first is not None and self.last is not None
-        min_key = key_row(self.first, settings.key_names, 0)
-        max_key = key_row(self.last, settings.key_names, 0)
-        key_stats = self._key_stats(min_key, max_key, settings)
+        size = self.sink.tell()
+        self.sink.close()
+        min_key, max_key, key_stats = self._key_rows(settings)
         return DataFileMeta(
             file_name=self.name,
-            file_size=len(data),
+            file_size=size,
             row_count=self.rows,
             min_key=min_key,
             max_key=max_key,
@@ -155,6 +164,14 @@ class _OpenFile:
             file_source=file_source,
             value_stats_cols=(),
         )
+
+    def abandon(self, file_io: FileIO) -> None:
+        """Remove the file after a failure while writing it (it may be closed already)."""
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        with contextlib.suppress(Exception):
+            self.sink.close()
+        file_io.delete(self.path)
 
 
 def write(
@@ -173,26 +190,32 @@ def write(
     current: _OpenFile | None = None
 
     def close(current: _OpenFile) -> None:
-        meta = current.close(file_io, bucket_dir, settings, level, file_source)
+        meta = current.close(settings, level, file_source)
         written.append(meta)
         if on_file is not None:
             on_file(meta, pa.concat_tables(current.pieces))
 
-    for chunk in chunks:
-        # The file size is known after each row group, so row groups are kept well under the
-        # target (in-memory size overstates the compressed size): files roll close to it.
-        per_row = max(1, chunk.nbytes // max(1, chunk.num_rows))
-        piece_rows = min(_ROW_GROUP_ROWS, max(1024, settings.target_file_size // per_row))
-        for start in range(0, chunk.num_rows, piece_rows):
-            piece = chunk.slice(start, piece_rows)
-            if current is None:
-                current = _OpenFile(piece.schema, settings, keep=on_file is not None)
-            current.add(piece, settings.key_names)
-            if current.sink.tell() >= settings.target_file_size:
-                close(current)
-                current = None
-    if current is not None:
-        close(current)
+    try:
+        for chunk in chunks:
+            # The file size is known after each row group, so row groups are kept well under the
+            # target (in-memory size overstates the compressed size): files roll close to it.
+            per_row = max(1, chunk.nbytes // max(1, chunk.num_rows))
+            piece_rows = min(_ROW_GROUP_ROWS, max(1024, settings.target_file_size // per_row))
+            for start in range(0, chunk.num_rows, piece_rows):
+                piece = chunk.slice(start, piece_rows)
+                if current is None:
+                    current = _OpenFile(file_io, bucket_dir, piece.schema, settings, keep=on_file is not None)
+                current.add(piece, settings.key_names)
+                if current.sink.tell() >= settings.target_file_size:
+                    close(current)
+                    current = None
+        if current is not None:
+            close(current)
+            current = None
+    except BaseException:
+        if current is not None:
+            current.abandon(file_io)
+        raise
     return written
 
 

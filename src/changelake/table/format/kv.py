@@ -14,8 +14,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from changelake.table.format import binary_row
 
@@ -59,8 +59,9 @@ def file_schema(value_schema: pa.Schema, key_names: Sequence[str]) -> pa.Schema:
 
 def drop_retractions(table: pa.Table) -> pa.Table:
     """Rows that are not -U/-D (what a reader of merged data sees)."""
-    kinds = table.column(VALUE_KIND)
-    return table.filter(pc.or_(pc.equal(kinds, INSERT), pc.equal(kinds, UPDATE_AFTER)))
+    kinds = np.asarray(table.column(VALUE_KIND).to_numpy())
+    keep = (kinds == INSERT) | (kinds == UPDATE_AFTER)
+    return table if keep.all() else table.filter(pa.array(keep))
 
 
 class KeyCodec:

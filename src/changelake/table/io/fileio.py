@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 import fsspec
+import pyarrow as pa
 import pyarrow.fs as pafs
 from fsspec.config import apply_config
 from fsspec.implementations.local import LocalFileSystem
@@ -109,6 +110,16 @@ class FileIO:
                 killpoints.reached(kill_point)
             self._put(path, data)
 
+    def open_output(self, path: str) -> pa.NativeFile:
+        """A stream that writes the file ``path`` (its directory made as needed), for files
+        whose name is unique and that become visible only through a commit (data files): they
+        are written in place, with no temporary name."""
+        try:
+            return self.arrow_fs.open_output_stream(path, compression=None)
+        except FileNotFoundError:  # a filesystem with directories, and the parent is missing
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+            return self.arrow_fs.open_output_stream(path, compression=None)
+
     def overwrite_hint(self, path: str, text: str) -> None:
         """Replace a small hint file (LATEST, EARLIEST) so readers never see it half-written."""
         if self.is_local:
@@ -162,10 +173,11 @@ class FileIO:
     def _link_new(self, path: str, data: bytes) -> bool:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
+        # No fsync (Paimon's LocalFileIO has none either): a killed process loses nothing the
+        # kernel has, and after a power loss a synced snapshot would not help, since the
+        # manifests and data files it names are not synced.
         with open(tmp, "wb") as out:
             out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
         try:
             os.link(tmp, path)
             return True

@@ -19,8 +19,8 @@ ENVIRONMENT_VARIABLE = "CHANGELAKE_KILL_POINT"
 class KillPoint(enum.StrEnum):
     """Where the process can be killed."""
 
-    DATA_FILE = "data-file"  # half of a data file's bytes are on disk
-    CHANGELOG_FILE = "changelog-file"  # half of a changelog file's bytes are on disk
+    DATA_FILE = "data-file"  # a data file's row groups are on disk, its footer not yet
+    CHANGELOG_FILE = "changelog-file"  # a changelog file's row groups are on disk, its footer not yet
     SPILL_RUN = "spill-run"  # a spilled run has some of its batches on local disk
     MANIFEST = "manifest"  # half of a manifest's bytes are on disk
     MANIFEST_LIST = "manifest-list"  # half of a manifest list's bytes are on disk

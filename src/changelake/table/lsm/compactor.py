@@ -163,8 +163,7 @@ class _Task:
 
         def on_file(f: DataFileMeta, rows: pa.Table) -> None:
             self.changelog.on_compacted_file(self.bucket_dir, f, rows)
-            if self.vectors is not None:  # the next commits' compactions read it again
-                recent_files.keep(ctx, self.bucket_dir, f, rows)
+            recent_files.keep(ctx, self.bucket_dir, f, rows)  # the next compactions read it again
 
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
                                   self.unit.output_level, file_source=FileSource.COMPACT, on_file=on_file)

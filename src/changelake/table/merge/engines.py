@@ -140,6 +140,8 @@ class MergeEngine(abc.ABC):
                 rows = rows.filter(pa.array(keep))
         if rows.num_rows == 0:
             return rows
+        if drop_deletes and self.keeps_last_row:  # the last rows that are not retractions, in one take
+            return sort.deduplicate(rows, key_columns, drop_retractions=True)
         try:
             merged = self._merge(rows, key_columns)
         except DataError as exc:  # the kernels do not know the table

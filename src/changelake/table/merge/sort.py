@@ -77,25 +77,40 @@ def _presorted_order(key: np.ndarray, seq: np.ndarray) -> np.ndarray | None:
 
 def group_ends(sorted_keys: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
     """Mask of rows that are the last of their key among rows sorted by key."""
-    n = len(sorted_keys[0])
+    return ordered_group_ends(sorted_keys, None)
+
+
+def ordered_group_ends(keys: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], order: np.ndarray | None
+                       ) -> np.ndarray:
+    """Mask of the positions of ``order`` (None: the rows as they are) that hold the last row
+    of their key, for rows that ``order`` sorts by key; numeric keys are compared in numpy,
+    without taking the Arrow column."""
+    n = len(keys[0]) if order is None else len(order)
     if n == 0:
         return np.zeros(0, dtype=bool)
     changed = np.zeros(n - 1, dtype=bool)
-    for column in sorted_keys:
-        numeric = _numpy_key(column)
+    for column in keys:
+        numeric = column if isinstance(column, np.ndarray) else _numpy_key(column)
         if numeric is not None:
-            changed |= numeric[1:] != numeric[:-1]
+            ordered = numeric if order is None else numeric[order]
+            changed |= ordered[1:] != ordered[:-1]
         else:
-            diff = pc.not_equal(column[1:], column[:-1])
+            assert not isinstance(column, np.ndarray)
+            ordered_column = column if order is None else column.take(order)
+            diff = pc.not_equal(ordered_column[1:], ordered_column[:-1])
             changed |= np.asarray(pc.fill_null(diff, True).to_numpy(zero_copy_only=False))
     return np.append(changed, True)
 
 
-def deduplicate(table: pa.Table, key_names: Sequence[str]) -> pa.Table:
-    """Last row (highest sequence) of every key, sorted by key; delete markers kept."""
-    if table.num_rows <= 1:
+def deduplicate(table: pa.Table, key_names: Sequence[str], *, drop_retractions: bool = False) -> pa.Table:
+    """Last row (highest sequence) of every key, sorted by key; delete markers kept, or with
+    ``drop_retractions`` left out (taken once, rather than taken and then filtered)."""
+    if table.num_rows <= 1 and not drop_retractions:
         return table
     keys = [table.column(k) for k in key_names]
     order = sort_indices(keys, table.column(kv.SEQUENCE))
-    sorted_keys = [k.take(order) for k in keys]
-    return table.take(order[group_ends(sorted_keys)])
+    last = order[ordered_group_ends(keys, order)]
+    if drop_retractions:
+        kinds = np.asarray(table.column(kv.VALUE_KIND).to_numpy())[last]
+        last = last[(kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)]
+    return table.take(last)

@@ -60,6 +60,12 @@ def manifest_entries(ctx: TableContext, name: str) -> list[ManifestEntry]:
     return MANIFEST_CACHE.get((ctx.file_io.protocol, path), lambda: manifest.read_entries(ctx.file_io, path))
 
 
+def remember(ctx: TableContext, name: str, parsed: list[ManifestEntry] | list[ManifestFileMeta]) -> None:
+    """Cache the parsed contents of the manifest or manifest list ``name`` this process just
+    wrote, so that the next commits do not read it back."""
+    MANIFEST_CACHE.get((ctx.file_io.protocol, ctx.paths.manifest(name)), lambda: parsed)
+
+
 def data_manifests(ctx: TableContext, snapshot: Snapshot) -> list[ManifestFileMeta]:
     """Base then delta manifests of a snapshot."""
     return manifest_list(ctx, snapshot.base_manifest_list) + manifest_list(ctx, snapshot.delta_manifest_list)
@@ -70,8 +76,17 @@ def live_entries(
 ) -> list[ManifestEntry]:
     """ADD entries of every file live in the snapshot; ``manifests`` narrows the read to some
     of its manifests (those a partition filter leaves)."""
-    chosen = data_manifests(ctx, snapshot) if manifests is None else manifests
-    entries = [e for meta in chosen for e in manifest_entries(ctx, meta.file_name)]
+    if manifests is None:
+        # A snapshot's manifest lists never change either: its merged entries are cached too
+        # (a commit asks for the latest snapshot's when it flushes and again when it lands).
+        lists = f"{snapshot.base_manifest_list}+{snapshot.delta_manifest_list}"
+        key = (ctx.file_io.protocol, ctx.paths.manifest(lists))
+        return list(MANIFEST_CACHE.get(key, lambda: _merged(ctx, data_manifests(ctx, snapshot))))
+    return _merged(ctx, manifests)
+
+
+def _merged(ctx: TableContext, manifests: Sequence[ManifestFileMeta]) -> list[ManifestEntry]:
+    entries = [e for meta in manifests for e in manifest_entries(ctx, meta.file_name)]
     return list(manifest.merge_entries(entries).values())
 
 

@@ -43,14 +43,29 @@ def group_by_bucket(ctx: TableContext, data: pa.Table) -> BucketGroups:
         encoded = pc.dictionary_encode(column).combine_chunks()
         codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
         radix *= max(1, len(encoded.dictionary))
-    unique, first_rows, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    unique, group_rows, inverse = _groups(codes, radix)
     arity = len(partition_columns)
     if arity:
-        encoded_rows = binary_row.encode([c.take(pa.array(first_rows)) for c in partition_columns])
+        encoded_rows = binary_row.encode([c.take(pa.array(group_rows)) for c in partition_columns])
         partitions = [binary_row.serialize(encoded_rows.row(g), arity) for g in range(len(unique))]
     else:
         partitions = [binary_row.serialize(binary_row.to_bytes([], []), 0)] * len(unique)
-    return BucketGroups(inverse.astype(np.int64), partitions, [int(bucket_ids[i]) for i in first_rows])
+    return BucketGroups(inverse.astype(np.int64), partitions, [int(bucket_ids[i]) for i in group_rows])
+
+
+def _groups(codes: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct codes (ascending), a row of each, and every row's index among them, as
+    ``np.unique`` gives them; codes below a small ``radix`` are counted instead of sorted."""
+    if radix > max(len(codes), 1 << 16):
+        unique, rows, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        return unique, rows, inverse
+    unique = np.flatnonzero(np.bincount(codes, minlength=radix))
+    index = np.zeros(radix, dtype=np.int64)
+    index[unique] = np.arange(len(unique))
+    # Any row of a group will do (they share partition and bucket): the one assigned last.
+    some_row = np.zeros(radix, dtype=np.int64)
+    some_row[codes] = np.arange(len(codes))
+    return unique, some_row[unique], index[codes]
 
 
 def restored_files(ctx: TableContext, groups: BucketGroups) -> dict[tuple[bytes, int], list[DataFileMeta]]:
@@ -83,23 +98,47 @@ def sort_flush(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups: Buc
     position = np.arange(n, dtype=np.int64)
     sequence = first_sequences[groups.codes] + position
     keys = [data.column(k) for k in ctx.key_names]
-    order = sort.sort_indices([pa.array(groups.codes), *keys], pa.array(position))
+    # By key and position first, then a stable sort by group: group codes are small integers,
+    # which numpy sorts by radix, and keys within a batch often come in ascending runs.
+    by_key = sort.sort_indices(keys, pa.array(position))
+    codes = groups.codes[by_key].astype(np.min_scalar_type(len(groups.partitions)))
+    order = by_key[np.argsort(codes, kind="stable")]
     sorted_codes = groups.codes[order]
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
     columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
-    laid_out = pa.Table.from_arrays(columns, schema=schema)
+    # One chunk per column (a buffer of many writes has many): each group's rows are taken
+    # from it separately, and a take from a chunked column concatenates the chunks first.
+    laid_out = pa.Table.from_arrays(columns, schema=schema).combine_chunks()
     bounds = np.searchsorted(sorted_codes, np.arange(len(groups.partitions) + 1))
     return SortedFlush(laid_out, order, sorted_codes, bounds)
 
 
-def merge_flush(ctx: TableContext, flush: SortedFlush) -> list[pa.Table]:
-    """Each group's rows merged within the flush by the merge engine, in key order."""
-    groups = len(flush.bounds) - 1
-    if ctx.merge_engine.keeps_last_row:
-        # One global pass: the last row of every (group, key) wins.
-        keys = [flush.rows.column(kv.key_column(k)).take(flush.order) for k in ctx.key_names]
-        ends = sort.group_ends([pa.array(flush.sorted_codes), *keys])
-        merged, codes = flush.rows.take(flush.order[ends]), flush.sorted_codes[ends]
-        bounds = np.searchsorted(codes, np.arange(groups + 1))
-        return [merged.slice(bounds[g], bounds[g + 1] - bounds[g]) for g in range(groups)]
-    return [ctx.merge_rows(flush.raw(g), drop_deletes=False) for g in range(groups)]
+@dataclass(frozen=True)
+class MergedFlush:
+    """Each group's rows of a flush merged within the flush, in key order, made when asked
+    for: the pool's workers make them in parallel, each its group's, before writing them."""
+
+    ctx: TableContext
+    flush: SortedFlush
+    # With a merge engine that keeps each key's last row: the rows that are a key's last, in
+    # group and key order, and where each group's start (else the engine merges each group).
+    last_rows: np.ndarray | None
+    bounds: np.ndarray | None
+
+    def group(self, group: int) -> pa.Table:
+        """The group's rows merged by the merge engine."""
+        if self.last_rows is None or self.bounds is None:
+            return self.ctx.merge_rows(self.flush.raw(group), drop_deletes=False)
+        return self.flush.rows.take(self.last_rows[self.bounds[group]:self.bounds[group + 1]])
+
+
+def merge_flush(ctx: TableContext, flush: SortedFlush) -> MergedFlush:
+    """The flush's rows merged within the flush by the merge engine, per group."""
+    if not ctx.merge_engine.keeps_last_row:
+        return MergedFlush(ctx, flush, None, None)
+    # One global pass: the last row of every (group, key) wins.
+    keys = [flush.rows.column(kv.key_column(k)) for k in ctx.key_names]
+    ends = sort.ordered_group_ends(keys, flush.order)
+    ends[:-1] |= flush.sorted_codes[1:] != flush.sorted_codes[:-1]  # the same key in two partitions
+    codes = flush.sorted_codes[ends]
+    return MergedFlush(ctx, flush, flush.order[ends], np.searchsorted(codes, np.arange(len(flush.bounds))))

@@ -238,7 +238,7 @@ class TableWrite:
                 self._write_level0(state, flush.raw(group))
         else:
             merged = merge_flush(self.ctx, flush)
-            map_all(lambda group: self._write_level0(states[group], merged[group], raw=_raw(flush, group)),
+            map_all(lambda group: self._write_level0(states[group], merged.group(group), raw=_raw(flush, group)),
                     range(len(states)))
 
     def _spill(self, part: pa.Table) -> spill.SpilledRun:
@@ -262,8 +262,9 @@ class TableWrite:
             chunks, raw = [ctx.merge_rows(part, drop_deletes=False)], [part]
         bucket_dir = ctx.bucket_dir(state.partition, state.bucket)
         state.changelog += self.changelog.on_flush(ctx, bucket_dir, raw)
-        # Tables with deletion vectors compact these files up before the commit: keep their rows.
-        on_file = partial(recent_files.keep, ctx, bucket_dir) if ctx.options.deletion_vectors_enabled else None
+        # The next compactions read these files (tables with deletion vectors compact them up
+        # before the commit): keep their rows, so that they are not decoded again.
+        on_file = None if ctx.options.write_only else partial(recent_files.keep, ctx, bucket_dir)
         files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, level=0, on_file=on_file)
         state.new_files += files
         state.levels = state.levels.replace((), files)
