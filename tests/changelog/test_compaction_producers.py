@@ -170,7 +170,7 @@ def check_against_model(tmp_path: Path, producer: str, engine: str, *, dedup: bo
             assert folded == after
             model = after
     cache = producers.lookup_cache(table.context)
-    assert cache.hits > 0
+    assert cache is not None and cache.hits > 0
 
 
 def test_write_only_writers_leave_the_changelog_to_compact(tmp_path: Path) -> None:
@@ -207,6 +207,7 @@ def test_lookup_cache_spills_and_clears(tmp_path: Path) -> None:
         "db.t", SCHEMA, primary_keys=["k"],
         options={"changelog-producer": "lookup", "lookup.cache-max-memory-size": "1 b"})
     cache = producers.lookup_cache(table.context)
+    assert cache is not None
     cache.clear()
     for i in range(4):
         table.write(pa.table({"k": list(range(20)), "a": [i] * 20, "b": [i] * 20}))

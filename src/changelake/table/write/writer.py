@@ -25,7 +25,7 @@ from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.lsm import compactor as compaction
-from changelake.table.lsm import deletion_vectors, recent_files
+from changelake.table.lsm import deletion_vectors, lookup_files
 from changelake.table.lsm.levels import Levels
 from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
@@ -263,7 +263,8 @@ class TableWrite:
         bucket_dir = ctx.bucket_dir(state.partition, state.bucket)
         state.changelog += self.changelog.on_flush(ctx, bucket_dir, raw)
         # Tables with deletion vectors compact these files up before the commit: keep their rows.
-        on_file = partial(recent_files.keep, ctx, bucket_dir) if ctx.options.deletion_vectors_enabled else None
+        store = lookup_files.store_for(ctx) if ctx.options.deletion_vectors_enabled else None
+        on_file = None if store is None else partial(store.put_file, bucket_dir)
         files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, level=0, on_file=on_file)
         state.new_files += files
         state.levels = state.levels.replace((), files)

@@ -1,0 +1,163 @@
+"""The lookup files of a table (``table/lsm/lookup_files.py``): deletion-vector and first-row
+compactions and the lookup producer find older keys through them, whatever part of a file is in
+memory, spilled to local disk or only in the table's storage; files compactions removed leave
+them; ``lookup.cache-max-disk-size`` bounds the spilled bytes; clearing drops everything."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import changelake as cl
+from changelake.table.lsm import lookup_files
+from changelake.table.lsm.lookup_files import LookupFiles
+from changelake.table.read import live_files
+
+SCHEMA = pa.schema([pa.field("s", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
+                    pa.field("a", pa.int64()), pa.field("b", pa.int64())])
+Model = dict[tuple[Any, ...], tuple[Any, Any]]
+
+
+def _write_history(table: cl.Table, keys: list[str], *, seed: int, commits: int = 12) -> Model:
+    """Upserts and deletes spread over 300 keys in ``commits`` commits by one writer, applied
+    to a model too (partial-update: null columns keep the previous value)."""
+    rng = random.Random(seed)
+    partial = table.context.options.merge_engine.value == "partial-update"
+    model: Model = {}
+    with table.writer(commit_user="job") as writer:
+        for commit in range(commits):
+            ids = sorted(rng.sample(range(300), 60))
+            kinds = ["+I" if partial else rng.choice(["+I", "+I", "+U", "-D"]) for _ in ids]
+            a = [None if partial and i % 3 == 0 else commit * 1000 + i for i in ids]
+            b = [commit if not partial or i % 2 else None for i in ids]
+            writer.write(pa.table({"s": [f"s{i % 5}" for i in ids], "k": ids, "a": a, "b": b,
+                                   "rowkind": kinds}))
+            writer.commit(commit)
+            for i, kind, x, y in zip(ids, kinds, a, b, strict=True):
+                key = (f"s{i % 5}", i) if keys == ["s", "k"] else (i,)
+                if kind == "-D":
+                    model.pop(key, None)
+                elif partial and key in model:
+                    old = model[key]
+                    model[key] = (old[0] if x is None else x, old[1] if y is None else y)
+                else:
+                    model[key] = (x, y)
+    return model
+
+
+def _rows(table: cl.Table, keys: list[str]) -> Model:
+    """The table's rows by key (a key read twice: an older row the lookups missed)."""
+    rows = table.scan().to_arrow().to_pylist()
+    by_key = {tuple(r[k] for k in keys): (r["a"], r["b"]) for r in rows}
+    assert len(by_key) == len(rows)
+    return by_key
+
+
+def _store(table: cl.Table) -> LookupFiles:
+    store = lookup_files.store_for(table.context)
+    assert store is not None
+    return store
+
+
+@pytest.mark.parametrize("keys", [["k"], ["s", "k"]], ids=["integer-key", "two-column-key"])
+@pytest.mark.parametrize("engine", ["deduplicate", "partial-update"])
+def test_deletion_vector_tables_with_a_tiny_cache_read_as_the_model(
+        tmp_path: Path, keys: list[str], engine: str) -> None:
+    catalog = cl.Catalog(str(tmp_path))
+    options = {"bucket": "2", "merge-engine": engine, "num-sorted-run.compaction-trigger": "2",
+               "target-file-size": "4 kb"}
+    plain = catalog.create_table("db.plain", SCHEMA, primary_keys=keys, options=options)
+    with_dv = catalog.create_table("db.dv", SCHEMA, primary_keys=keys, options={
+        **options, "deletion-vectors.enabled": "true", "lookup.cache-max-memory-size": "2 kb"})
+    _store(with_dv).clear()
+    model = _write_history(plain, keys, seed=3)
+    assert _write_history(with_dv, keys, seed=3) == model
+    assert _rows(with_dv, keys) == _rows(plain, keys) == model
+    store = _store(with_dv)
+    assert store.hits > 0 and store.disk_bytes > 0  # lookups were served, some from local disk
+    assert store.memory_bytes <= 2048
+
+
+def test_removed_files_leave_the_store_and_clearing_drops_everything(tmp_path: Path) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options={
+        "bucket": "1", "deletion-vectors.enabled": "true", "lookup.cache-max-memory-size": "4 kb",
+        "num-sorted-run.compaction-trigger": "2"})
+    store = _store(table)
+    store.clear()
+    model = _write_history(table, ["k"], seed=5)
+    ctx = table.context
+    latest = table.latest_snapshot()
+    assert latest is not None
+    live = {lookup_files.path_of(ctx.bucket_dir(e.partition, e.bucket), e.file.file_name)
+            for e in live_files.live_entries(ctx, latest)}
+    ever = {lookup_files.path_of(ctx.bucket_dir(e.partition, e.bucket), e.file.file_name)
+            for s in table.snapshots() for e in live_files.live_entries(ctx, s)}
+    assert ever - live  # compactions removed files...
+    assert not any(path in store for path in ever - live)  # ...and they left the store
+    assert any(path in store for path in live)
+    store.clear()
+    assert store.memory_bytes == store.disk_bytes == store.hits == store.misses == 0
+    assert not any(path in store for path in live)
+    assert _rows(table, ["k"]) == model
+    # After clearing, the next commits find the older keys from storage again.
+    more = pa.table({"s": ["s0"], "k": [0], "a": [-1], "b": [-1], "rowkind": ["+I"]})
+    table.write(more)
+    assert _rows(table, ["k"]) == {**model, (0,): (-1, -1)}
+    assert store.misses > 0
+
+
+def test_spilled_files_stay_within_the_disk_limit(tmp_path: Path) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options={
+        "bucket": "1", "deletion-vectors.enabled": "true", "lookup.cache-max-memory-size": "1 b",
+        "lookup.cache-max-disk-size": "3 kb", "target-file-size": "2 kb"})
+    assert table.context.options.lookup_cache_max_disk_size == 3 * 1024
+    store = _store(table)
+    store.clear()
+    model = _write_history(table, ["k"], seed=7)
+    assert 0 < store.disk_bytes <= 3 * 1024
+    assert store.memory_bytes == 0
+    assert _rows(table, ["k"]) == model
+
+
+def test_key_lookups_spill_only_the_keys_and_value_lookups_whole_rows(tmp_path: Path) -> None:
+    catalog = cl.Catalog(str(tmp_path))
+    options = {"bucket": "1", "deletion-vectors.enabled": "true", "lookup.cache-max-memory-size": "1 b"}
+    keys_only = catalog.create_table("db.keys", SCHEMA, primary_keys=["k"], options=options)
+    values = catalog.create_table("db.values", SCHEMA, primary_keys=["k"],
+                                  options={**options, "merge-engine": "partial-update"})
+    for table in (keys_only, values):
+        _store(table).clear()
+        _write_history(table, ["k"], seed=9, commits=4)
+    # int64 keys of the same rows: the key-only files are a fraction of the whole rows
+    assert 0 < _store(keys_only).disk_bytes * 2 < _store(values).disk_bytes
+    assert not _store(keys_only).values and _store(values).values
+
+
+def test_tables_that_look_nothing_up_have_no_store(tmp_path: Path) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"])
+    assert lookup_files.store_for(table.context) is None
+
+
+def test_keys_at_the_edges_of_older_files_are_found(tmp_path: Path) -> None:
+    """Every commit updates the smallest and largest key of each file above level 0."""
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options={
+        "bucket": "1", "deletion-vectors.enabled": "true", "target-file-size": "1 kb"})
+    table.write(pa.table({"s": ["s"] * 200, "k": list(range(200)), "a": [0] * 200, "b": [0] * 200}))
+    for commit in range(1, 4):
+        edges = sorted({k for f in _files(table) for k in f})
+        table.write(pa.table({"s": ["s"] * len(edges), "k": edges, "a": [commit] * len(edges),
+                              "b": [commit] * len(edges)}))
+        assert len(_rows(table, ["k"])) == 200
+
+
+def _files(table: cl.Table) -> list[tuple[int, int]]:
+    """The smallest and largest key of each live file above level 0."""
+    ctx = table.context
+    latest = table.latest_snapshot()
+    assert latest is not None
+    return [(ctx.key_of(e.file.min_key)[0], ctx.key_of(e.file.max_key)[0])
+            for e in live_files.live_entries(ctx, latest) if e.file.level > 0]
