@@ -63,7 +63,8 @@ def take_older_rows(
     just the keys in their range: the work follows the incoming keys, not the table's size."""
     key_of = ctx.key_of
     integer_key = _integer_key(ctx, rows)
-    wanted = None if integer_key is None else np.unique(rows.column(integer_key).to_numpy())
+    # sorted, repeats kept (a repeated key finds the same position twice: the bitmap takes it once)
+    wanted = None if integer_key is None else np.sort(rows.column(integer_key).to_numpy())
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
     keys = rows.select(list(ctx.key_columns))
