@@ -172,8 +172,15 @@ class _Task:
                 # the next commits' compactions look its keys up, or merge it
                 self.store.put_file(self.bucket_dir, f, rows)
 
+        # Rows written are handed on (data_file.write holds each file's rows until it closes)
+        # only when something keeps them: the producers that look files up (their lookup files
+        # keep values) and deletion vectors, whose lookups need just the keys of big outputs:
+        # those are read from the file on the first lookup instead of holding its rows.
+        store = self.store
+        kept = store is not None and (store.values or not chunked.is_big([f for s in sections for f in s]))
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
-                                  self.unit.output_level, file_source=FileSource.COMPACT, on_file=on_file)
+                                  self.unit.output_level, file_source=FileSource.COMPACT,
+                                  on_file=on_file if kept else None)
         killpoints.reached(KillPoint.COMPACTION)
         self.result.before += [f for files in sections for f in files]
         self.result.after += written

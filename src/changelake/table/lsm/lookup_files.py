@@ -118,7 +118,8 @@ class LookupFiles:
             keys = self._counted(self._key_columns(path))
         if keys is not None:
             return keys
-        keys = load().select(self.key_columns)
+        # one chunk: a binary search maps the column as it is, without concatenating it first
+        keys = load().select(self.key_columns).combine_chunks()
         with self._lock:
             if path not in self._memory and path not in self._keys and path not in self._spilled:
                 self._keys[path] = keys
@@ -129,8 +130,9 @@ class LookupFiles:
     def put(self, path: str, rows: pa.Table) -> None:
         """Keep the rows of a file just written or read (not counted as a lookup)."""
         with self._lock:
-            if path in self._memory:
-                return
+            spilled = self._spilled.get(path)
+            if path in self._memory or (spilled is not None and (spilled.whole or not self.values)):
+                return  # kept already as well as it would be now (the producer and compaction both put)
             keys = self._keys.pop(path, None)  # the whole rows replace the key columns alone
             if keys is not None:
                 self._memory_bytes -= keys.nbytes
@@ -217,7 +219,7 @@ class LookupFiles:
 
     def _spill(self, path: str, rows: pa.Table) -> None:
         whole = self.values and rows.num_columns > len(self.key_columns)
-        table = rows if whole else rows.select(self.key_columns)
+        table = rows if whole else rows.select(self.key_columns).combine_chunks()  # one batch: mapped as is
         if self._spill_dir is None:
             self._spill_dir = tempfile.mkdtemp(prefix="changelake-lookup-")
             # removed when the store is dropped (a newer schema's replaced it) or at exit
