@@ -161,3 +161,41 @@ def _files(table: cl.Table) -> list[tuple[int, int]]:
     assert latest is not None
     return [(ctx.key_of(e.file.min_key)[0], ctx.key_of(e.file.max_key)[0])
             for e in live_files.live_entries(ctx, latest) if e.file.level > 0]
+
+
+def _file(n: int) -> pa.Table:
+    return pa.table({"_KEY_k": pa.array(range(n), pa.int64()), "v": pa.array([str(i) * 8 for i in range(n)])})
+
+
+def test_the_store_spills_least_recently_used_first_and_serves_keys_from_disk() -> None:
+    store = LookupFiles(["_KEY_k"], max_memory=_file(100).nbytes * 4 + 1, max_disk=1 << 30, values=False)
+    loads: list[str] = []
+
+    def load(path: str) -> pa.Table:
+        loads.append(path)
+        return _file(100)
+
+    for name in "abcde":
+        store.put(name, _file(100))
+    assert store.find("a") is None and "a" in store  # spilled (keys only): no whole rows
+    assert store.find("e") is not None
+    assert store.keys("a", lambda: load("a")).column(0).to_pylist() == list(range(100))
+    assert store.rows("a", lambda: load("a")).num_columns == 2 and loads == ["a"]
+    store.discard(["a", "e"])
+    assert "a" not in store and "e" not in store
+    store.clear()
+    assert store.disk_bytes == 0 and not any(name in store for name in "bcd")
+
+
+def test_the_store_deletes_spilled_files_beyond_the_disk_limit() -> None:
+    one = LookupFiles(["_KEY_k"], max_memory=1, max_disk=1 << 30, values=True)
+    one.put("a", _file(100))
+    size = one.disk_bytes
+    store = LookupFiles(["_KEY_k"], max_memory=1, max_disk=2 * size, values=True)
+    for name in "abc":
+        store.put(name, _file(100))
+    assert store.disk_bytes == 2 * size
+    assert "a" not in store and "b" in store and "c" in store
+    assert store.find("b") is not None  # whole rows on disk: a store whose lookups need values
+    one.clear()
+    store.clear()
