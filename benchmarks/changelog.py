@@ -53,6 +53,7 @@ def run(producer: str, commits: int, size: int) -> dict[str, Any]:
                 kinds[item["values"]] = kinds.get(item["values"], 0) + item["counts"]
         read_s = time.perf_counter() - start
         cache = producers.lookup_cache(table.context)
+        assert cache is not None  # a lookup producer's table
         return {"hit_rate": cache.hit_rate, "lookups": cache.hits + cache.misses,
                 "ingest": commits * size / ingest_s, "read": emitted / read_s if read_s else 0.0,
                 "emitted": emitted, "read_s": read_s, "kinds": kinds,

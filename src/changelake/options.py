@@ -321,6 +321,11 @@ class TableOptions:
         "lookup.cache-max-memory-size", values.parse_memory_size, "256 mb",
         "Memory of the lookup cache of higher-level files (beyond it, files spill to local disk).",
     )
+    lookup_cache_max_disk_size: int = _option(
+        "lookup.cache-max-disk-size", values.parse_memory_size, "9223372036854775807 bytes",
+        "Max local disk size of the lookup cache's spilled files (beyond it, the least recently used "
+        "are deleted and read from the table again when needed); unlimited by default.",
+    )
     deletion_vectors_enabled: bool = _option(
         "deletion-vectors.enabled",
         values.parse_bool,

@@ -20,29 +20,31 @@ are merged by the table's merge engine; the new rows are those merged with the i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from changelake.changelog.lookup_cache import LookupCache
 from changelake.option_values import MergeEngineKind
 from changelake.table.context import TableContext
 from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta
+from changelake.table.lsm import lookup_files
 from changelake.table.lsm.deletion_vectors import live_rows
+from changelake.table.lsm.lookup_files import LookupFiles
 from changelake.table.merge import sort
 
 _ADDS = (kv.INSERT, kv.UPDATE_AFTER)
 
 
-def file_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, f: DataFileMeta) -> pa.Table:
-    """All rows of a data file, through the lookup cache."""
-    return cache.get(f"{bucket_dir}/{f.file_name}", lambda: ctx.read_file(bucket_dir, f))
+def file_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str, f: DataFileMeta) -> pa.Table:
+    """All rows of a data file, through the table's lookup files."""
+    return cache.rows(lookup_files.path_of(bucket_dir, f.file_name), partial(ctx.read_file, bucket_dir, f))
 
 
-def incoming_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str,
+def incoming_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str,
                   files: Sequence[DataFileMeta]) -> pa.Table:
     """Every row of ``files``, the files a compaction brings into the state (the compaction
     read them through the cache just before)."""
@@ -51,7 +53,7 @@ def incoming_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str,
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
-def merged_rows(ctx: TableContext, cache: LookupCache, bucket_dir: str, files: Sequence[DataFileMeta],
+def merged_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str, files: Sequence[DataFileMeta],
                 keys: pa.Table, span: tuple[DataFileMeta, ...], vectors: Mapping[str, BitMap]) -> pa.Table:
     """The merged row (delete markers kept) of every key of ``keys`` found in ``files`` (minus
     the rows their deletion ``vectors`` mark), one per key in key order. Files whose key range
@@ -89,7 +91,7 @@ def _sorted_matches(column: pa.ChunkedArray, wanted: np.ndarray) -> np.ndarray:
     return positions
 
 
-def before_and_after(ctx: TableContext, cache: LookupCache, bucket_dir: str, state: Sequence[DataFileMeta],
+def before_and_after(ctx: TableContext, cache: LookupFiles, bucket_dir: str, state: Sequence[DataFileMeta],
                      incoming: tuple[DataFileMeta, ...], vectors: Mapping[str, BitMap]) -> tuple[pa.Table, pa.Table]:
     """The merged rows, before and after a compaction, of the keys of the ``incoming`` files
     the compaction brings into the ``state`` files. The after-image of a key is its

@@ -6,8 +6,8 @@ bucket's write buffer flushes and when a bucket is compacted
 * ``input``: the flush's raw input, as changelog files of the bucket (Paimon's
   ``ChangelogProducer.INPUT``, for input that already is a complete changelog, such as CDC).
 * ``lookup``: every compaction that includes level 0 writes the changes of the keys it brings
-  up, looking up their previous values in the levels above (through a local
-  :class:`~changelake.changelog.lookup_cache.LookupCache`); compactions pick level 0 up
+  up, looking up their previous values in the levels above (through the table's local
+  :class:`~changelake.table.lsm.lookup_files.LookupFiles`); compactions pick level 0 up
   whenever nothing else is picked, and with ``lookup-wait`` every commit waits for that.
 * ``full-compaction``: every compaction into the top level writes the changes between the
   previous top level and the new one; writers fully compact every
@@ -25,13 +25,14 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from changelake.changelog import compaction_changelog as changes
-from changelake.changelog.lookup_cache import LookupCache, cache_for
 from changelake.option_values import ChangelogProducer
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.context import TableContext
 from changelake.table.format import data_file
 from changelake.table.format.manifest import DataFileMeta
+from changelake.table.lsm import lookup_files
 from changelake.table.lsm.levels import Levels
+from changelake.table.lsm.lookup_files import LookupFiles
 from changelake.table.lsm.universal import CompactUnit
 
 
@@ -55,10 +56,6 @@ class NoChangelog:
     def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
         """Nothing is looked up later: nothing to keep."""
 
-    def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
-        """The file, from the table's storage."""
-        return ctx.read_file(bucket_dir, f)
-
 
 @dataclass(frozen=True)
 class InputChangelog(NoChangelog):
@@ -74,26 +71,18 @@ class InputChangelog(NoChangelog):
 @dataclass(frozen=True)
 class _CompactionChangelog(NoChangelog):
     """What ``lookup`` and ``full-compaction`` share: compactions read their files through the
-    lookup cache, where the changelog of the same compaction finds them, and a compaction's
-    changelog is the diff of the bucket's state before and after it."""
+    table's lookup files, where the changelog of the same compaction finds them, and a
+    compaction's changelog is the diff of the bucket's state before and after it."""
 
-    cache: LookupCache | None = None
+    cache: LookupFiles | None = None
 
-    def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
-        """The file, through the cache."""
-        if self.cache is None:
-            return super().read_file(ctx, bucket_dir, f)
-        return changes.file_rows(ctx, self.cache, bucket_dir, f)
-
-    def _changelog(self, ctx: TableContext, bucket_dir: str, cache: LookupCache, before: Levels, after: Levels,
+    def _changelog(self, ctx: TableContext, bucket_dir: str, cache: LookupFiles, before: Levels, after: Levels,
                    state: list[DataFileMeta], incoming: tuple[DataFileMeta, ...], level: int,
                    vectors: Mapping[str, BitMap] | None) -> list[DataFileMeta]:
         """The changelog files (at ``level``) of the keys of ``incoming`` between the ``state``
         files (without the rows their deletion ``vectors`` mark) before the compaction and after
-        it; files the compaction removed leave the cache."""
+        it."""
         old, new = changes.before_and_after(ctx, cache, bucket_dir, state, incoming, vectors or {})
-        removed = {f.file_name for f in before.files} - {f.file_name for f in after.files}
-        cache.discard(f"{bucket_dir}/{name}" for name in removed)
         return changes.write(ctx, bucket_dir, changes.diff(ctx, old, new), level)
 
 
@@ -115,7 +104,7 @@ class LookupChangelog(_CompactionChangelog):
     def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
         """Keep the file in the cache: the next compaction of the bucket looks its keys up."""
         if self.cache is not None:
-            self.cache.put(f"{bucket_dir}/{f.file_name}", rows)
+            self.cache.put_file(bucket_dir, f, rows)
 
 
 @dataclass(frozen=True)
@@ -139,12 +128,13 @@ class FullCompactionChangelog(_CompactionChangelog):
     def on_compacted_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
         """Keep a new top-level file in the cache: the next full compaction diffs against it."""
         if self.cache is not None and f.level == self.top_level:
-            self.cache.put(f"{bucket_dir}/{f.file_name}", rows)
+            self.cache.put_file(bucket_dir, f, rows)
 
 
-def lookup_cache(ctx: TableContext) -> LookupCache:
-    """The process's lookup cache of the table (hits, misses, ``hit_rate``, ``clear()``)."""
-    return cache_for(ctx.file_io.url(ctx.paths.root), ctx.options.lookup_cache_max_memory_size, ctx.schema.id)
+def lookup_cache(ctx: TableContext) -> LookupFiles | None:
+    """The process's lookup files of the table (hits, misses, ``hit_rate``, ``clear()``; None
+    when its compactions look nothing up)."""
+    return lookup_files.store_for(ctx)
 
 
 def for_table(ctx: TableContext) -> ChangelogHook:

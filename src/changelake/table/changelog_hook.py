@@ -64,8 +64,3 @@ class ChangelogHook(Protocol):
         producer that looks files up in later compactions can keep them instead of reading the
         file back."""
         ...
-
-    def read_file(self, ctx: TableContext, bucket_dir: str, f: DataFileMeta) -> pa.Table:
-        """All rows of data file ``f`` in ``bucket_dir`` (data-file layout), for a compaction
-        to merge: a producer that keeps files for its lookups serves them from there."""
-        ...

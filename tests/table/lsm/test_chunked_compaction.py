@@ -44,8 +44,12 @@ def _history(root: Path, options: dict[str, str]) -> list[Any]:
     {"changelog-producer": "lookup", "num-sorted-run.compaction-trigger": "3"},
     {"deletion-vectors.enabled": "true", "num-sorted-run.compaction-trigger": "2"},
     {"num-sorted-run.compaction-trigger": "2", "target-file-size": "1 kb"},
+    {"deletion-vectors.enabled": "true", "num-sorted-run.compaction-trigger": "2", "target-file-size": "1 kb",
+     "merge-engine": "partial-update", "ignore-delete": "true", "lookup.cache-max-memory-size": "1 kb"},
+    {"merge-engine": "first-row", "ignore-delete": "true", "num-sorted-run.compaction-trigger": "2",
+     "target-file-size": "1 kb"},
 ], ids=["full-compaction-producer", "full-compaction-producer-compacting", "lookup-producer",
-        "deletion-vectors", "small-target-files"])
+        "deletion-vectors", "small-target-files", "deletion-vectors-partial-update", "first-row"])
 def test_chunked_compactions_write_what_whole_ones_write(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, str]) -> None:
     whole = _history(tmp_path / "whole", options)

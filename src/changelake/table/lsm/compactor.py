@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,10 @@ from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.lsm import deletion_vectors, recent_files
+from changelake.table.lsm import deletion_vectors, lookup_files
 from changelake.table.lsm.deletion_vectors import Vectors
 from changelake.table.lsm.levels import Levels, SortedRun, interval_partition
+from changelake.table.lsm.lookup_files import LookupFiles
 from changelake.table.lsm.universal import CompactUnit, UniversalCompaction, pick_full
 from changelake.table.merge import chunked
 from changelake.table.read import deletion_vectors as read_vectors
@@ -92,6 +94,8 @@ class _Task:
     # deletion vectors (None: the table has none): the rows of the files it reads are read
     # without those the vectors mark, and older rows the unit replaces are marked in them
     vectors: Vectors | None = None
+    # the table's lookup files (None: its compactions look nothing up)
+    store: LookupFiles | None = None
     result: CompactResult = field(default_factory=CompactResult)
 
     def run(self) -> CompactResult:
@@ -151,10 +155,11 @@ class _Task:
                 # Oldest first: the merge's sort then finds rows in (key, sequence) order within
                 # each key and sorts by key alone.
                 oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
-                if len(files) > 1 and not self.lookup and chunked.is_big(files):
+                if len(files) > 1 and chunked.is_big(files):
                     # Merged a chunk of keys at a time, in bounded memory (merges are per key).
                     # Sections that look older keys up (first-row, deletion vectors with files
-                    # outside the unit) stay whole: each chunk would read those files again.
+                    # outside the unit) look up each chunk's keys alone: the files outside
+                    # are searched in the lookup files, not read again per chunk.
                     sources = [self._batches(f) for f in oldest_first]
                     for rows in chunked.key_bounded(sources, ctx.key_columns):
                         yield self._merge(rows, files)
@@ -163,10 +168,18 @@ class _Task:
 
         def on_file(f: DataFileMeta, rows: pa.Table) -> None:
             self.changelog.on_compacted_file(self.bucket_dir, f, rows)
-            recent_files.keep(ctx, self.bucket_dir, f, rows)  # the next compactions read it again
+            if self.store is not None:  # the next compactions merge it, or look its keys up
+                self.store.put_file(self.bucket_dir, f, rows)
 
+        # Rows written are handed on (data_file.write holds each file's rows until it closes)
+        # only when something keeps them: the producers that look files up (their lookup files
+        # keep values); for the others, big outputs are not held (deletion vectors' lookups need
+        # just their keys, read from the file on the first lookup).
+        store = self.store
+        kept = store is not None and (store.values or not chunked.is_big([f for s in sections for f in s]))
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
-                                  self.unit.output_level, file_source=FileSource.COMPACT, on_file=on_file)
+                                  self.unit.output_level, file_source=FileSource.COMPACT,
+                                  on_file=on_file if kept else None)
         killpoints.reached(KillPoint.COMPACTION)
         self.result.before += [f for files in sections for f in files]
         self.result.after += written
@@ -175,13 +188,13 @@ class _Task:
         """The merge of ``rows``: all rows of their keys in ``files`` (oldest file first)."""
         ctx = self.ctx
         alone = True  # no older row of the keys is merged in
-        if self.vectors is not None and not ctx.merge_engine.needs_lookup and self.lookup \
-                and rows.num_rows and any(f.level == 0 for f in files):
+        if self.vectors is not None and self.store is not None and not ctx.merge_engine.needs_lookup \
+                and self.lookup and rows.num_rows and any(f.level == 0 for f in files):
             # Older rows of the keys are merged in (the engine needs them) and marked
             # deleted where they are: every older row of a key is gone, so deletes
             # can be dropped at any level.
             older = deletion_vectors.take_older_rows(
-                ctx, self.bucket_dir, rows, files, self.lookup, self._read_whole, self.vectors,
+                ctx, self.bucket_dir, rows, files, self.lookup, self.store, self.vectors,
                 with_values=not ctx.merge_engine.keeps_last_row)
             rows = pa.concat_tables([older, rows]) if older.num_rows else rows
             alone = not older.num_rows
@@ -200,7 +213,7 @@ class _Task:
         """The live rows of ``f`` in batches: sliced from memory when this process wrote it,
         else read a batch at a time; rows its deletion vector marks are left out by position."""
         vector = None if self.vectors is None else self.vectors.get(f.file_name)
-        rows = recent_files.get(self.ctx, self.bucket_dir, f)
+        rows = None if self.store is None else self.store.find(lookup_files.path_of(self.bucket_dir, f.file_name))
         batches = chunked.batches_of(rows) if rows is not None else \
             self.ctx.read_file_batches(self.bucket_dir, f, self.ctx.file_schema.names, chunked.BATCH_ROWS)
         position = 0
@@ -210,10 +223,16 @@ class _Task:
             yield batch if keep is None else batch.filter(keep)
 
     def _read_whole(self, f: DataFileMeta) -> pa.Table:
-        """All stored rows of ``f`` (positions as in the file): kept from when this process
-        wrote it, else through the changelog producer (whose lookup cache may hold it)."""
-        rows = recent_files.get(self.ctx, self.bucket_dir, f)
-        return self.changelog.read_file(self.ctx, self.bucket_dir, f) if rows is None else rows
+        """All stored rows of ``f`` (positions as in the file), through the table's lookup
+        files: kept there when lookups need values, else only served from there when kept."""
+        store, load = self.store, partial(self.ctx.read_file, self.bucket_dir, f)
+        if store is None:
+            return load()
+        path = lookup_files.path_of(self.bucket_dir, f.file_name)
+        if store.values:
+            return store.rows(path, load)
+        rows = store.find(path)
+        return load() if rows is None else rows
 
     def _without_older_keys(self, merged: pa.Table) -> pa.Table:
         ctx = self.ctx
@@ -222,9 +241,12 @@ class _Task:
         first, last = (ctx.key_of(data_file.key_row(t, ctx.key_names, 0)) for t in (low, high))
         overlapping = [f for f in self.lookup
                        if ctx.key_of(f.min_key) <= last and ctx.key_of(f.max_key) >= first]
-        if not overlapping:
+        if not overlapping or self.store is None:
             return merged
-        older = pa.concat_tables(ctx.read_file(self.bucket_dir, f, key_columns) for f in overlapping)
+        store, bucket_dir = self.store, self.bucket_dir
+        older = pa.concat_tables(store.keys(lookup_files.path_of(bucket_dir, f.file_name),
+                                            partial(ctx.read_file, bucket_dir, f, key_columns))
+                                 for f in overlapping)
         indexed = merged.select(key_columns).append_column("__row", pa.array(range(merged.num_rows), pa.int64()))
         found = indexed.join(older, keys=key_columns, join_type="left semi").column("__row")
         keep = pc.invert(pc.is_in(indexed.column("__row"), value_set=found.combine_chunks()))
@@ -261,9 +283,13 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
         picked = {(f.file_name, f.level) for f in unit.files}
         lookup = tuple(f for f in levels.files if f.level > 0 and (f.file_name, f.level) not in picked)
     working = None if vectors is None else dict(vectors)
-    result = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, changelog, lookup, working).run()
+    store = lookup_files.store_for(ctx)
+    result = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, changelog, lookup, working, store).run()
     after = levels.replace(result.before, result.after)
     result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit, vectors)
+    if store is not None:  # removed files are never looked up again
+        removed = {f.file_name for f in levels.files} - {f.file_name for f in after.files}
+        store.discard(lookup_files.path_of(bucket_dir, name) for name in removed)
     return result
 
 

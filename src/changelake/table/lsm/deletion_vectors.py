@@ -8,7 +8,8 @@ readers read files alone. The vectors of a bucket are written as one index file.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +20,8 @@ from changelake.table.format import deletion_vector, index_manifest
 from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.lsm import recent_files
+from changelake.table.lsm import lookup_files
+from changelake.table.lsm.lookup_files import LookupFiles
 
 Vectors = dict[str, BitMap]
 
@@ -30,43 +32,64 @@ def live_rows(rows: pa.Table, vector: BitMap | None) -> pa.Table:
     return rows if keep is None else rows.filter(keep)
 
 
-def _positions(ctx: TableContext, stored: pa.Table, keys: pa.Table) -> np.ndarray:
-    """Positions of the rows of a key-sorted file (unique keys: a file above level 0) whose key
-    is among ``keys`` (in any order, repeated when a key repeats): binary searches for one
-    integer key, else a semi join."""
-    key_columns = list(ctx.key_columns)
-    column = stored.column(key_columns[0])
-    if len(key_columns) == 1 and pa.types.is_integer(column.type) and column.null_count == 0:
-        values = column.to_numpy()
-        wanted = keys.column(0).to_numpy()
-        at: np.ndarray = np.searchsorted(values, wanted)
-        inside = at < len(values)
-        at = at[inside]
-        return np.asarray(at[values[at] == wanted[inside]])
-    indexed = stored.select(key_columns).append_column("__position", pa.array(np.arange(stored.num_rows)))
-    found = indexed.join(keys.select(key_columns), keys=key_columns, join_type="left semi")
-    return np.asarray(found.column("__position").to_numpy())
+def _integer_key(ctx: TableContext, rows: pa.Table) -> str | None:
+    """The key column when the table's key is one integer column (the binary-search path)."""
+    key_columns = ctx.key_columns
+    if len(key_columns) == 1 and pa.types.is_integer(rows.schema.field(key_columns[0]).type):
+        return key_columns[0]
+    return None
+
+
+def _sorted_positions(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Positions in the sorted unique ``values`` of those among the ``wanted`` keys."""
+    at: np.ndarray = np.searchsorted(values, wanted)
+    inside = at < len(values)
+    at = at[inside]
+    return np.asarray(at[values[at] == wanted[inside]])
 
 
 def take_older_rows(
     ctx: TableContext, bucket_dir: str, rows: pa.Table, span: Sequence[DataFileMeta], lookup: Iterable[DataFileMeta],
-    read: Callable[[DataFileMeta], pa.Table], vectors: Vectors, *, with_values: bool,
+    store: LookupFiles, vectors: Vectors, *, with_values: bool,
 ) -> pa.Table:
     """The live rows of the ``lookup`` files whose keys are among ``rows``' keys (``span``: the
     files ``rows`` came from, whose key range bounds the search), marked deleted in
-    ``vectors`` (replaced, not changed in place: callers share the older bitmaps). Without
-    ``with_values`` (a merge that keeps the newest row never needs an older one) only the key
-    columns of the files are read and no row is returned."""
+    ``vectors`` (replaced, not changed in place: callers share the older bitmaps). The files
+    are read through the table's lookup files: without ``with_values`` (a merge that keeps
+    the newest row never needs an older one) only their key columns, and no row is returned.
+
+    For one integer key the incoming keys are sorted once; a file whose key range (from its
+    metadata) holds none of them is not read at all, and the others are binary-searched for
+    just the keys in their range: the work follows the incoming keys, not the table's size."""
     key_of = ctx.key_of
+    integer_key = _integer_key(ctx, rows)
+    # sorted, repeats kept (a repeated key finds the same position twice: the bitmap takes it once)
+    wanted = None if integer_key is None else np.sort(rows.column(integer_key).to_numpy())
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
     keys = rows.select(list(ctx.key_columns))
     found = []
     for f in lookup:
-        if key_of(f.max_key) < low or key_of(f.min_key) > high:
+        least, most = key_of(f.min_key), key_of(f.max_key)
+        if most < low or least > high:
             continue
-        stored = read(f) if with_values else recent_files.read(ctx, bucket_dir, f, ctx.key_columns)
-        at = _positions(ctx, stored, keys)
+        path = lookup_files.path_of(bucket_dir, f.file_name)
+        if wanted is not None:
+            first = int(np.searchsorted(wanted, least[0], side="left"))
+            last = int(np.searchsorted(wanted, most[0], side="right"))
+            if first == last:
+                continue
+        if with_values:
+            stored = store.rows(path, partial(ctx.read_file, bucket_dir, f))
+        else:
+            stored = store.keys(path, partial(ctx.read_file, bucket_dir, f, ctx.key_columns))
+        if integer_key is not None and wanted is not None:
+            at = _sorted_positions(stored.column(integer_key).to_numpy(), wanted[first:last])
+        else:
+            indexed = stored.select(ctx.key_columns).append_column(
+                "__position", pa.array(np.arange(stored.num_rows)))
+            semi = indexed.join(keys, keys=ctx.key_columns, join_type="left semi")
+            at = np.asarray(semi.column("__position").to_numpy())
         if not len(at):
             continue
         marked = deletion_vector.bitmap_of(at)

@@ -25,7 +25,7 @@ from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.lsm import compactor as compaction
-from changelake.table.lsm import deletion_vectors, recent_files
+from changelake.table.lsm import deletion_vectors, lookup_files
 from changelake.table.lsm.levels import Levels
 from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
@@ -264,7 +264,8 @@ class TableWrite:
         state.changelog += self.changelog.on_flush(ctx, bucket_dir, raw)
         # The next compactions read these files (tables with deletion vectors compact them up
         # before the commit): keep their rows, so that they are not decoded again.
-        on_file = None if ctx.options.write_only else partial(recent_files.keep, ctx, bucket_dir)
+        store = lookup_files.store_for(ctx)
+        on_file = None if store is None else partial(store.put_file, bucket_dir)
         files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, level=0, on_file=on_file)
         state.new_files += files
         state.levels = state.levels.replace((), files)

@@ -1,0 +1,297 @@
+"""Local lookup files: what compactions look up in a bucket's files, kept on this machine so
+that it is not decoded from the table's storage again (Paimon's ``LookupLevels`` with its local
+lookup files, bounded by ``lookup.cache-max-memory-size`` and ``lookup.cache-max-disk-size``).
+
+Data files are immutable and uniquely named, so a file's rows never go stale. Two things are
+kept per file, by its path:
+
+* its whole rows (data-file layout), for the lookups that need values (merge engines that
+  merge with the previous row, the ``lookup`` and ``full-compaction`` changelog producers) and
+  for the compaction that merges the file next;
+* only its key columns, for the lookups of deletion vectors, which need a key's position in a
+  file alone (files above level 0 are sorted by key with unique keys, so the position of a row
+  is its index): a fraction of the bytes.
+
+Rows come from the writer and the compactions as they write a file (no decoding), or from
+storage on a miss. They stay in memory, least recently used first out, up to the memory limit;
+beyond it they are spilled to a local temp directory as Arrow IPC files (only the key columns
+when no lookup of the table needs values) and memory-mapped when used again: the pages are read
+from local disk as the columns are searched, and are not the process's own memory. Spilled
+files beyond the disk limit are deleted, least recently used first (read again from storage on
+the next miss). Files a compaction removed from the table are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from changelake.option_values import ChangelogProducer
+from changelake.table.context import TableContext
+from changelake.table.format.manifest import DataFileMeta
+
+# A file whose rows take more than this share of the memory limit goes straight to disk: one
+# big compaction output must not push every other file out.
+_LARGEST_IN_MEMORY_SHARE = 4
+
+
+@dataclass(frozen=True)
+class _Spilled:
+    """A file's rows (or only its key columns) in a local Arrow IPC file."""
+
+    local: str
+    size: int
+    whole: bool
+
+
+class LookupFiles:
+    """The lookup files of one table (in one schema's data-file layout), counting hits and
+    misses; ``clear`` drops everything, spilled files too."""
+
+    def __init__(self, key_columns: Sequence[str], *, max_memory: int, max_disk: int, values: bool) -> None:
+        self.key_columns = list(key_columns)
+        self.max_memory = max_memory
+        self.max_disk = max_disk
+        # whether lookups need whole rows: spilled files keep only the key columns when not
+        self.values = values
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._memory: OrderedDict[str, pa.Table] = OrderedDict()  # path -> whole rows
+        self._memory_bytes = 0
+        self._keys: OrderedDict[str, pa.Table] = OrderedDict()  # path -> key columns read alone
+        self._spilled: OrderedDict[str, _Spilled] = OrderedDict()
+        self._disk_bytes = 0
+        self._spill_dir: str | None = None
+        self._remove_spill_dir: weakref.finalize[..., LookupFiles] | None = None
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over lookups so far (0.0 before the first)."""
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the rows held in memory."""
+        return self._memory_bytes
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes of the spilled files on local disk."""
+        return self._disk_bytes
+
+    def __contains__(self, path: object) -> bool:
+        """Whether anything of the file at ``path`` is kept (in memory or on local disk)."""
+        with self._lock:
+            return path in self._memory or path in self._keys or path in self._spilled
+
+    def find(self, path: str) -> pa.Table | None:
+        """The whole rows of the file at ``path`` if kept (not counted as a lookup)."""
+        with self._lock:
+            return self._whole(path)
+
+    def rows(self, path: str, load: Callable[[], pa.Table]) -> pa.Table:
+        """The whole rows of the file at ``path``: kept, else ``load()``-ed and kept."""
+        with self._lock:
+            rows = self._counted(self._whole(path))
+        if rows is not None:
+            return rows
+        rows = load()  # outside the lock: other buckets' compactions go on meanwhile
+        self.put(path, rows)
+        return rows
+
+    def keys(self, path: str, load: Callable[[], pa.Table]) -> pa.Table:
+        """The key columns of the file at ``path``: kept (alone or with the whole rows), else
+        ``load()``-ed (the key columns only) and kept."""
+        with self._lock:
+            keys = self._counted(self._key_columns(path))
+        if keys is not None:
+            return keys
+        # one chunk: a binary search maps the column as it is, without concatenating it first
+        keys = load().select(self.key_columns).combine_chunks()
+        with self._lock:
+            if path not in self._memory and path not in self._keys and path not in self._spilled:
+                self._keys[path] = keys
+                self._memory_bytes += keys.nbytes
+                self._bound()
+        return keys
+
+    def put(self, path: str, rows: pa.Table) -> None:
+        """Keep the rows of a file just written or read (not counted as a lookup)."""
+        with self._lock:
+            spilled = self._spilled.get(path)
+            if path in self._memory or (spilled is not None and (spilled.whole or not self.values)):
+                return  # kept already as well as it would be now (the producer and compaction both put)
+            keys = self._keys.pop(path, None)  # the whole rows replace the key columns alone
+            if keys is not None:
+                self._memory_bytes -= keys.nbytes
+            self._drop_spilled(path)
+            if rows.nbytes * _LARGEST_IN_MEMORY_SHARE > self.max_memory:
+                self._spill(path, rows)
+            else:
+                self._memory[path] = rows
+                self._memory_bytes += rows.nbytes
+            self._bound()
+
+    def put_file(self, bucket_dir: str, f: DataFileMeta, rows: pa.Table) -> None:
+        """Keep the ``rows`` of data file ``f`` just written in ``bucket_dir``."""
+        self.put(path_of(bucket_dir, f.file_name), rows)
+
+    def discard(self, paths: Iterable[str]) -> None:
+        """Forget files a compaction removed from the table."""
+        with self._lock:
+            for path in paths:
+                for held in (self._memory, self._keys):
+                    table = held.pop(path, None)
+                    if table is not None:
+                        self._memory_bytes -= table.nbytes
+                self._drop_spilled(path)
+
+    def clear(self) -> None:
+        """Drop every kept file (spilled ones too) and reset the counts."""
+        with self._lock:
+            self._memory.clear()
+            self._keys.clear()
+            self._memory_bytes = 0
+            self._spilled.clear()
+            self._disk_bytes = 0
+            if self._remove_spill_dir is not None:
+                self._remove_spill_dir()
+                self._spill_dir = self._remove_spill_dir = None
+            self.hits = self.misses = 0
+
+    def _counted(self, found: pa.Table | None) -> pa.Table | None:
+        if found is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return found
+
+    def _whole(self, path: str) -> pa.Table | None:
+        rows = self._memory.get(path)
+        if rows is not None:
+            self._memory.move_to_end(path)
+            return rows
+        spilled = self._spilled.get(path)
+        if spilled is None or not spilled.whole:
+            return None
+        return self._mapped(path, spilled)
+
+    def _key_columns(self, path: str) -> pa.Table | None:
+        rows = self._memory.get(path)
+        if rows is not None:
+            self._memory.move_to_end(path)
+            return rows.select(self.key_columns)
+        keys = self._keys.get(path)
+        if keys is not None:
+            self._keys.move_to_end(path)
+            return keys
+        spilled = self._spilled.get(path)
+        return None if spilled is None else self._mapped(path, spilled).select(self.key_columns)
+
+    def _mapped(self, path: str, spilled: _Spilled) -> pa.Table:
+        self._spilled.move_to_end(path)
+        # Memory-mapped: the pages are read from local disk as the columns are used.
+        return ipc.open_file(pa.memory_map(spilled.local)).read_all()
+
+    def _bound(self) -> None:
+        """Spill the least recently used files over the memory limit, then delete the least
+        recently used spilled files over the disk limit."""
+        while self._memory_bytes > self.max_memory and (self._memory or self._keys):
+            # Key columns read alone go first: they are cheap to read again.
+            held = self._keys if self._keys else self._memory
+            path, table = held.popitem(last=False)
+            self._memory_bytes -= table.nbytes
+            self._spill(path, table)
+        while self._disk_bytes > self.max_disk and self._spilled:
+            self._drop_spilled(next(iter(self._spilled)))
+
+    def _spill(self, path: str, rows: pa.Table) -> None:
+        if not self.max_disk:  # nothing goes to disk: the file is read from storage if needed
+            return
+        whole = self.values and rows.num_columns > len(self.key_columns)
+        table = rows if whole else rows.select(self.key_columns).combine_chunks()  # one batch: mapped as is
+        if self._spill_dir is None:
+            self._spill_dir = tempfile.mkdtemp(prefix="changelake-lookup-")
+            # removed when the store is dropped (a newer schema's replaced it) or at exit
+            self._remove_spill_dir = weakref.finalize(self, shutil.rmtree, self._spill_dir, ignore_errors=True)
+        local = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow")
+        with pa.OSFile(local, "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        spilled = _Spilled(local, os.path.getsize(local), whole)
+        self._spilled[path] = spilled
+        self._disk_bytes += spilled.size
+
+    def _drop_spilled(self, path: str) -> None:
+        spilled = self._spilled.pop(path, None)
+        if spilled is not None:
+            self._disk_bytes -= spilled.size
+            # Mapped tables still in use keep their pages: unlinking only frees the name.
+            os.unlink(spilled.local)
+
+
+def path_of(bucket_dir: str, file_name: str) -> str:
+    """The key of a data file of ``bucket_dir`` in a table's lookup files."""
+    return f"{bucket_dir}/{file_name}"
+
+
+def looks_up(ctx: TableContext) -> bool:
+    """Whether compactions of the table look files up: deletion vectors, the first-row merge
+    engine, the ``lookup`` and ``full-compaction`` producers."""
+    options = ctx.options
+    return options.deletion_vectors_enabled or ctx.merge_engine.needs_lookup or options.changelog_producer in (
+        ChangelogProducer.LOOKUP, ChangelogProducer.FULL_COMPACTION)
+
+
+def _needs_values(ctx: TableContext) -> bool:
+    """Whether some lookup of the table needs a file's values, not only its keys."""
+    options = ctx.options
+    producer = options.changelog_producer in (ChangelogProducer.LOOKUP, ChangelogProducer.FULL_COMPACTION)
+    merges_older = options.deletion_vectors_enabled and not ctx.merge_engine.needs_lookup \
+        and not ctx.merge_engine.keeps_last_row
+    return producer or merges_older
+
+
+# Tables that look nothing up keep the rows of files just written up to this much: the next
+# compactions merge them without decoding them again.
+WRITTEN_ROWS_MEMORY = 128 * 1024 * 1024
+
+_STORES: dict[tuple[str, int], LookupFiles] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(ctx: TableContext) -> LookupFiles | None:
+    """The process's lookup files of the table (None for a ``write-only`` one, which never
+    compacts), shared by its writers and compactions; its limits follow the latest options.
+    A table whose compactions look nothing up keeps only the rows of files just written, in
+    memory (at most :data:`WRITTEN_ROWS_MEMORY`, never on disk), for the compactions that merge
+    them next. Rows are kept in the layout of a schema, so each schema has its own; a newer
+    schema's replaces the older ones (writers still on an older schema keep theirs)."""
+    options = ctx.options
+    lookups = looks_up(ctx)
+    if options.write_only and not lookups:
+        return None
+    max_memory = options.lookup_cache_max_memory_size if lookups else WRITTEN_ROWS_MEMORY
+    max_disk = options.lookup_cache_max_disk_size if lookups else 0
+    location = ctx.file_io.url(ctx.paths.root)
+    with _STORES_LOCK:
+        store = _STORES.get((location, ctx.schema.id))
+        if store is None:
+            for key in [k for k in _STORES if k[0] == location and k[1] < ctx.schema.id]:
+                del _STORES[key]
+            store = _STORES[(location, ctx.schema.id)] = LookupFiles(
+                ctx.key_columns, max_memory=max_memory, max_disk=max_disk, values=_needs_values(ctx))
+        store.max_memory = max_memory
+        store.max_disk = max_disk
+        return store
