@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -76,8 +81,45 @@ def test_small_buffer_equals_unbounded(tmp_path: Path, spillable: str) -> None:
 def test_spill_files_are_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path / "spill"))
     (tmp_path / "spill").mkdir()
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", None)
     _write(tmp_path, "t", {"write-buffer-size": "128 kb"})
     assert list((tmp_path / "spill").iterdir()) == []
+
+
+KILLED_WRITER = """
+import os, sys
+import numpy as np, pyarrow as pa
+import changelake as cl
+table = cl.Catalog(sys.argv[1]).get_table("db.t")
+writer = table.writer("job")
+rng = np.random.default_rng(1)
+for _ in range(3):
+    ids = rng.integers(0, 15_000, 20_000)
+    writer.write(pa.table({"dt": np.where(ids % 2 == 0, "a", "b"), "id": ids,
+                           "v": [f"value-{i}" for i in ids], "x": rng.random(len(ids))}))
+os._exit(9)  # killed: no cleanup runs
+"""
+
+
+def test_spills_of_killed_processes_are_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed writer leaves its spill directory behind; the next one this host makes removes
+    it (and only the directories of this host's dead processes)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    warehouse = tmp_path / "wh"
+    cl.Catalog(str(warehouse)).create_table(
+        "db.t", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+        options={"bucket": "2", "write-only": "true", "write-buffer-size": "128 kb"})
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(warehouse)], env=os.environ.copy())
+    assert killed.returncode == 9
+    left = [d for d in scratch.iterdir() if d.name.startswith("changelake-spill-")]
+    assert len(left) == 1 and any(left[0].iterdir())  # its spilled runs, never cleaned up
+    host = socket.gethostname()
+    alive = scratch / f"changelake-spill-1@{host}-keepme"  # pid 1 runs: not swept
+    elsewhere = scratch / "changelake-spill-4194305@another-host-keepme"  # no such pid, another host
+    for kept in (alive, elsewhere):
+        kept.mkdir()
+    _write(tmp_path, "other", {"write-buffer-size": "128 kb"})  # spills, so makes a directory
+    assert sorted(d.name for d in scratch.iterdir()) == sorted([alive.name, elsewhere.name])

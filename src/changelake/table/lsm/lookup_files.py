@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import uuid
 import weakref
@@ -39,6 +38,7 @@ import pyarrow.ipc as ipc
 from changelake.option_values import ChangelogProducer
 from changelake.table.context import TableContext
 from changelake.table.format.manifest import DataFileMeta
+from changelake.table.io import scratch
 
 # A file whose rows take more than this share of the memory limit goes straight to disk: one
 # big compaction output must not push every other file out.
@@ -223,7 +223,7 @@ class LookupFiles:
         whole = self.values and rows.num_columns > len(self.key_columns)
         table = rows if whole else rows.select(self.key_columns).combine_chunks()  # one batch: mapped as is
         if self._spill_dir is None:
-            self._spill_dir = tempfile.mkdtemp(prefix="changelake-lookup-")
+            self._spill_dir = scratch.make("lookup")
             # removed when the store is dropped (a newer schema's replaced it) or at exit
             self._remove_spill_dir = weakref.finalize(self, shutil.rmtree, self._spill_dir, ignore_errors=True)
         local = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow")

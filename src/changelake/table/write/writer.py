@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
@@ -24,6 +23,7 @@ from changelake.table.format import data_file, kv
 from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.io import scratch
 from changelake.table.lsm import compactor as compaction
 from changelake.table.lsm import deletion_vectors, lookup_files
 from changelake.table.lsm.levels import Levels
@@ -243,7 +243,7 @@ class TableWrite:
 
     def _spill(self, part: pa.Table) -> spill.SpilledRun:
         if self._spill_dir is None:
-            self._spill_dir = tempfile.mkdtemp(prefix="changelake-spill-")
+            self._spill_dir = scratch.make("spill")
         return spill.SpilledRun.write(os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow"), part,
                                 kv.key_column(self.ctx.key_names[0]))
 
