@@ -67,7 +67,7 @@ def take_older_rows(
     wanted = None if integer_key is None else np.sort(rows.column(integer_key).to_numpy())
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
-    keys = rows.select(list(ctx.key_columns))
+    keys = rows.select(list(ctx.key_columns)) if wanted is None else None  # the semi join's side
     found = []
     for f in lookup:
         least, most = key_of(f.min_key), key_of(f.max_key)
@@ -86,6 +86,7 @@ def take_older_rows(
         if integer_key is not None and wanted is not None:
             at = _sorted_positions(stored.column(integer_key).to_numpy(), wanted[first:last])
         else:
+            assert keys is not None
             indexed = stored.select(ctx.key_columns).append_column(
                 "__position", pa.array(np.arange(stored.num_rows)))
             semi = indexed.join(keys, keys=ctx.key_columns, join_type="left semi")

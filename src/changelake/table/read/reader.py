@@ -43,12 +43,12 @@ def read_split(
     deletion_files = split.deletion_files or (None,) * len(parts)
     if split.raw_convertible:
         # Not merged: each file's live rows, in one filter per file.
-        parts = [_with_partition(ctx, split, _live_rows(ctx, part, d), columns, expression)
-                 for part, d in zip(parts, deletion_files, strict=True)]
+        parts = [_live_rows(ctx, part, d) for part, d in zip(parts, deletion_files, strict=True)]
     elif split.deletion_files:
         parts = [_without_deleted(ctx, part, d) for part, d in zip(parts, deletion_files, strict=True)]
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    merged = table if split.raw_convertible else ctx.merge_rows(table, drop_deletes=True)
+    merged = _with_partition(ctx, split, table, columns, expression) if split.raw_convertible else \
+        ctx.merge_rows(table, drop_deletes=True)
     if rows is not None:
         merged = merged.slice(rows[0], rows[1] - rows[0])
     return apply_filter(ctx, merged, expression).select(list(columns))
