@@ -133,6 +133,24 @@ def names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
+def per_level(parse: Callable[[str], str]) -> Callable[[str], tuple[tuple[int, str], ...]]:
+    """Paimon's per-level maps: comma-separated ``<level>:<value>`` pairs, each value parsed
+    with ``parse`` (``0:lz4,1:zstd``); empty for none."""
+
+    def parse_pairs(text: str) -> tuple[tuple[int, str], ...]:
+        pairs: dict[int, str] = {}
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                continue
+            level, sep, value = item.partition(":")
+            if not sep or not level.strip().isdigit():
+                raise ValueError(f"{item!r} is not <level>:<value> with a level >= 0")
+            pairs[int(level)] = parse(value)
+        return tuple(sorted(pairs.items()))
+
+    return parse_pairs
+
+
 def choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = text.strip().lower()

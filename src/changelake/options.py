@@ -78,7 +78,7 @@ _FIELD_OPTION = re.compile(
 )
 # Paimon's per-field settings changelake does not implement: refused on new tables.
 _UNSUPPORTED_FIELD_OPTION = re.compile(r"^fields\.[^.]+(?:,[^.]+)*\.(default-value|nested-key|count-limit)$")
-_PREFIXED_OPTION = re.compile(r"^(file\.compression\.per\.level|file\.format\.per\.level|format-table\.|fs\.|s3\.)")
+_PREFIXED_OPTION = re.compile(r"^(format-table\.|fs\.|s3\.)")
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,21 @@ class TableOptions:
         values.compression,
         "zstd",
         "Compression of data files.",
+    )
+    file_compression_per_level: tuple[tuple[int, str], ...] = _option(
+        "file.compression.per.level",
+        values.per_level(values.compression),
+        "",
+        "Compression of data files by LSM level, overriding `file.compression` there "
+        "(`0:lz4,1:zstd`): cheaper level-0 files, which compaction soon rewrites.",
+    )
+    file_format_per_level: tuple[tuple[int, str], ...] = _option(
+        "file.format.per.level",
+        values.per_level(values.choice("parquet", "orc", "avro")),
+        "",
+        "Data file format by LSM level (`0:avro`).",
+        supports=lambda v: all(f == "parquet" for _, f in v),
+        unsupported="changelake writes parquet data files only",
     )
     zstd_level: int = _option("file.compression.zstd-level", values.int_value, "1", "zstd level of data files.")
     target_file_size: int = _option(

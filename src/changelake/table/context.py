@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
+from pyroaring import BitMap
 
 from changelake.options import TableOptions
 from changelake.table.format import binary_row, data_file, kv, snapshot
@@ -63,16 +64,17 @@ class TableContext:
         return SchemaHistory(self.file_io, self.paths, self.name)
 
     def read_file(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str] | None = None,
-                  rows: tuple[int, int] | None = None) -> pa.Table:
+                  rows: tuple[int, int] | None = None, *, deleted: BitMap | None = None) -> pa.Table:
         """Rows of a data (or changelog) file in this schema's key-value layout, whatever schema
         the file was written with: its columns are matched to this schema's by field id, so a
         dropped column is left out, a renamed one read under its old name, an added one is all
-        nulls and a widened one cast (Paimon's schema evolution on read)."""
+        nulls and a widened one cast (Paimon's schema evolution on read). ``deleted`` (the
+        file's deletion vector) leaves out the rows it marks."""
         renames = None
         if meta.schema_id != self.schema.id:
             renames = self.schema.names_in(self.schemas.get(meta.schema_id))
         return data_file.read(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns, rows,
-                              renames)
+                              renames, deleted=deleted)
 
     def read_file_batches(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str],
                           batch_rows: int) -> Iterator[pa.Table]:
@@ -127,6 +129,7 @@ class TableContext:
             key_names=self.key_names,
             compression=options.file_compression,
             zstd_level=options.zstd_level,
+            compression_per_level=options.file_compression_per_level,
             target_file_size=options.target_file_size,
             dictionary=options.parquet_dictionary,
             prefix=options.data_file_prefix,
@@ -136,9 +139,11 @@ class TableContext:
     @cached_property
     def changelog_file_settings(self) -> FileSettings:
         """How changelog files are written: as data files (Paimon gives them the same layout,
-        thin mode included, and rolling size), named ``changelog-file.prefix``."""
+        thin mode included, and rolling size), named ``changelog-file.prefix``, compressed with
+        ``file.compression`` whatever level they are written for (Paimon's per-level settings
+        are for data files)."""
         return dataclasses.replace(self.file_settings, prefix=self.options.changelog_file_prefix,
-                                   kill_point=KillPoint.CHANGELOG_FILE)
+                                   kill_point=KillPoint.CHANGELOG_FILE, compression_per_level=())
 
     def merge_rows(self, rows: pa.Table, *, drop_deletes: bool) -> pa.Table:
         """One row per key (key order) by the table's merge engine; with ``drop_deletes`` the

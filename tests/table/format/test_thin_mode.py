@@ -217,10 +217,10 @@ def test_first_row_looks_up_older_keys_in_either_layout(
     real = data_file.read
 
     def spying(file_io: FileIO, path: str, schema: pa.Schema, columns: list[str] | None = None,
-               *rest: Any) -> pa.Table:
+               *rest: Any, **named: Any) -> pa.Table:
         if columns == [kv.key_column("k")]:
             looked_up.add(_is_thin(path))
-        return real(file_io, path, schema, columns, *rest)
+        return real(file_io, path, schema, columns, *rest, **named)
 
     monkeypatch.setattr(data_file, "read", spying)
     rng = random.Random(3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import changelake as cl
+from changelake.table.executor import compaction_executor
 from changelake.table.format.manifest import DataFileMeta, FileKind, SimpleStats
 from changelake.table.lsm.levels import LevelSortedRun, SortedRun
 from changelake.table.lsm.universal import PickRule, UniversalCompaction, create_unit, pick_full
@@ -193,3 +195,35 @@ def test_full_compaction_delta_commits(tmp_path: Path) -> None:
     levels = {e.file.level for e in live_files.live_entries(table.context, table.latest_snapshot())}
     assert levels == {5}
     assert [s.commit_kind for s in table.snapshots()] == ["APPEND", "COMPACT"]
+
+
+def test_a_commit_over_the_stop_trigger_does_not_wait_behind_queued_compactions(tmp_path: Path) -> None:
+    """A bucket whose background compaction is still queued (the one compaction thread is busy
+    elsewhere) compacts on the committing thread when its runs pass the stop trigger."""
+    table = _table(tmp_path, **{"num-sorted-run.compaction-trigger": "2", "num-sorted-run.stop-trigger": "3"})
+    release = threading.Event()
+    busy = compaction_executor().submit(release.wait, 120)  # another bucket's long compaction
+    failures: list[BaseException] = []
+
+    def commits() -> None:
+        try:
+            with table.writer(commit_user="u") as writer:
+                for i in range(6):
+                    writer.write(_rows(i * 7, i * 7 + 20))
+                    writer.commit(i)
+        except BaseException as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=commits)
+    worker.start()
+    try:
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "a commit waited for the busy compaction thread"
+    finally:
+        release.set()
+        busy.result()
+        worker.join()
+    assert not failures
+    assert table.scan().to_arrow().num_rows == 5 * 7 + 20
+    entries = live_files.live_entries(table.context, table.latest_snapshot())
+    assert sum(1 for e in entries if e.file.level == 0) + len({e.file.level for e in entries if e.file.level}) <= 3

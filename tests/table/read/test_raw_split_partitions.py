@@ -4,6 +4,7 @@ scan returns must not change: values, types, projections and filters on partitio
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -12,6 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 import changelake as cl
+from changelake.table.read import reader
 
 SCHEMA = pa.schema([
     pa.field("day", pa.date32(), nullable=False),
@@ -66,3 +68,23 @@ def test_partition_columns_of_raw_splits(tmp_path: Any, options: dict[str, str])
     us_leap = table.scan(filter=(pc.field("region") == "us-east") & (pc.field("day") == leap)).to_arrow()
     assert _sorted(us_leap) == [r for r in expected if r["region"] == "us-east" and r["day"] == leap]
     assert us_leap.num_rows
+
+
+@pytest.mark.parametrize("delete_count", [None, 1])
+def test_raw_split_drops_retractions_unless_its_files_say_they_hold_none(tmp_path: Any,
+                                                                          delete_count: int | None) -> None:
+    """A raw split reads row kinds only from files whose delete count is unknown or not 0 (as
+    Paimon's raw reads trust it), and then leaves their retractions out."""
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", SCHEMA, primary_keys=["day", "region", "k"], partition_keys=["day", "region"],
+        options={"bucket": "1", "write-only": "true"})
+    rows = _batch(range(0, 36, 6), "a")  # one partition
+    table.write(rows.append_column("rowkind", pa.array(["+I", "+I", "-D", "+I", "-U", "+U"])))
+    (split,) = [s for s in table.scan().plan() if s.row_count == 6]
+    (meta,) = split.files
+    assert meta.delete_row_count == 2
+    forged = dataclasses.replace(split, files=(dataclasses.replace(meta, delete_row_count=delete_count),),
+                                 raw_convertible=True)
+    got = reader.read_split(table.context, forged, ["k", "v", "day"], None)
+    assert sorted(got["k"].to_pylist()) == [0, 6, 18, 30]
+    assert got["day"].to_pylist() == [DAYS[0]] * 4

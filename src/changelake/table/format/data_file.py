@@ -7,14 +7,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyroaring import BitMap
 
 from changelake.errors import CorruptMetadataError
-from changelake.table.format import binary_row, kv
+from changelake.table.format import binary_row, deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
 from changelake.table.io import killpoints
 from changelake.table.io.fileio import FileIO
@@ -37,11 +39,18 @@ class FileSettings:
     zstd_level: int
     target_file_size: int
     dictionary: bool = True
+    # file.compression.per.level: (level, compression) pairs overriding ``compression``
+    compression_per_level: tuple[tuple[int, str], ...] = ()
     prefix: str = "data-"
     # Paimon's data-file.thin-mode: files without the _KEY_ columns, which copy value columns.
     thin: bool = False
     # where the crash test can kill a writer of these files (changelog files have their own)
     kill_point: KillPoint = KillPoint.DATA_FILE
+
+
+    def compression_at(self, level: int) -> str:
+        """The compression of files at ``level``."""
+        return dict(self.compression_per_level).get(level, self.compression)
 
 
 def key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
@@ -63,7 +72,7 @@ class _OpenFile:
     through a committed snapshot, so it needs no temporary name: a crash leaves at most an
     orphan (removed by ``remove_orphan_files``)."""
 
-    def __init__(self, file_io: FileIO, bucket_dir: str, schema: pa.Schema, settings: FileSettings, *,
+    def __init__(self, file_io: FileIO, bucket_dir: str, schema: pa.Schema, settings: FileSettings, level: int, *,
                  keep: bool = False) -> None:
         self.name = file_name(settings.prefix)
         self.path = f"{bucket_dir}/{self.name}"
@@ -72,14 +81,16 @@ class _OpenFile:
         self.dropped = [kv.key_column(k) for k in settings.key_names] if settings.thin else []
         key_types = [schema.field(kv.key_column(k)).type for k in settings.key_names]
         schema = pa.schema([f for f in schema if f.name not in self.dropped], metadata=schema.metadata)
-        level = settings.zstd_level if settings.compression == "zstd" else None
+        compression = settings.compression_at(level)
+        compression_level = settings.zstd_level if compression == "zstd" else None
         # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space.
         dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
                       or pa.types.is_large_string(f.type)] if settings.dictionary else False
         self.sink = file_io.open_output(self.path)
         try:
-            self.writer = pq.ParquetWriter(self.sink, schema, compression=settings.compression,
-                                           compression_level=level, write_statistics=False, store_schema=True,
+            self.writer = pq.ParquetWriter(self.sink, schema, compression=compression,
+                                           compression_level=compression_level, write_statistics=False,
+                                           store_schema=True,
                                            use_dictionary=dictionary)
         except BaseException:
             self.sink.close()
@@ -204,7 +215,7 @@ def write(
             for start in range(0, chunk.num_rows, piece_rows):
                 piece = chunk.slice(start, piece_rows)
                 if current is None:
-                    current = _OpenFile(file_io, bucket_dir, piece.schema, settings, keep=on_file is not None)
+                    current = _OpenFile(file_io, bucket_dir, piece.schema, settings, level, keep=on_file is not None)
                 current.add(piece, settings.key_names)
                 if current.sink.tell() >= settings.target_file_size:
                     close(current)
@@ -226,6 +237,8 @@ def read(
     columns: Sequence[str] | None = None,
     rows: tuple[int, int] | None = None,
     renames: Mapping[str, str | None] | None = None,
+    *,
+    deleted: BitMap | None = None,
 ) -> pa.Table:
     """Rows of a data file in ``schema``'s types (a subset of columns when given), in the full
     key-value layout whatever the file's: a thin file (Paimon's ``data-file.thin-mode``, which
@@ -233,15 +246,53 @@ def read(
     value column ``<k>`` (the same array under the key's name). ``rows`` = (start, stop) reads
     only those rows, decoding only the row groups that hold them. ``renames`` maps columns the
     file stores under another name (a file of an older schema) to that name, or to None for a
-    column the file lacks, read as all nulls."""
+    column the file lacks, read as all nulls. ``deleted`` (a deletion vector; not with ``rows``)
+    leaves out the rows at the positions it holds."""
     names = list(schema.names if columns is None else columns)
     absent, present, as_stored = _absent_and_present(names, renames)
-    with _parquet_file(file_io, path) as parquet:
+    with _opened(file_io, path) as source:
+        parquet = _parquet(source, path)
         stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
         # A thin file's <k> is read once, for both <k> and _KEY_<k>.
         read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
-        table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
+        keep = deletion_vector.keep_mask(deleted, parquet.metadata.num_rows)
+        if keep is not None and rows is None:
+            # String columns whose values are all dictionary indices are read as dictionaries
+            # and filtered before they are decoded (by _conform's cast), so the strings of
+            # deleted rows are never copied.
+            encoded = _dictionary_only_columns(parquet, read_columns)
+            if encoded:
+                parquet = _parquet(source, path, metadata=parquet.metadata, read_dictionary=encoded)
+            table = parquet.read(columns=read_columns).filter(keep)
+        else:
+            table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
     return _conform(table, schema, columns, names, present, stored, absent)
+
+
+def _dictionary_only_columns(parquet: pq.ParquetFile, columns: list[str] | None) -> list[str]:
+    """The string and binary columns (of ``columns``; None: all) whose every page holds
+    dictionary indices, none having fallen back to plain values. Parquet's footer does not
+    say so in a form pyarrow shows; the sizes tell: pages of indices take at most 4 bytes a
+    value (compressed or not), plain strings more. A wrong guess costs time, not results."""
+    metadata = parquet.metadata
+    if not metadata.num_row_groups:
+        return []
+    first = metadata.row_group(0)
+    index = {first.column(i).path_in_schema: i for i in range(first.num_columns)}
+    wanted = set(parquet.schema_arrow.names if columns is None else columns)
+    return [field.name for field in parquet.schema_arrow
+            if field.name in wanted and field.name in index
+            and (pa.types.is_string(field.type) or pa.types.is_binary(field.type))
+            and all(_indices_only(metadata.row_group(g).column(index[field.name]))
+                    for g in range(metadata.num_row_groups))]
+
+
+def _indices_only(chunk: pq.ColumnChunkMetaData) -> bool:
+    start = chunk.dictionary_page_offset
+    if not chunk.has_dictionary_page or start is None or not 0 <= start < chunk.data_page_offset:
+        return False
+    data_pages: int = chunk.total_compressed_size - (chunk.data_page_offset - start)
+    return data_pages <= 4 * int(chunk.num_values)
 
 
 def _absent_and_present(names: Sequence[str], renames: Mapping[str, str | None] | None
@@ -255,15 +306,29 @@ def _absent_and_present(names: Sequence[str], renames: Mapping[str, str | None] 
 
 
 @contextlib.contextmanager
-def _parquet_file(file_io: FileIO, path: str) -> Iterator[pq.ParquetFile]:
+def _opened(file_io: FileIO, path: str) -> Iterator[pa.NativeFile]:
     """A data file opened for reading; a missing or unreadable one is corrupt metadata."""
     try:
         with file_io.arrow_fs.open_input_file(path) as source:
-            yield pq.ParquetFile(source)
+            yield source
     except FileNotFoundError:
         raise CorruptMetadataError("data file is missing", file=path) from None
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
+
+
+def _parquet(source: pa.NativeFile, path: str, **options: Any) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(source, **options)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
+
+
+@contextlib.contextmanager
+def _parquet_file(file_io: FileIO, path: str) -> Iterator[pq.ParquetFile]:
+    """A data file opened as Parquet (errors as :func:`_opened` raises them)."""
+    with _opened(file_io, path) as source:
+        yield _parquet(source, path)
 
 
 def read_batches(

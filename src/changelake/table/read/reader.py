@@ -8,8 +8,10 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyroaring import BitMap
 
 from changelake.errors import ScanError
 from changelake.table.context import TableContext
@@ -18,6 +20,7 @@ from changelake.table.format import deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.merge import chunked
 from changelake.table.read import deletion_vectors
+from changelake.table.read.constants import CONSTANT_COLUMNS
 from changelake.table.read.deletion_vectors import DeletionFile
 from changelake.table.read.planner import Split
 
@@ -39,13 +42,14 @@ def read_split(
         parts = list(iter_split(ctx, split, columns, expression, rows))
         return pa.concat_tables(parts) if parts else _empty(ctx, columns)
     wanted = _wanted(ctx, split, columns, expression)
-    parts = [ctx.read_file(split.bucket_dir, f, wanted) for f in split.files]
-    deletion_files = split.deletion_files or (None,) * len(parts)
-    if split.raw_convertible:
-        # Not merged: each file's live rows, in one filter per file.
-        parts = [_live_rows(ctx, part, d) for part, d in zip(parts, deletion_files, strict=True)]
-    elif split.deletion_files:
-        parts = [_without_deleted(ctx, part, d) for part, d in zip(parts, deletion_files, strict=True)]
+    deletion_files = split.deletion_files or (None,) * len(split.files)
+    if split.raw_convertible and kv.VALUE_KIND in wanted:
+        # Not merged, and files may hold retractions: each file's live rows, in one filter.
+        parts = [_live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted), d)
+                 for f, d in zip(split.files, deletion_files, strict=True)]
+    else:
+        parts = [ctx.read_file(split.bucket_dir, f, wanted, deleted=_vector(ctx, d))
+                 for f, d in zip(split.files, deletion_files, strict=True)]
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     merged = _with_partition(ctx, split, table, columns, expression) if split.raw_convertible else \
         ctx.merge_rows(table, drop_deletes=True)
@@ -87,11 +91,21 @@ def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression:
     value_columns = list(ctx.arrow_schema.names) if expression is not None else \
         ctx.merge_engine.required_columns(columns)
     if split.raw_convertible:
-        # Raw splits are not merged: their rows need only their kinds besides the values, and
-        # not the partition's columns, whose values the split's partition gives.
+        # Raw splits are not merged: their rows need only their values, not the partition's
+        # columns (the split's partition gives them), and their kinds only where a file may
+        # hold retractions (as Paimon's raw-file reads trust a file's delete count), or where
+        # they are the only column read (Arrow drops the row count of column-less tables when
+        # concatenating them).
         constant = set(_partition_columns(ctx, columns, expression))
-        return [kv.VALUE_KIND, *(c for c in value_columns if c not in constant)]
+        values = [c for c in value_columns if c not in constant]
+        return [kv.VALUE_KIND, *values] if _may_retract(split) or not values else values
     return [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
+
+
+def _may_retract(split: Split) -> bool:
+    """Whether a raw split's files may hold retractions: some file's delete count is not 0
+    (unknown, for files of writers that do not record it)."""
+    return any(f.delete_row_count != 0 for f in split.files)
 
 
 def _partition_columns(ctx: TableContext, columns: Sequence[str], expression: pc.Expression | None) -> list[str]:
@@ -110,7 +124,7 @@ def _with_partition(ctx: TableContext, split: Split, rows: pa.Table, columns: Se
     values = dict(zip(ctx.partition_keys, ctx.partition_values(split.partition), strict=True))
     for name in names:
         field = ctx.arrow_schema.field(name)
-        rows = rows.append_column(field, pa.repeat(pa.scalar(values[name], field.type), rows.num_rows))
+        rows = rows.append_column(field, CONSTANT_COLUMNS.column(values[name], field.type, rows.num_rows))
     return rows
 
 
@@ -142,32 +156,36 @@ def _file_batches(ctx: TableContext, bucket_dir: str, meta: DataFileMeta, deleti
         yield batch if keep is None else batch.filter(keep)
 
 
+def _vector(ctx: TableContext, deletion_file: DeletionFile | None) -> BitMap | None:
+    return None if deletion_file is None else deletion_vectors.read_vector(ctx, deletion_file)
+
+
 def _live_rows(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
     """The rows of a whole file of a raw split that are neither marked by its deletion vector
     nor retractions: raw splits hold no retractions by their metadata, and dropping them anyway
     guards against writers whose delete counts are wrong (one mask, one filter)."""
-    kinds = part.column(kv.VALUE_KIND).to_numpy()
-    keep = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
+    keep = _kept_kinds(part)
     if deletion_file is not None:
         alive = deletion_vector.keep_mask(deletion_vectors.read_vector(ctx, deletion_file), part.num_rows)
         if alive is not None:
-            keep &= alive
-    return part if keep.all() else part.filter(keep)
+            keep = alive if keep is None else keep & alive
+    return part if keep is None or keep.all() else part.filter(keep)
 
 
 def _without_retractions(rows: pa.Table) -> pa.Table:
     """The rows of a raw split's batch that are not retractions (see :func:`_live_rows`)."""
+    keep = _kept_kinds(rows)
+    return rows if keep is None or keep.all() else rows.filter(keep)
+
+
+def _kept_kinds(rows: pa.Table) -> np.ndarray | None:
+    """Which rows are inserts or update-afters (None: rows read without their kinds, from
+    files that hold no retractions)."""
+    if kv.VALUE_KIND not in rows.column_names:
+        return None
     kinds = rows.column(kv.VALUE_KIND).to_numpy()
-    keep = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
-    return rows if keep.all() else rows.filter(keep)
-
-
-def _without_deleted(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
-    """The rows of a whole file that its deletion vector does not mark (one vectorized mask)."""
-    if deletion_file is None:
-        return part
-    keep = deletion_vector.keep_mask(deletion_vectors.read_vector(ctx, deletion_file), part.num_rows)
-    return part if keep is None else part.filter(keep)
+    keep: np.ndarray = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
+    return keep
 
 
 def apply_filter(ctx: TableContext, table: pa.Table, expression: pc.Expression | None) -> pa.Table:

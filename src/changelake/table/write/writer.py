@@ -299,6 +299,10 @@ class TableWrite:
         # changelog of their rows: level 0 is compacted up before such commits.
         level0_up = landing.level0_goes_up(self.ctx, self.changelog) and bool(state.levels.level0())
         if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or level0_up:
+            if state.running is not None and state.running.cancel():
+                # Still queued behind other buckets' compactions on the one background thread:
+                # compacted here instead, from the levels as they are now, rather than waited for.
+                state.running = None
             self._collect(state)
             if committed is not None:
                 self._refresh(state, committed.get((state.partition, state.bucket), []))
