@@ -9,7 +9,8 @@ of the latest snapshot of each table (read rates are live rows returned per seco
 partitioned like ours (the layout copy-on-write merges leave) and read with delta-rs, timed the
 same way.
 
-Run: ./dev bench deletion_vectors [--commits 20] [--batch 100000]
+Run: ./dev bench deletion_vectors [--commits 20] [--batch 100000] [--deletes 0.05]
+(``--deletes 0``: upserts only, whose level-0 files move up without a rewrite)
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from ingest_read import SCHEMA, batches, run_floor
 import changelake as cl
 
 
-def ingest(root: str, commits: int, size: int, *, vectors: bool) -> tuple[cl.Table, list[float]]:
+def ingest(root: str, commits: int, size: int, *, vectors: bool, deletes: float) -> tuple[cl.Table, list[float]]:
     options = {"bucket": "4", "deletion-vectors.enabled": str(vectors).lower()}
     table = cl.Catalog(root).create_table("bench.orders", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
                                           options=options)
     durations = []
-    for batch in batches(commits, size):
+    for batch in batches(commits, size, deletes=deletes):
         start = time.perf_counter()
         table.write(batch)
         durations.append(time.perf_counter() - start)
@@ -77,13 +78,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--deletes", type=float, default=0.05, help="share of deletes in each batch")
     args = parser.parse_args()
     total = args.commits * args.batch
     work = tempfile.mkdtemp(prefix="changelake-bench-")
     try:
-        dv_table, dv_durations = ingest(f"{work}/dv", args.commits, args.batch, vectors=True)
-        plain_table, plain_durations = ingest(f"{work}/plain", args.commits, args.batch, vectors=False)
-        floor_write_s, _, floor_rows = run_floor(f"{work}/parquet", args.commits, args.batch)
+        dv_table, dv_durations = ingest(f"{work}/dv", args.commits, args.batch, vectors=True, deletes=args.deletes)
+        plain_table, plain_durations = ingest(f"{work}/plain", args.commits, args.batch, vectors=False,
+                                              deletes=args.deletes)
+        floor_write_s, _, floor_rows = run_floor(f"{work}/parquet", args.commits, args.batch, deletes=args.deletes)
         dv_rows, dv_read_s = timed_read(dv_table)
         plain_rows, plain_read_s = timed_read(plain_table)
         if not (dv_rows.num_rows == plain_rows.num_rows == floor_rows) or \
@@ -96,7 +99,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     live = dv_rows.num_rows
     floor_rate = total / floor_write_s
-    print(f"rows written: {total:,} in {args.commits} commits; live rows at the end: {live:,}; "
+    print(f"rows written: {total:,} in {args.commits} commits ({args.deletes:.0%} deletes); "
+          f"live rows at the end: {live:,}; "
           f"files in the latest snapshot: {files['with']} with vectors, {files['without']} without")
     for label, durations in (("with deletion vectors", dv_durations), ("without", plain_durations)):
         ms = sorted(d * 1000 for d in durations)

@@ -38,14 +38,15 @@ SCHEMA = pa.schema(
 )
 
 
-def batches(commits: int, size: int, seed: int = 7) -> Iterator[pa.Table]:
-    """Upsert batches: 70% new keys, 25% updates and 5% deletes of live keys."""
+def batches(commits: int, size: int, seed: int = 7, *, deletes: float = 0.05) -> Iterator[pa.Table]:
+    """Upsert batches: 70% new keys, 25% updates and 5% deletes of live keys (``deletes``: the
+    share of deletes, taken from the updates)."""
     rng = np.random.default_rng(seed)
     live = np.zeros(0, dtype=np.int64)
     next_id = 0
     for _ in range(commits):
         n_new = int(size * 0.70) if live.size else size
-        n_upd = int(size * 0.25) if live.size else 0
+        n_upd = int(size * (0.30 - deletes)) if live.size else 0
         n_del = size - n_new - n_upd if live.size else 0
         new = np.arange(next_id, next_id + n_new, dtype=np.int64)
         next_id += n_new
@@ -87,10 +88,10 @@ def run_changelake(root: str, commits: int, size: int) -> tuple[float, list[floa
     return sum(durations), durations, read_s, result.num_rows
 
 
-def run_floor(root: str, commits: int, size: int) -> tuple[float, float, int]:
+def run_floor(root: str, commits: int, size: int, *, deletes: float = 0.05) -> tuple[float, float, int]:
     os.makedirs(root)
     write_s = 0.0
-    for i, batch in enumerate(batches(commits, size)):
+    for i, batch in enumerate(batches(commits, size, deletes=deletes)):
         start = time.perf_counter()
         with_seq = batch.append_column("seq", pa.array(np.arange(i * size, (i + 1) * size, dtype=np.int64)))
         pq.write_table(with_seq, f"{root}/part-{i}.parquet", compression="zstd", compression_level=1)

@@ -23,6 +23,8 @@ SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("k", p
                     ("v", pa.string()), ("n", pa.int64())])
 ENGINES = {
     "deduplicate": {},
+    # no deletes: level-0 files move up without a rewrite
+    "deduplicate-upserts": {},
     "partial-update": {"merge-engine": "partial-update"},
     "aggregation": {"merge-engine": "aggregation", "fields.n.aggregate-function": "sum"},
     "first-row": {"merge-engine": "first-row"},

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import changelake as cl
+from changelake.table.read import live_files
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string()), ("n", pa.int64())])
 DV = {"bucket": "2", "deletion-vectors.enabled": "true"}
@@ -141,3 +142,44 @@ def test_orphan_cleanup_removes_index_files_nothing_names(tmp_path: Any) -> None
     assert removed == [stray]
     assert _index_dir_files(table) == in_use
     assert len(_rows(table)) == 20
+
+
+def _level_of_files(table: cl.Table, snapshot_id: int) -> dict[str, int]:
+    snapshot = table.context.snapshot(snapshot_id)
+    return {e.file.file_name: e.file.level for e in live_files.live_entries(table.context, snapshot)}
+
+
+def _commit(table: cl.Table, batch: pa.Table) -> tuple[dict[str, int], dict[str, int]]:
+    """The live files (name: level) of the APPEND and the COMPACT snapshot a write makes."""
+    table.write(batch)
+    append, compact = table.snapshots()[-2:]
+    assert (append.commit_kind, compact.commit_kind) == ("APPEND", "COMPACT")
+    return _level_of_files(table, append.id), _level_of_files(table, compact.id)
+
+
+def test_level0_files_without_retractions_move_up_without_a_rewrite(tmp_path: Any) -> None:
+    """Deduplicate: a level-0 file holding no retraction moves up as it is and only the older rows
+    of its keys are marked deleted (Paimon's upgrade without rewrite). A file with a delete is
+    rewritten to drop it, and so is every file of a table whose merge needs the older values."""
+    catalog = cl.Catalog(str(tmp_path))
+    table = catalog.create_table("db.t", SCHEMA, primary_keys=["k"], options={**DV, "bucket": "1"})
+    table.write(_batch(list(range(100)), "a"))
+    appended, compacted = _commit(table, _batch([5, 50, 150], "b"))
+    (level0,) = [name for name, level in appended.items() if level == 0]
+    assert compacted.get(level0, 0) > 0  # the same file, one level up
+    expected = {k: f"a{k}" for k in range(100)} | {5: "b5", 50: "b50", 150: "b150"}
+    assert [(r["k"], r["v"]) for r in _rows(table)] == sorted(expected.items())
+    appended, compacted = _commit(table, _batch([7, 150], "c", ["-D", "+U"]))
+    (level0,) = [name for name, level in appended.items() if level == 0]
+    assert level0 not in compacted  # rewritten without the delete
+    del expected[7]
+    expected[150] = "c150"
+    assert [(r["k"], r["v"]) for r in _rows(table)] == sorted(expected.items())
+
+    partial = catalog.create_table("db.p", SCHEMA, primary_keys=["k"],
+                                   options={**DV, "bucket": "1", "merge-engine": "partial-update"})
+    partial.write(_batch(list(range(10)), "a"))
+    appended, compacted = _commit(partial, _batch([3], "b"))
+    (level0,) = [name for name, level in appended.items() if level == 0]
+    assert level0 not in compacted
+    assert [(r["k"], r["v"]) for r in _rows(partial)] == [(k, "b3" if k == 3 else f"a{k}") for k in range(10)]

@@ -136,7 +136,13 @@ class _Task:
     def _upgrade(self, f: DataFileMeta) -> None:
         if f.level == self.unit.output_level:
             return
-        if f.level == 0 and self.lookup:
+        if f.level == 0 and self.lookup and self._marks_older_only(f):
+            # Paimon's upgrade without rewrite (CHANGELOG_NO_REWRITE): its rows stay as they
+            # are, the older rows of its keys are marked deleted, and the file moves up.
+            self._mark_older_rows(f)
+            self.result.before.append(f)
+            self.result.after.append(f.upgrade(self.unit.output_level))
+        elif f.level == 0 and self.lookup:
             self._rewrite_files([[f]])  # its keys must be looked up in the older levels first
         elif self.unit.output_level != self.max_level or f.delete_row_count == 0:
             self.result.before.append(f)
@@ -144,6 +150,26 @@ class _Task:
         else:
             # Delete rows must not reach the top level: rewrite the file to drop them.
             self._rewrite_files([[f]])
+
+    def _marks_older_only(self, f: DataFileMeta) -> bool:
+        """Whether a level-0 file that moves up alone needs no rewrite, only its keys looked up:
+        with deletion vectors, a merge that keeps the newest row as it is (deduplicate without
+        a sequence field), and no retraction in the file (it would have to be dropped; an
+        unknown count may hide some). Its keys are unique, as every flush merges them."""
+        return self.vectors is not None and self.ctx.merge_engine.keeps_last_row and f.delete_row_count == 0
+
+    def _mark_older_rows(self, f: DataFileMeta) -> None:
+        """Mark the rows of ``f``'s keys in the older files deleted (``f``'s keys only are read:
+        from the lookup files when this process wrote it, else from the file)."""
+        assert self.vectors is not None and self.store is not None
+        ctx = self.ctx
+        path = lookup_files.path_of(self.bucket_dir, f.file_name)
+        keys = self.store.find(path)
+        if keys is None:
+            keys = ctx.read_file(self.bucket_dir, f, ctx.key_columns)
+        if keys.num_rows:
+            deletion_vectors.take_older_rows(ctx, self.bucket_dir, keys.select(ctx.key_columns), [f], self.lookup,
+                                             self.store, self.vectors, with_values=False)
 
     def _rewrite_files(self, sections: Sequence[Sequence[DataFileMeta]]) -> None:
         """Merge each section (sections do not overlap, so one at a time keeps memory to the
