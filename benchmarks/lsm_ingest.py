@@ -203,6 +203,12 @@ def scale(rows: int, size: int, options: dict[str, str]) -> None:
         print(f"  ingest: {commits * size / sum(durations):,.0f} rows/s")
         print(f"  per commit p50, first {window}: {first * 1000:.0f} ms, last {window}: {last * 1000:.0f} ms "
               f"(ratio {last / first:.2f}, target <= 1.5)")
+        slowest = sorted(range(commits), key=lambda i: durations[i])[-5:]
+        print("  slowest commits: " + ", ".join(f"#{i + 1} {durations[i]:.1f} s" for i in reversed(slowest)))
+        for start_at in range(0, commits, window):
+            part = sorted(durations[start_at:start_at + window])
+            print(f"  commits {start_at + 1}-{start_at + len(part)}: p50 {part[len(part) // 2] * 1000:.0f} ms, "
+                  f"p90 {part[int(0.9 * (len(part) - 1))] * 1000:.0f} ms, total {sum(part):.0f} s")
         print(f"  peak RSS during ingest: {ingest_rss:,.0f} MB (target < 2,048; the generator's live-id "
               f"bitmap is {commits * size / 2**20:,.0f} MB of it)")
         print(f"  latest read (streamed): {read:,} live rows in {read_s:.1f} s = {read / read_s:,.0f} rows/s")

@@ -9,11 +9,12 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table.lsm import lookup_files
+from changelake.table.lsm import deletion_vectors, lookup_files
 from changelake.table.lsm.lookup_files import LookupFiles
 from changelake.table.read import live_files
 
@@ -223,3 +224,20 @@ def test_the_store_deletes_spilled_files_beyond_the_disk_limit() -> None:
     assert store.find("b") is not None  # whole rows on disk: a store whose lookups need values
     one.clear()
     store.clear()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_integer_key_positions_are_found_chunk_by_chunk(seed: int) -> None:
+    """The binary search of a file's sorted keys works on its chunks as they come (a big file's
+    keys are many chunks, never concatenated): positions are those of the wanted keys in the
+    whole column, wanted keys at chunk edges and outside every chunk included."""
+    rng = random.Random(seed)
+    keys = sorted(rng.sample(range(10_000), 900))
+    cuts = sorted(rng.sample(range(1, len(keys)), 6))
+    column = pa.chunked_array([keys[a:b] for a, b in zip([0, *cuts], [*cuts, len(keys)], strict=True)] + [[]],
+                              pa.int64())
+    edges = [keys[c] for c in cuts] + [keys[c - 1] for c in cuts] + [keys[0], keys[-1]]
+    wanted = np.sort(np.array(rng.sample(range(-50, 10_050), 400) + edges + edges[:3], dtype=np.int64))
+    found = deletion_vectors._sorted_positions(column, wanted)
+    expected = np.flatnonzero(np.isin(np.array(keys), wanted))
+    assert sorted(set(found.tolist())) == expected.tolist()

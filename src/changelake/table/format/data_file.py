@@ -47,7 +47,6 @@ class FileSettings:
     # where the crash test can kill a writer of these files (changelog files have their own)
     kill_point: KillPoint = KillPoint.DATA_FILE
 
-
     def compression_at(self, level: int) -> str:
         """The compression of files at ``level``."""
         return dict(self.compression_per_level).get(level, self.compression)
@@ -248,6 +247,8 @@ def read(
     file stores under another name (a file of an older schema) to that name, or to None for a
     column the file lacks, read as all nulls. ``deleted`` (a deletion vector; not with ``rows``)
     leaves out the rows at the positions it holds."""
+    if deleted is not None and rows is not None:
+        raise ValueError("a data file is read either whole minus its deleted rows or by row range")
     names = list(schema.names if columns is None else columns)
     absent, present, as_stored = _absent_and_present(names, renames)
     with _opened(file_io, path) as source:
@@ -256,7 +257,7 @@ def read(
         # A thin file's <k> is read once, for both <k> and _KEY_<k>.
         read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
         keep = deletion_vector.keep_mask(deleted, parquet.metadata.num_rows)
-        if keep is not None and rows is None:
+        if keep is not None:
             # String columns whose values are all dictionary indices are read as dictionaries
             # and filtered before they are decoded (by _conform's cast), so the strings of
             # deleted rows are never copied.

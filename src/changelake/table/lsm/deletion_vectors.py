@@ -40,12 +40,26 @@ def _integer_key(ctx: TableContext, rows: pa.Table) -> str | None:
     return None
 
 
-def _sorted_positions(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Positions in the sorted unique ``values`` of those among the ``wanted`` keys."""
-    at: np.ndarray = np.searchsorted(values, wanted)
-    inside = at < len(values)
-    at = at[inside]
-    return np.asarray(at[values[at] == wanted[inside]])
+def _sorted_positions(column: pa.ChunkedArray, wanted: np.ndarray) -> np.ndarray:
+    """Positions in ``column`` (sorted unique integer keys) of those among the sorted ``wanted``
+    keys. Searched chunk by chunk: each chunk is a view, the column is never concatenated (a
+    big file's keys come in many chunks)."""
+    found = []
+    offset = 0
+    for chunk in column.chunks:
+        values = chunk.to_numpy()
+        if len(values):
+            # the wanted keys within the chunk's range: each then has a place inside it
+            inside = wanted[int(np.searchsorted(wanted, values[0], side="left")):
+                            int(np.searchsorted(wanted, values[-1], side="right"))]
+            at = np.searchsorted(values, inside)
+            found.append(at[values[at] == inside] + offset)
+        offset += len(values)
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _ascending(keys: np.ndarray) -> bool:
+    return bool(np.all(keys[1:] >= keys[:-1]))
 
 
 def take_older_rows(
@@ -63,8 +77,10 @@ def take_older_rows(
     just the keys in their range: the work follows the incoming keys, not the table's size."""
     key_of = ctx.key_of
     integer_key = _integer_key(ctx, rows)
-    # sorted, repeats kept (a repeated key finds the same position twice: the bitmap takes it once)
-    wanted = None if integer_key is None else np.sort(rows.column(integer_key).to_numpy())
+    # sorted (rows of one file are already), repeats kept (a repeated key finds the same
+    # position twice: the bitmap takes it once)
+    incoming = None if integer_key is None else rows.column(integer_key).to_numpy()
+    wanted = None if incoming is None else incoming if _ascending(incoming) else np.sort(incoming)
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
     keys = rows.select(list(ctx.key_columns)) if wanted is None else None  # the semi join's side
@@ -84,7 +100,7 @@ def take_older_rows(
         else:
             stored = store.keys(path, partial(ctx.read_file, bucket_dir, f, ctx.key_columns))
         if integer_key is not None and wanted is not None:
-            at = _sorted_positions(stored.column(integer_key).to_numpy(), wanted[first:last])
+            at = _sorted_positions(stored.column(integer_key), wanted[first:last])
         else:
             assert keys is not None
             indexed = stored.select(ctx.key_columns).append_column(

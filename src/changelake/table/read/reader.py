@@ -161,9 +161,9 @@ def _vector(ctx: TableContext, deletion_file: DeletionFile | None) -> BitMap | N
 
 
 def _live_rows(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
-    """The rows of a whole file of a raw split that are neither marked by its deletion vector
-    nor retractions: raw splits hold no retractions by their metadata, and dropping them anyway
-    guards against writers whose delete counts are wrong (one mask, one filter)."""
+    """The rows of a whole file of a raw split whose files may hold retractions (a delete
+    count not 0, or unknown) that are neither retractions nor marked by the file's deletion
+    vector (one mask, one filter)."""
     keep = _kept_kinds(part)
     if deletion_file is not None:
         alive = deletion_vector.keep_mask(deletion_vectors.read_vector(ctx, deletion_file), part.num_rows)
