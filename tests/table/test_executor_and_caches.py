@@ -10,6 +10,7 @@ import pyarrow as pa
 
 import changelake as cl
 from changelake.table import executor
+from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 
 
@@ -49,3 +50,38 @@ def test_manifest_cache_and_key_codec_can_be_cleared(tmp_path: Path) -> None:
     codec.clear()
     assert codec(table.scan().plan()[0].files[0].min_key) == first == (1,)
     assert table.scan().to_arrow().num_rows == 2
+
+
+def test_a_cache_bounded_by_bytes_keeps_the_most_recent_within_the_bound() -> None:
+    cache = live_files.ManifestCache(max_files=100, max_bytes=1000, weigh=len)
+    for i in range(10):
+        cache.put(("fs", f"f{i}"), b"x" * 300)
+        assert cache.nbytes <= 1000
+    assert cache.nbytes == 900
+    assert cache.get(("fs", "f9"), lambda: b"reloaded") == b"x" * 300  # kept
+    assert cache.get(("fs", "f0"), lambda: b"reloaded") == b"reloaded"  # evicted, loaded again
+    cache.put(("fs", "huge"), b"y" * 2000)  # over the bound alone: never kept
+    assert cache.get(("fs", "huge"), lambda: b"again") == b"again"
+    # kept now: f7, f8, f9 (300 each), f0 (8), huge (5); replacing f9 replaces its weight too
+    cache.put(("fs", "f9"), b"z" * 10)
+    assert cache.nbytes == 300 + 300 + 10 + 8 + 5
+    cache.clear()
+    assert cache.nbytes == 0
+
+
+def test_index_files_a_writer_wrote_are_not_read_back(tmp_path: Path) -> None:
+    """A writer of a table with deletion vectors keeps the bytes of the index files it writes,
+    so that its next commit reads its buckets' vectors without reading storage."""
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64())])
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", schema, primary_keys=["k"], options={"bucket": "1", "deletion-vectors.enabled": "true"})
+    read_vectors.INDEX_FILE_CACHE.clear()
+    table.write(pa.table({"k": [1, 2, 3], "v": [1, 2, 3]}))
+    table.write(pa.table({"k": [2], "v": [20]}))
+    (index_file,) = os.listdir(os.path.join(table.location, "index"))
+    path = table.context.paths.index(index_file)
+    cached = read_vectors.INDEX_FILE_CACHE.get((table.context.file_io.protocol, path), lambda: b"read from storage")
+    with open(path, "rb") as stored:
+        assert cached == stored.read()
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "v": 1}, {"k": 2, "v": 20}, {"k": 3, "v": 3}]

@@ -22,6 +22,7 @@ from changelake.table.format.manifest import DataFileMeta
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.lsm import lookup_files
 from changelake.table.lsm.lookup_files import LookupFiles
+from changelake.table.read import deletion_vectors as read_vectors
 
 Vectors = dict[str, BitMap]
 
@@ -129,6 +130,7 @@ def write_index_file(ctx: TableContext, vectors: Mapping[str, BitMap]) -> IndexF
         return None
     name = f"index-{uuid.uuid4()}-0"
     ctx.file_io.write_bytes(ctx.paths.index(name), data, kill_point=KillPoint.INDEX_FILE)
+    read_vectors.remember_index_file(ctx, ctx.paths.index(name), data)
     return IndexFileMeta(index_manifest.DELETION_VECTORS, name, len(data), len(ranges), ranges)
 
 

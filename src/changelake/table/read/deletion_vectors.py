@@ -16,8 +16,10 @@ from changelake.table.format.index_manifest import IndexFileMeta, IndexManifestE
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.read.live_files import ManifestCache
 
-# Index manifests and index files never change once written; parsed ones are kept here.
+# Index manifests and index files never change once written; parsed manifests and the bytes
+# of index files are kept here (a big table's index files weigh MBs each: bounded by bytes).
 INDEX_CACHE = ManifestCache(max_files=256)
+INDEX_FILE_CACHE = ManifestCache(max_files=4096, max_bytes=64 * 1024 * 1024, weigh=len)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,13 @@ def deletion_files(ctx: TableContext, files: Iterable[IndexFileMeta]) -> dict[st
 
 
 def _index_bytes(ctx: TableContext, path: str) -> bytes:
-    return INDEX_CACHE.get((ctx.file_io.protocol, path), lambda: ctx.file_io.read_bytes(path))
+    return INDEX_FILE_CACHE.get((ctx.file_io.protocol, path), lambda: ctx.file_io.read_bytes(path))
+
+
+def remember_index_file(ctx: TableContext, path: str, data: bytes) -> None:
+    """Keep the bytes of an index file this process just wrote: the next commit of the
+    writer reads its bucket's vectors from them, not from storage."""
+    INDEX_FILE_CACHE.put((ctx.file_io.protocol, path), data)
 
 
 def read_vector(ctx: TableContext, deletion_file: DeletionFile) -> BitMap:

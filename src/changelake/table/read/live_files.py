@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from changelake.table.context import TableContext
 from changelake.table.format import manifest
@@ -19,12 +19,23 @@ class ManifestCache:
     """Parsed manifests and manifest lists by (filesystem, path), least recently used first out.
 
     Manifest files never change once written, so a parsed file is valid for as long as it is
-    held; the bound only limits memory. Safe to share between threads."""
+    held; the bounds only limit memory: ``max_files`` files, and with ``weigh`` (a value's
+    size in bytes) ``max_bytes`` bytes. Safe to share between threads."""
 
-    def __init__(self, max_files: int = 512) -> None:
+    def __init__(self, max_files: int = 512, *, max_bytes: int | None = None,
+                 weigh: Callable[[Any], int] | None = None) -> None:
         self.max_files = max_files
+        self.max_bytes = max_bytes
+        self._weigh = weigh
         self._files: OrderedDict[tuple[str, str], object] = OrderedDict()
+        self._weights: dict[tuple[str, str], int] = {}
+        self._bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cached values weigh (0 without ``weigh``)."""
+        return self._bytes
 
     def get(self, key: tuple[str, str], load: Callable[[], _T]) -> _T:
         """The cached value of ``key``, loading (outside the lock) on a miss."""
@@ -33,16 +44,30 @@ class ManifestCache:
                 self._files.move_to_end(key)
                 return self._files[key]  # type: ignore[return-value]
         value = load()
-        with self._lock:
-            self._files[key] = value
-            while len(self._files) > self.max_files:
-                self._files.popitem(last=False)
+        self.put(key, value)
         return value
+
+    def put(self, key: tuple[str, str], value: object) -> None:
+        """Keep ``value`` as ``key``'s (a file this process just wrote, say)."""
+        weight = self._weigh(value) if self._weigh is not None else 0
+        if self.max_bytes is not None and weight > self.max_bytes:
+            return
+        with self._lock:
+            self._bytes += weight - self._weights.pop(key, 0)
+            self._files[key] = value
+            self._files.move_to_end(key)
+            if weight:
+                self._weights[key] = weight
+            while len(self._files) > self.max_files or (self.max_bytes is not None and self._bytes > self.max_bytes):
+                dropped, _ = self._files.popitem(last=False)
+                self._bytes -= self._weights.pop(dropped, 0)
 
     def clear(self) -> None:
         """Forget every cached file."""
         with self._lock:
             self._files.clear()
+            self._weights.clear()
+            self._bytes = 0
 
 
 MANIFEST_CACHE = ManifestCache()
@@ -63,7 +88,7 @@ def manifest_entries(ctx: TableContext, name: str) -> list[ManifestEntry]:
 def remember(ctx: TableContext, name: str, parsed: list[ManifestEntry] | list[ManifestFileMeta]) -> None:
     """Cache the parsed contents of the manifest or manifest list ``name`` this process just
     wrote, so that the next commits do not read it back."""
-    MANIFEST_CACHE.get((ctx.file_io.protocol, ctx.paths.manifest(name)), lambda: parsed)
+    MANIFEST_CACHE.put((ctx.file_io.protocol, ctx.paths.manifest(name)), parsed)
 
 
 def data_manifests(ctx: TableContext, snapshot: Snapshot) -> list[ManifestFileMeta]:
