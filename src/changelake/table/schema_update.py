@@ -155,7 +155,10 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
         "id": schema.id + 1, "fields": tuple(fields), "highest_field_id": highest, "options": options,
         "time_millis": int(time.time() * 1000),
     })
-    merge_engine(evolved, TableOptions.parse(options, table=table))  # the engine still fits the columns
+    parsed = TableOptions.parse(options, table=table)
+    merge_engine(evolved, parsed)  # the engine still fits the columns
+    if any(isinstance(change, SetOptions) for change in changes):
+        parsed.check_combinations()
     return evolved
 
 
