@@ -159,14 +159,13 @@ class _Task:
         return self.vectors is not None and self.ctx.merge_engine.keeps_last_row and f.delete_row_count == 0
 
     def _mark_older_rows(self, f: DataFileMeta) -> None:
-        """Mark the rows of ``f``'s keys in the older files deleted (``f``'s keys only are read:
-        from the lookup files when this process wrote it, else from the file)."""
+        """Mark the rows of ``f``'s keys in the older files deleted. Only ``f``'s keys are
+        needed: from the lookup files (this process wrote it), else read from the file and
+        kept there, since the next commits look keys up in ``f`` once it has moved up."""
         assert self.vectors is not None and self.store is not None
         ctx = self.ctx
-        path = lookup_files.path_of(self.bucket_dir, f.file_name)
-        keys = self.store.find(path)
-        if keys is None:
-            keys = ctx.read_file(self.bucket_dir, f, ctx.key_columns)
+        keys = self.store.keys(lookup_files.path_of(self.bucket_dir, f.file_name),
+                               partial(ctx.read_file, self.bucket_dir, f, ctx.key_columns))
         if keys.num_rows:
             deletion_vectors.take_older_rows(ctx, self.bucket_dir, keys.select(ctx.key_columns), [f], self.lookup,
                                              self.store, self.vectors, with_values=False)
