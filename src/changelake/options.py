@@ -10,67 +10,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from changelake import option_values as values
 from changelake.errors import OptionError
+from changelake.option_spec import OptionSpec, declare
 from changelake.option_values import ChangelogProducer, MergeEngineKind, ScanMode, SortOrder
-
-# -- the registry ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OptionSpec:
-    """One Paimon option: its key, parser, default (Paimon's text, or derived from other
-    options, or none) and what it does."""
-
-    key: str
-    parse: Callable[[str], Any]
-    default: str | None
-    doc: str
-    derive: Callable[[Mapping[str, Any]], Any] | None = None
-    # Values changelake can act on; a new table with any other value is refused, since Paimon's
-    # readers would trust the option and read what changelake wrote wrongly.
-    supports: Callable[[Any], bool] | None = None
-    unsupported: str = ""
-    # older keys Paimon still reads when the key is absent (its ``withFallbackKeys``)
-    fallback_keys: tuple[str, ...] = ()
-
-    def text(self, raw: Mapping[str, str]) -> str | None:
-        """The option's text in ``raw``: under its key, else under a fallback key."""
-        for key in (self.key, *self.fallback_keys):
-            if key in raw:
-                return raw[key]
-        return None
-
-    def value(self, text: str, table: str) -> Any:
-        try:
-            return self.parse(text)
-        except (ValueError, TypeError) as exc:
-            raise OptionError(f"has invalid value {text!r}: {exc}", table=table, option=self.key) from None
-
-    def check_supported(self, value: Any, table: str) -> None:
-        """OptionError when changelake cannot act on ``value`` (yet)."""
-        if self.supports is not None and not self.supports(value):
-            raise OptionError(f"value {value!r} is not supported: {self.unsupported}", table=table, option=self.key)
-
-
-def _option(
-    key: str,
-    parse: Callable[[str], Any],
-    default: str | None,
-    doc: str,
-    *,
-    derive: Callable[[Mapping[str, Any]], Any] | None = None,
-    supports: Callable[[Any], bool] | None = None,
-    unsupported: str = "",
-    fallback_keys: tuple[str, ...] = (),
-) -> Any:
-    spec = OptionSpec(key, parse, default, doc, derive, supports, unsupported, fallback_keys)
-    return dataclasses.field(default=None if default is None else parse(default), metadata={"option": spec})
-
 
 # ``fields.<names>.<setting>`` options (merge engines) and prefixed families accepted as they are.
 _FIELD_OPTION = re.compile(
@@ -89,7 +36,7 @@ class TableOptions:
     table: str = ""
 
     # layout
-    bucket: int = _option(
+    bucket: int = declare(
         "bucket",
         values.bucket,
         "-1",
@@ -97,34 +44,34 @@ class TableOptions:
         supports=lambda v: v >= 1,
         unsupported="changelake writes a fixed number of buckets (>= 1); dynamic bucket mode is not supported",
     )
-    bucket_key: tuple[str, ...] = _option(
+    bucket_key: tuple[str, ...] = declare(
         "bucket-key",
         values.names,
         "",
         "Columns hashed to pick the bucket (default: the primary key minus partition keys).",
     )
-    path: str | None = _option("path", values.text_value, None, "The table's location (set by catalogs).")
-    partition_default_name: str = _option(
+    path: str | None = declare("path", values.text_value, None, "The table's location (set by catalogs).")
+    partition_default_name: str = declare(
         "partition.default-name",
         values.text_value,
         "__DEFAULT_PARTITION__",
         "Directory name of null or blank partition values.",
     )
-    partition_legacy_name: bool = _option(
+    partition_legacy_name: bool = declare(
         "partition.legacy-name", values.parse_bool, "true", "Legacy partition directory names (dates as day numbers)."
     )
-    data_file_prefix: str = _option("data-file.prefix", values.text_value, "data-", "File name prefix of data files.")
-    data_file_thin_mode: bool = _option(
+    data_file_prefix: str = declare("data-file.prefix", values.text_value, "data-", "File name prefix of data files.")
+    data_file_thin_mode: bool = declare(
         "data-file.thin-mode",
         values.parse_bool,
         "false",
         "Data files without the `_KEY_` columns (keys read from values).",
     )
-    changelog_file_prefix: str = _option(
+    changelog_file_prefix: str = declare(
         "changelog-file.prefix", values.text_value, "changelog-", "File name prefix of changelog files."
     )
     # files
-    file_format: str = _option(
+    file_format: str = declare(
         "file.format",
         values.choice("parquet", "orc", "avro"),
         "parquet",
@@ -132,20 +79,20 @@ class TableOptions:
         supports=lambda v: v == "parquet",
         unsupported="changelake writes parquet data files only",
     )
-    file_compression: str = _option(
+    file_compression: str = declare(
         "file.compression",
         values.compression,
         "zstd",
         "Compression of data files.",
     )
-    file_compression_per_level: tuple[tuple[int, str], ...] = _option(
+    file_compression_per_level: tuple[tuple[int, str], ...] = declare(
         "file.compression.per.level",
         values.per_level(values.compression),
         "",
         "Compression of data files by LSM level, overriding `file.compression` there "
         "(`0:lz4,1:zstd`): cheaper level-0 files, which compaction soon rewrites.",
     )
-    file_format_per_level: tuple[tuple[int, str], ...] = _option(
+    file_format_per_level: tuple[tuple[int, str], ...] = declare(
         "file.format.per.level",
         values.per_level(values.choice("parquet", "orc", "avro")),
         "",
@@ -153,160 +100,160 @@ class TableOptions:
         supports=lambda v: all(f == "parquet" for _, f in v),
         unsupported="changelake writes parquet data files only",
     )
-    zstd_level: int = _option("file.compression.zstd-level", values.int_value, "1", "zstd level of data files.")
-    target_file_size: int = _option(
+    zstd_level: int = declare("file.compression.zstd-level", values.int_value, "1", "zstd level of data files.")
+    target_file_size: int = declare(
         "target-file-size", values.parse_memory_size, "128 mb", "Data files roll over at this size."
     )
-    parquet_dictionary: bool = _option(
+    parquet_dictionary: bool = declare(
         "parquet.enable.dictionary", values.parse_bool, "true", "Dictionary-encode string and binary columns."
     )
-    parquet_block_size: int = _option(
+    parquet_block_size: int = declare(
         "parquet.block.size", values.parse_memory_size, "128 mb", "Parquet row group size."
     )
-    page_size: int = _option("page-size", values.parse_memory_size, "64 kb", "Memory page size.")
-    metadata_stats_mode: str = _option(
+    page_size: int = declare("page-size", values.parse_memory_size, "64 kb", "Memory page size.")
+    metadata_stats_mode: str = declare(
         "metadata.stats-mode", values.text_value, "truncate(16)", "Value statistics kept in manifests."
     )
-    file_index_read_enabled: bool = _option(
+    file_index_read_enabled: bool = declare(
         "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read."
     )
     # manifests
-    manifest_format: str = _option("manifest.format", values.choice("avro"), "avro", "Manifest file format.")
-    manifest_compression: str = _option(
+    manifest_format: str = declare("manifest.format", values.choice("avro"), "avro", "Manifest file format.")
+    manifest_compression: str = declare(
         "manifest.compression",
         values.choice("zstd", "snappy", "deflate", "null", "none"),
         "zstd",
         "Compression of manifests and manifest lists.",
     )
-    manifest_target_file_size: int = _option(
+    manifest_target_file_size: int = declare(
         "manifest.target-file-size", values.parse_memory_size, "8 mb", "Manifests are merged up to this size."
     )
-    manifest_merge_min_count: int = _option(
+    manifest_merge_min_count: int = declare(
         "manifest.merge-min-count", values.positive_int, "30", "Small manifests merged once this many pile up."
     )
-    manifest_full_compaction_size: int = _option(
+    manifest_full_compaction_size: int = declare(
         "manifest.full-compaction-threshold-size",
         values.parse_memory_size,
         "16 mb",
         "Small or delete-carrying manifests of this total size trigger a full manifest rewrite.",
     )
-    write_manifest_cache: int = _option(
+    write_manifest_cache: int = declare(
         "write-manifest-cache", values.parse_memory_size, "0 b", "Manifest cache of writers."
     )
     # write buffer
-    write_buffer_size: int = _option(
+    write_buffer_size: int = declare(
         "write-buffer-size",
         values.parse_memory_size,
         "256 mb",
         "Rows buffered in memory before they are sorted and flushed.",
     )
-    write_buffer_spillable: bool = _option(
+    write_buffer_spillable: bool = declare(
         "write-buffer-spillable", values.parse_bool, "true", "Spill full buffers to local disk (merged at commit)."
     )
-    write_buffer_spill_max_disk_size: int | None = _option(
+    write_buffer_spill_max_disk_size: int | None = declare(
         "write-buffer-spill.max-disk-size", values.parse_memory_size, None, "Bound on spilled bytes."
     )
-    local_sort_max_file_handles: int = _option(
+    local_sort_max_file_handles: int = declare(
         "local-sort.max-num-file-handles", values.positive_int, "128", "Spill files merged at once."
     )
-    sort_spill_threshold: int | None = _option(
+    sort_spill_threshold: int | None = declare(
         "sort-spill-threshold", values.positive_int, None, "Sorted runs that force a spill merge."
     )
-    spill_compression: str = _option("spill-compression", values.text_value, "zstd", "Compression of spill files.")
+    spill_compression: str = declare("spill-compression", values.text_value, "zstd", "Compression of spill files.")
     # compaction
-    write_only: bool = _option("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.")
-    compaction_trigger: int = _option(
+    write_only: bool = declare("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.")
+    compaction_trigger: int = declare(
         "num-sorted-run.compaction-trigger", values.positive_int, "5", "Sorted runs that trigger a compaction."
     )
-    stop_trigger: int = _option(
+    stop_trigger: int = declare(
         "num-sorted-run.stop-trigger",
         values.positive_int,
         None,
         "Sorted runs past which writes wait for compaction (default: compaction-trigger + 3).",
         derive=lambda o: o["compaction_trigger"] + 3,
     )
-    num_levels: int = _option(
+    num_levels: int = declare(
         "num-levels",
         values.positive_int,
         None,
         "LSM levels per bucket (default: compaction-trigger + 1).",
         derive=lambda o: o["compaction_trigger"] + 1,
     )
-    max_size_amplification_percent: int = _option(
+    max_size_amplification_percent: int = declare(
         "compaction.max-size-amplification-percent",
         values.percent,
         "200",
         "Size amplification that triggers a full compaction of a bucket.",
     )
-    size_ratio: int = _option(
+    size_ratio: int = declare(
         "compaction.size-ratio",
         values.percent,
         "1",
         "Size ratio (percent) under which sorted runs are compacted together.",
     )
-    compaction_optimization_interval: int | None = _option(
+    compaction_optimization_interval: int | None = declare(
         "compaction.optimization-interval", values.parse_duration_ms, None, "Interval of optimizing full compactions."
     )
-    full_compaction_delta_commits: int | None = _option(
+    full_compaction_delta_commits: int | None = declare(
         "full-compaction.delta-commits", values.positive_int, None,
         "A writer fully compacts every this many commits (1 when unset with `changelog-producer` `full-compaction`)."
     )
-    commit_force_compact: bool = _option(
+    commit_force_compact: bool = declare(
         "commit.force-compact", values.parse_bool, "false", "Every commit waits for its compaction."
     )
     # commits
-    commit_max_retries: int = _option(
+    commit_max_retries: int = declare(
         "commit.max-retries", values.positive_int, "10", "Lost commit races retried before giving up."
     )
-    commit_min_retry_wait: int = _option(
+    commit_min_retry_wait: int = declare(
         "commit.min-retry-wait",
         values.parse_duration_ms,
         "10 ms",
         "Wait after a first lost commit race (then doubling).",
     )
-    commit_max_retry_wait: int = _option(
+    commit_max_retry_wait: int = declare(
         "commit.max-retry-wait", values.parse_duration_ms, "10 s", "Longest wait between commit retries."
     )
-    commit_timeout: int | None = _option(
+    commit_timeout: int | None = declare(
         "commit.timeout", values.parse_duration_ms, None, "Bound on a commit's retries."
     )
-    commit_user_prefix: str | None = _option(
+    commit_user_prefix: str | None = declare(
         "commit.user-prefix", values.text_value, None, "Prefix of generated commit users."
     )
-    commit_user: str | None = _option("commit-user", values.text_value, None, "The commit user of streaming writers.")
+    commit_user: str | None = declare("commit-user", values.text_value, None, "The commit user of streaming writers.")
     # merging
-    merge_engine: MergeEngineKind = _option(
+    merge_engine: MergeEngineKind = declare(
         "merge-engine", values.member(MergeEngineKind), "deduplicate", "How rows of one key merge."
     )
-    sequence_field: tuple[str, ...] = _option(
+    sequence_field: tuple[str, ...] = declare(
         "sequence.field", values.names, "", "Columns that order the rows of a key (instead of commit order)."
     )
-    sequence_sort_order: SortOrder = _option(
+    sequence_sort_order: SortOrder = declare(
         "sequence.field.sort-order", values.member(SortOrder), "ascending", "Order of sequence.field values."
     )
-    ignore_delete: bool = _option("ignore-delete", values.parse_bool, "false", "Drop -U/-D input rows.")
-    partial_update_remove_record_on_delete: bool = _option(
+    ignore_delete: bool = declare("ignore-delete", values.parse_bool, "false", "Drop -U/-D input rows.")
+    partial_update_remove_record_on_delete: bool = declare(
         "partial-update.remove-record-on-delete", values.parse_bool, "false", "partial-update: a -D removes the record."
     )
-    aggregation_remove_record_on_delete: bool = _option(
+    aggregation_remove_record_on_delete: bool = declare(
         "aggregation.remove-record-on-delete", values.parse_bool, "false", "aggregation: a -D removes the record."
     )
-    partial_update_remove_record_on_sequence_group: tuple[str, ...] = _option(
+    partial_update_remove_record_on_sequence_group: tuple[str, ...] = declare(
         "partial-update.remove-record-on-sequence-group",
         values.names,
         "",
         "partial-update: a -D newer in this sequence group removes the record.",
     )
-    default_aggregate_function: str | None = _option(
+    default_aggregate_function: str | None = declare(
         "fields.default-aggregate-function",
         values.text_value,
         None,
         "aggregation: the function of columns without their own.",
     )
-    rowkind_field: str | None = _option(
+    rowkind_field: str | None = declare(
         "rowkind.field", values.text_value, None, "A stored string column giving each input row's kind (+I/-U/+U/-D)."
     )
-    record_level_expire_time: int | None = _option(
+    record_level_expire_time: int | None = declare(
         "record-level.expire-time",
         values.parse_duration_ms,
         None,
@@ -315,7 +262,7 @@ class TableOptions:
         unsupported="record-level expiry is not implemented",
     )
     # changelog
-    changelog_producer: ChangelogProducer = _option(
+    changelog_producer: ChangelogProducer = declare(
         "changelog-producer",
         values.member(ChangelogProducer),
         "none",
@@ -323,98 +270,98 @@ class TableOptions:
         "as changelog files); `lookup` (compactions of level 0 look up each key's previous value); "
         "`full-compaction` (full compactions diff the new top level against the previous one).",
     )
-    changelog_row_deduplicate: bool = _option(
+    changelog_row_deduplicate: bool = declare(
         "changelog-producer.row-deduplicate", values.parse_bool, "false", "Suppress -U/+U pairs with equal values."
     )
-    changelog_row_deduplicate_ignore_fields: tuple[str, ...] = _option(
+    changelog_row_deduplicate_ignore_fields: tuple[str, ...] = declare(
         "changelog-producer.row-deduplicate-ignore-fields", values.names, "", "Columns ignored by row-deduplicate."
     )
-    lookup_wait: bool = _option("lookup-wait", values.parse_bool, "true",
+    lookup_wait: bool = declare("lookup-wait", values.parse_bool, "true",
                                 "Commits wait for the lookup compaction (its changelog lands in the same commit).",
                                 fallback_keys=("changelog-producer.lookup-wait",))
-    lookup_cache_max_memory_size: int = _option(
+    lookup_cache_max_memory_size: int = declare(
         "lookup.cache-max-memory-size", values.parse_memory_size, "256 mb",
         "Memory of the lookup cache of higher-level files (beyond it, files spill to local disk).",
     )
-    lookup_cache_max_disk_size: int = _option(
+    lookup_cache_max_disk_size: int = declare(
         "lookup.cache-max-disk-size", values.parse_memory_size, "9223372036854775807 bytes",
         "Max local disk size of the lookup cache's spilled files (beyond it, the least recently used "
         "are deleted and read from the table again when needed); unlimited by default.",
     )
-    deletion_vectors_enabled: bool = _option(
+    deletion_vectors_enabled: bool = declare(
         "deletion-vectors.enabled",
         values.parse_bool,
         "false",
         "Deletion vectors instead of merge-on-read: writers compact level 0 up before each commit, "
         "marking the replaced rows of older files deleted; readers read each file once, without a merge.",
     )
-    dynamic_bucket_target_row_num: int = _option(
+    dynamic_bucket_target_row_num: int = declare(
         "dynamic-bucket.target-row-num", values.int_value, "2000000", "Rows per bucket in dynamic bucket mode."
     )
     # reads
-    split_target_size: int = _option(
+    split_target_size: int = declare(
         "source.split.target-size", values.parse_memory_size, "128 mb", "Splits are packed up to this size."
     )
-    split_open_file_cost: int = _option(
+    split_open_file_cost: int = declare(
         "source.split.open-file-cost", values.parse_memory_size, "4 mb", "Least weight of a file when packing splits."
     )
-    scan_mode: ScanMode = _option("scan.mode", values.member(ScanMode), "default", "Where a streaming read starts.")
-    scan_snapshot_id: int | None = _option("scan.snapshot-id", values.int_value, None, "Snapshot a scan starts from.")
-    scan_tag_name: str | None = _option("scan.tag-name", values.text_value, None, "Tag a scan reads.")
-    scan_timestamp_millis: int | None = _option(
+    scan_mode: ScanMode = declare("scan.mode", values.member(ScanMode), "default", "Where a streaming read starts.")
+    scan_snapshot_id: int | None = declare("scan.snapshot-id", values.int_value, None, "Snapshot a scan starts from.")
+    scan_tag_name: str | None = declare("scan.tag-name", values.text_value, None, "Tag a scan reads.")
+    scan_timestamp_millis: int | None = declare(
         "scan.timestamp-millis", values.int_value, None, "Time a scan starts from."
     )
-    scan_timestamp: str | None = _option("scan.timestamp", values.text_value, None, "Time a scan starts from, as text.")
-    scan_plan_sort_partition: bool = _option(
+    scan_timestamp: str | None = declare("scan.timestamp", values.text_value, None, "Time a scan starts from, as text.")
+    scan_plan_sort_partition: bool = declare(
         "scan.plan-sort-partition", values.parse_bool, "false", "Order splits by partition."
     )
-    consumer_id: str | None = _option(
+    consumer_id: str | None = declare(
         "consumer-id", values.text_value, None, "Records a stream's progress under this id."
     )
-    consumer_expiration_time: int | None = _option(
+    consumer_expiration_time: int | None = declare(
         "consumer.expiration-time", values.parse_duration_ms, None, "Consumers idle this long are dropped."
     )
-    consumer_ignore_progress: bool = _option(
+    consumer_ignore_progress: bool = declare(
         "consumer.ignore-progress", values.parse_bool, "false",
         "A new stream with `consumer-id` starts by `scan.mode`, not where the consumer left off.",
     )
     # Spark streaming reads (Paimon's Spark connector options)
-    read_changelog: bool = _option(
+    read_changelog: bool = declare(
         "read.changelog", values.parse_bool, "false",
         "Spark reads: a `rowkind` column (+I, -U, +U, -D) first and every change row; without it, streams "
         "carry the upserted rows (+I, +U) only.",
     )
-    read_stream_max_files: int | None = _option(
+    read_stream_max_files: int | None = declare(
         "read.stream.maxFilesPerTrigger", values.positive_int, None,
         "Spark streaming reads: files a micro-batch reads at most.",
     )
-    read_stream_max_rows: int | None = _option(
+    read_stream_max_rows: int | None = declare(
         "read.stream.maxRowsPerTrigger", values.positive_int, None,
         "Spark streaming reads: rows (as stored, before merging or filtering) a micro-batch reads at most.",
     )
-    read_stream_min_rows: int | None = _option(
+    read_stream_min_rows: int | None = declare(
         "read.stream.minRowsPerTrigger", values.positive_int, None,
         "Spark streaming reads: a micro-batch waits for this many rows, at most "
         "`read.stream.maxTriggerDelayMs` after the previous one (give both).",
     )
-    read_stream_max_trigger_delay: int | None = _option(
+    read_stream_max_trigger_delay: int | None = declare(
         "read.stream.maxTriggerDelayMs", values.parse_duration_ms, None,
         "Spark streaming reads: the longest wait for `read.stream.minRowsPerTrigger` rows (give both).",
     )
     # retention
-    snapshot_num_retained_min: int = _option(
+    snapshot_num_retained_min: int = declare(
         "snapshot.num-retained.min", values.positive_int, "10", "Snapshots always kept."
     )
-    snapshot_num_retained_max: int = _option(
+    snapshot_num_retained_max: int = declare(
         "snapshot.num-retained.max", values.positive_int, str(2**31 - 1), "Snapshots kept at most."
     )
-    snapshot_time_retained: int = _option(
+    snapshot_time_retained: int = declare(
         "snapshot.time-retained", values.parse_duration_ms, "1 h", "Snapshots younger than this are kept."
     )
-    snapshot_expire_limit: int = _option(
+    snapshot_expire_limit: int = declare(
         "snapshot.expire.limit", values.positive_int, "50", "Snapshots expired at most per run."
     )
-    snapshot_expire_execution_mode: str = _option(
+    snapshot_expire_execution_mode: str = declare(
         "snapshot.expire.execution-mode",
         values.choice("sync", "async"),
         "sync",
@@ -422,16 +369,16 @@ class TableOptions:
         supports=lambda v: v == "sync",
         unsupported="changelake expires snapshots synchronously after each commit",
     )
-    changelog_num_retained_min: int | None = _option(
+    changelog_num_retained_min: int | None = declare(
         "changelog.num-retained.min", values.positive_int, None, "Changelogs always kept."
     )
-    changelog_num_retained_max: int | None = _option(
+    changelog_num_retained_max: int | None = declare(
         "changelog.num-retained.max", values.positive_int, None, "Changelogs kept at most."
     )
-    changelog_time_retained: int | None = _option(
+    changelog_time_retained: int | None = declare(
         "changelog.time-retained", values.parse_duration_ms, None, "Changelogs younger than this are kept."
     )
-    tag_automatic_creation: str = _option(
+    tag_automatic_creation: str = declare(
         "tag.automatic-creation",
         values.text_value,
         "none",
@@ -440,8 +387,8 @@ class TableOptions:
         unsupported="automatic tag creation is not implemented",
     )
     # descriptive
-    owner: str | None = _option("owner", values.text_value, None, "The table's owner.")
-    comment: str | None = _option("comment", values.text_value, None, "A comment on the table.")
+    owner: str | None = declare("owner", values.text_value, None, "The table's owner.")
+    comment: str | None = declare("comment", values.text_value, None, "A comment on the table.")
 
     @staticmethod
     def specs() -> list[OptionSpec]:
