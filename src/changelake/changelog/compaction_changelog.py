@@ -69,26 +69,12 @@ def merged_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str, files: S
     key_columns = list(ctx.key_columns)
     if len(key_columns) == 1 and pa.types.is_integer(schema.field(key_columns[0]).type):
         wanted = np.unique(keys.column(0).to_numpy())
-        rows = pa.concat_tables(part.take(_sorted_matches(part.column(key_columns[0]), wanted)) for part in parts)
+        rows = pa.concat_tables(part.take(sort.sorted_positions(part.column(key_columns[0]), wanted)) for part in parts)
     else:
         # One semi join over all the files (a zero-copy concatenation): the hash table is
         # built once, on the keys.
         rows = pa.concat_tables(parts).join(keys, keys=key_columns, join_type="left semi")
     return ctx.merge_rows(rows.select(schema.names), drop_deletes=False).cast(schema)
-
-
-def _sorted_matches(column: pa.ChunkedArray, wanted: np.ndarray) -> np.ndarray:
-    """Positions of the rows of a key-sorted file whose (integer) key is one of the sorted
-    ``wanted`` keys: two binary searches per wanted key instead of hashing every row."""
-    stored = column.to_numpy()
-    starts = np.searchsorted(stored, wanted, side="left")
-    counts = np.searchsorted(stored, wanted, side="right") - starts
-    found = counts > 0
-    starts, counts = starts[found], counts[found]
-    # Each found key's run of rows (usually one): start, start + 1, ..., start + count - 1.
-    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-    positions: np.ndarray = np.repeat(starts, counts) + offsets
-    return positions
 
 
 def before_and_after(ctx: TableContext, cache: LookupFiles, bucket_dir: str, state: Sequence[DataFileMeta],

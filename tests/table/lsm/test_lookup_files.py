@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table.lsm import deletion_vectors, lookup_files
+from changelake.table.lsm import lookup_files
 from changelake.table.lsm.lookup_files import LookupFiles
+from changelake.table.merge import sort
 from changelake.table.read import live_files
 
 SCHEMA = pa.schema([pa.field("s", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
@@ -238,6 +239,6 @@ def test_integer_key_positions_are_found_chunk_by_chunk(seed: int) -> None:
                               pa.int64())
     edges = [keys[c] for c in cuts] + [keys[c - 1] for c in cuts] + [keys[0], keys[-1]]
     wanted = np.sort(np.array(rng.sample(range(-50, 10_050), 400) + edges + edges[:3], dtype=np.int64))
-    found = deletion_vectors._sorted_positions(column, wanted)
+    found = sort.sorted_positions(column, wanted)
     expected = np.flatnonzero(np.isin(np.array(keys), wanted))
     assert sorted(set(found.tolist())) == expected.tolist()

@@ -22,6 +22,7 @@ from changelake.table.format.manifest import DataFileMeta
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.lsm import lookup_files
 from changelake.table.lsm.lookup_files import LookupFiles
+from changelake.table.merge import sort
 from changelake.table.read import deletion_vectors as read_vectors
 
 Vectors = dict[str, BitMap]
@@ -39,24 +40,6 @@ def _integer_key(ctx: TableContext, rows: pa.Table) -> str | None:
     if len(key_columns) == 1 and pa.types.is_integer(rows.schema.field(key_columns[0]).type):
         return key_columns[0]
     return None
-
-
-def _sorted_positions(column: pa.ChunkedArray, wanted: np.ndarray) -> np.ndarray:
-    """Positions in ``column`` (sorted unique integer keys) of those among the sorted ``wanted``
-    keys. Searched chunk by chunk: each chunk is a view, the column is never concatenated (a
-    big file's keys come in many chunks)."""
-    found = []
-    offset = 0
-    for chunk in column.chunks:
-        values = chunk.to_numpy()
-        if len(values):
-            # the wanted keys within the chunk's range: each then has a place inside it
-            inside = wanted[int(np.searchsorted(wanted, values[0], side="left")):
-                            int(np.searchsorted(wanted, values[-1], side="right"))]
-            at = np.searchsorted(values, inside)
-            found.append(at[values[at] == inside] + offset)
-        offset += len(values)
-    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
 def _ascending(keys: np.ndarray) -> bool:
@@ -101,7 +84,7 @@ def take_older_rows(
         else:
             stored = store.keys(path, partial(ctx.read_file, bucket_dir, f, ctx.key_columns))
         if integer_key is not None and wanted is not None:
-            at = _sorted_positions(stored.column(integer_key), wanted[first:last])
+            at = sort.sorted_positions(stored.column(integer_key), wanted[first:last])
         else:
             assert keys is not None
             indexed = stored.select(ctx.key_columns).append_column(

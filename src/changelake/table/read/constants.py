@@ -3,11 +3,11 @@ cached arrays instead of built for every split."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 import pyarrow as pa
+
+from changelake.table.read.live_files import ManifestCache
 
 
 class ConstantColumns:
@@ -21,40 +21,25 @@ class ConstantColumns:
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
-        self._arrays: OrderedDict[tuple[pa.DataType, Any], pa.Array] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._arrays = ManifestCache(max_files=1 << 20, max_bytes=max_bytes, weigh=lambda a: a.nbytes)
 
     def column(self, value: Any, type_: pa.DataType, length: int) -> pa.Array:
         """``value`` (of ``type_``) repeated ``length`` times."""
         key = (type_, value)
-        with self._lock:
-            cached = self._arrays.get(key)
-            if cached is not None and len(cached) >= length:
-                self._arrays.move_to_end(key)
-                return cached.slice(0, length)
-        grown = pa.repeat(pa.scalar(value, type_), max(length, 2 * (len(cached) if cached is not None else 0)))
-        if grown.nbytes > self.max_bytes:
-            return grown.slice(0, length)
-        with self._lock:
-            previous = self._arrays.pop(key, None)
-            self._bytes += grown.nbytes - (previous.nbytes if previous is not None else 0)
-            self._arrays[key] = grown
-            while self._bytes > self.max_bytes:
-                _, dropped = self._arrays.popitem(last=False)
-                self._bytes -= dropped.nbytes
-        return grown.slice(0, length)
+        cached: pa.Array = self._arrays.get(key, lambda: pa.repeat(pa.scalar(value, type_), length))
+        if len(cached) < length:
+            cached = pa.repeat(pa.scalar(value, type_), max(length, 2 * len(cached)))
+            self._arrays.put(key, cached)  # not kept when it alone is over the bound
+        return cached.slice(0, length)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays the cache keeps."""
-        return self._bytes
+        return self._arrays.nbytes
 
     def clear(self) -> None:
         """Drop every cached array."""
-        with self._lock:
-            self._arrays.clear()
-            self._bytes = 0
+        self._arrays.clear()
 
 
 CONSTANT_COLUMNS = ConstantColumns()

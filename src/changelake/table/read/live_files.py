@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from changelake.table.context import TableContext
@@ -16,7 +16,8 @@ _T = TypeVar("_T")
 
 
 class ManifestCache:
-    """Parsed manifests and manifest lists by (filesystem, path), least recently used first out.
+    """Parsed manifests and manifest lists by (filesystem, path), least recently used first out
+    (and other immutable values by any key: index file bytes, constant columns).
 
     Manifest files never change once written, so a parsed file is valid for as long as it is
     held; the bounds only limit memory: ``max_files`` files, and with ``weigh`` (a value's
@@ -27,8 +28,8 @@ class ManifestCache:
         self.max_files = max_files
         self.max_bytes = max_bytes
         self._weigh = weigh
-        self._files: OrderedDict[tuple[str, str], object] = OrderedDict()
-        self._weights: dict[tuple[str, str], int] = {}
+        self._files: OrderedDict[Hashable, object] = OrderedDict()
+        self._weights: dict[Hashable, int] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -37,7 +38,7 @@ class ManifestCache:
         """Bytes the cached values weigh (0 without ``weigh``)."""
         return self._bytes
 
-    def get(self, key: tuple[str, str], load: Callable[[], _T]) -> _T:
+    def get(self, key: Hashable, load: Callable[[], _T]) -> _T:
         """The cached value of ``key``, loading (outside the lock) on a miss."""
         with self._lock:
             if key in self._files:
@@ -47,7 +48,7 @@ class ManifestCache:
         self.put(key, value)
         return value
 
-    def put(self, key: tuple[str, str], value: object) -> None:
+    def put(self, key: Hashable, value: object) -> None:
         """Keep ``value`` as ``key``'s (a file this process just wrote, say)."""
         weight = self._weigh(value) if self._weigh is not None else 0
         if self.max_bytes is not None and weight > self.max_bytes:
