@@ -10,7 +10,9 @@ partitioned like ours (the layout copy-on-write merges leave) and read with delt
 same way.
 
 Run: ./dev bench deletion_vectors [--commits 20] [--batch 100000] [--deletes 0.05]
-(``--deletes 0``: upserts only, whose level-0 files move up without a rewrite)
+(``--deletes 0``: upserts only, whose level-0 files move up without a rewrite;
+``--lookup-compact gentle``: level 0 moves up only when universal compaction picks it, and a
+final ``table.compact()``, timed with the ingest, moves the rest up before the reads)
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ from ingest_read import SCHEMA, batches, run_floor
 import changelake as cl
 
 
-def ingest(root: str, commits: int, size: int, *, vectors: bool, deletes: float) -> tuple[cl.Table, list[float]]:
+def ingest(root: str, commits: int, size: int, *, vectors: bool, deletes: float,
+           lookup_compact: str = "radical") -> tuple[cl.Table, list[float]]:
     options = {"bucket": "4", "deletion-vectors.enabled": str(vectors).lower()}
+    if vectors:
+        options["lookup-compact"] = lookup_compact
     table = cl.Catalog(root).create_table("bench.orders", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
                                           options=options)
     durations = []
@@ -39,6 +44,12 @@ def ingest(root: str, commits: int, size: int, *, vectors: bool, deletes: float)
         start = time.perf_counter()
         table.write(batch)
         durations.append(time.perf_counter() - start)
+    if vectors and lookup_compact == "gentle":
+        # Level 0 is left where universal compaction leaves it, and readers skip it: a final
+        # compaction (part of the ingest's time) moves it up, so that every row reads.
+        start = time.perf_counter()
+        table.compact()
+        durations[-1] += time.perf_counter() - start
     return table, durations
 
 
@@ -79,11 +90,14 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--deletes", type=float, default=0.05, help="share of deletes in each batch")
+    parser.add_argument("--lookup-compact", choices=["radical", "gentle"], default="radical",
+                        help="lookup-compact of the table with deletion vectors")
     args = parser.parse_args()
     total = args.commits * args.batch
     work = tempfile.mkdtemp(prefix="changelake-bench-")
     try:
-        dv_table, dv_durations = ingest(f"{work}/dv", args.commits, args.batch, vectors=True, deletes=args.deletes)
+        dv_table, dv_durations = ingest(f"{work}/dv", args.commits, args.batch, vectors=True, deletes=args.deletes,
+                                        lookup_compact=args.lookup_compact)
         plain_table, plain_durations = ingest(f"{work}/plain", args.commits, args.batch, vectors=False,
                                               deletes=args.deletes)
         floor_write_s, _, floor_rows = run_floor(f"{work}/parquet", args.commits, args.batch, deletes=args.deletes)

@@ -9,7 +9,7 @@ from changelake.api.writer import TableWriter
 from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
 from changelake.changelog.source import ChangeChunk, ChangePlan, ChangeSource, ChangeSplit
 from changelake.changelog.stream import ChangeBatch, Changes, ChangeStream
-from changelake.option_values import ChangelogProducer, MergeEngineKind, ScanMode
+from changelake.option_values import ChangelogProducer, LookupCompactMode, MergeEngineKind, ScanMode
 from changelake.options import TableOptions
 from changelake.table.commit.message import CommitMessage
 from changelake.table.format.kv import RowKind
@@ -36,6 +36,7 @@ __all__ = [
     "CommitLock",
     "CommitMessage",
     "ExpireResult",
+    "LookupCompactMode",
     "MergeEngineKind",
     "PickRule",
     "ReadLimit",

@@ -41,6 +41,13 @@ class ScanMode(enum.StrEnum):
     INCREMENTAL = "incremental"
 
 
+class LookupCompactMode(enum.StrEnum):
+    """``lookup-compact``: how often writers of tables that look keys up force level 0 up."""
+
+    RADICAL = "radical"
+    GENTLE = "gentle"
+
+
 class SortOrder(enum.StrEnum):
     """``sequence.field.sort-order``."""
 

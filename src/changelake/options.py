@@ -17,7 +17,7 @@ from typing import Any
 from changelake import option_values as values
 from changelake.errors import OptionError
 from changelake.option_spec import OptionSpec, declare
-from changelake.option_values import ChangelogProducer, MergeEngineKind, ScanMode, SortOrder
+from changelake.option_values import ChangelogProducer, LookupCompactMode, MergeEngineKind, ScanMode, SortOrder
 
 # ``fields.<names>.<setting>`` options (merge engines) and prefixed families accepted as they are.
 _FIELD_OPTION = re.compile(
@@ -279,6 +279,19 @@ class TableOptions:
     lookup_wait: bool = declare("lookup-wait", values.parse_bool, "true",
                                 "Commits wait for the lookup compaction (its changelog lands in the same commit).",
                                 fallback_keys=("changelog-producer.lookup-wait",))
+    lookup_compact: LookupCompactMode = declare(
+        "lookup-compact", values.member(LookupCompactMode), "radical",
+        "How writers of tables that look keys up (deletion vectors, first-row, the `lookup` producer) "
+        "compact level 0: `radical` forces it up in every commit; `gentle` compacts as universal "
+        "compaction picks, forcing level 0 up only every `lookup-compact.max-interval` commits of a "
+        "writer (less work, but readers that skip level 0 see rows later).",
+    )
+    lookup_compact_max_interval: int = declare(
+        "lookup-compact.max-interval", values.positive_int, None,
+        "With `lookup-compact` gentle: a writer's commits (of a bucket) in which nothing is picked "
+        "before level 0 is forced up (default: twice `num-sorted-run.compaction-trigger`; at least it).",
+        derive=lambda o: 2 * o["compaction_trigger"],
+    )
     lookup_cache_max_memory_size: int = declare(
         "lookup.cache-max-memory-size", values.parse_memory_size, "256 mb",
         "Memory of the lookup cache of higher-level files (beyond it, files spill to local disk).",

@@ -126,6 +126,10 @@ MODES = {m.name: m for m in (
     # so expired index files and index manifests go.
     Mode("deletion-vectors", one_shot=False, engine="deduplicate", options=COMPACTION | DELETION_VECTORS | EXPIRY),
     Mode("dv-partial-update", one_shot=True, engine="partial-update", options=COMPACTION | DELETION_VECTORS),
+    # lookup-compact gentle: level 0 stays until universal compaction or the interval moves it
+    # up, so many snapshots hold level-0 files that readers skip.
+    Mode("dv-gentle", one_shot=False, engine="deduplicate",
+         options=COMPACTION | DELETION_VECTORS | {"lookup-compact": "gentle", "lookup-compact.max-interval": "3"}),
     Mode("changelog", one_shot=False, engine="deduplicate",
          options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
 )}

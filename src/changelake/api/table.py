@@ -17,7 +17,7 @@ from changelake.changelog import producers
 from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
-from changelake.option_values import ScanMode
+from changelake.option_values import LookupCompactMode, ScanMode
 from changelake.table import metadata, schema_update, snapshot_expiry
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
@@ -256,8 +256,9 @@ class Table:
                 progress: Progress | None = None) -> Snapshot | None:
         """Compact the table's buckets now (all, or those of ``partitions``, each a dict of
         partition values) as a COMPACT snapshot; ``full`` merges every bucket into its top
-        level. Returns None when there was nothing to compact. ``progress`` gets (buckets
-        done, buckets)."""
+        level. Tables whose writers force level 0 up (deletion vectors, first-row, the
+        ``lookup`` producer) have it moved up, with ``lookup-compact`` gentle too. Returns None
+        when there was nothing to compact. ``progress`` gets (buckets done, buckets)."""
         messages = compactor.compact_table(self._context, full=full, partitions=partitions,
                                            changelog=producers.for_table(self._context), progress=progress)
         if not messages:
@@ -296,8 +297,10 @@ class Table:
         snapshot = ctx.latest_snapshot() if snapshot_id is None else ctx.snapshot(snapshot_id)
         changelog = producers.for_table(ctx)
         every = ctx.options.full_compaction_delta_commits or changelog.full_compaction_delta_commits
-        return inspection.inspect(ctx, snapshot, force_level0_up=compactor.forces_level0_up(ctx, changelog),
-                                  full_compaction_every=every)
+        # With lookup-compact gentle, level 0 goes up when a writer's interval says (counted in
+        # the writer, not the table): the next pick shown is universal compaction's.
+        forced = compactor.forces_level0_up(ctx, changelog) and ctx.options.lookup_compact is LookupCompactMode.RADICAL
+        return inspection.inspect(ctx, snapshot, force_level0_up=forced, full_compaction_every=every)
 
     def system(self, name: str) -> pa.Table:
         """Paimon's system table ``name`` (``snapshots``, ``schemas``, ``options``, ``tags``,

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from changelake.errors import CommitConflictError
+from changelake.option_values import LookupCompactMode
 from changelake.table import snapshot_expiry
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit import committer as commit
@@ -28,13 +29,19 @@ from changelake.table.read import live_files
 Buckets = set[tuple[bytes, int]]
 
 
-def level0_goes_up(ctx: TableContext, changelog: ChangelogHook) -> bool:
-    """Every commit moves level 0 up: Paimon's readers skip level 0 of first-row tables and of
-    tables with deletion vectors, and a waiting lookup producer lands each commit's changelog
-    with it (``write-only`` writers never compact: a later ``table.compact()`` does)."""
+def waits_for_lookup(ctx: TableContext, changelog: ChangelogHook) -> bool:
+    """Commits wait for the lookup compaction: Paimon's readers skip level 0 of first-row tables
+    and of tables with deletion vectors, and a waiting lookup producer lands each commit's
+    changelog with it (``write-only`` writers never compact: a later ``table.compact()`` does)."""
     if ctx.options.write_only:
         return False
     return ctx.merge_engine.needs_lookup or ctx.options.deletion_vectors_enabled or changelog.wait_level0_up
+
+
+def level0_goes_up(ctx: TableContext, changelog: ChangelogHook) -> bool:
+    """Every commit moves level 0 up: commits wait for the lookup compaction, and it is
+    ``radical`` (``gentle`` leaves level 0 where universal compaction does)."""
+    return waits_for_lookup(ctx, changelog) and ctx.options.lookup_compact is LookupCompactMode.RADICAL
 
 
 def replayed(ctx: TableContext, changelog: ChangelogHook, commit_user: str, identifier: int) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from changelake.errors import CommitConflictError
+from changelake.option_values import LookupCompactMode
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -53,6 +54,9 @@ class _Bucket:
     # deletion vectors: the bucket's index files a commit's compaction replaced, and what they held
     index_added: tuple[IndexFileMeta, ...] = ()
     index_deleted: tuple[IndexFileMeta, ...] = ()
+    # lookup-compact gentle: this writer's commits in a row in which universal compaction picked
+    # nothing (Paimon's lookup compaction trigger count)
+    idle_commits: int = 0
 
 
 @dataclass(frozen=True)
@@ -295,10 +299,18 @@ class TableWrite:
         bucket_dir = ctx.bucket_dir(state.partition, state.bucket)
         runs = len(state.levels.sorted_runs(ctx.key_of))
         force_level0 = compaction.forces_level0_up(ctx, self.changelog)
+        waits = landing.waits_for_lookup(ctx, self.changelog)
+        gentle_due = False
+        if force_level0 and options.lookup_compact is LookupCompactMode.GENTLE and not full and state.running is None:
+            usual = compaction.picker(ctx).pick(state.levels.num_levels, state.levels.sorted_runs(ctx.key_of))
+            force_level0 = usual is None and self._interval_reached(state)
+            # A waiting writer waits for whatever is picked, as Paimon's prepareCommit does.
+            gentle_due = waits and (usual is not None or force_level0)
         # Paimon's readers skip level 0 of first-row tables, and lookup-wait commits carry the
         # changelog of their rows: level 0 is compacted up before such commits.
-        level0_up = landing.level0_goes_up(self.ctx, self.changelog) and bool(state.levels.level0())
-        if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or level0_up:
+        level0_up = waits and force_level0 and bool(state.levels.level0())
+        if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or level0_up \
+                or gentle_due:
             if state.running is not None and state.running.cancel():
                 # Still queued behind other buckets' compactions on the one background thread:
                 # compacted here instead, from the levels as they are now, rather than waited for.
@@ -322,6 +334,17 @@ class TableWrite:
             if unit is not None:
                 state.running = compaction_executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit,
                                                   self.changelog)
+
+    def _interval_reached(self, state: _Bucket) -> bool:
+        """``lookup-compact`` gentle: a commit in which universal compaction picks nothing
+        counts, and every ``lookup-compact.max-interval``-th one forces level 0 up (at least
+        every ``num-sorted-run.compaction-trigger``-th, as Paimon bounds it)."""
+        options = self.ctx.options
+        state.idle_commits += 1
+        if state.idle_commits < max(options.compaction_trigger, options.lookup_compact_max_interval):
+            return False
+        state.idle_commits = 0
+        return True
 
     def _refresh(self, state: _Bucket, files: list[DataFileMeta]) -> None:
         """Rebase the bucket's levels on ``files``, its files committed now: other writers may
