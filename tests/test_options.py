@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-import changelake as cl
 from changelake import option_values, options
 from changelake.errors import OptionError
 
@@ -91,23 +89,3 @@ def test_every_option_is_documented_once() -> None:
 def test_the_options_page_is_generated_from_the_registry() -> None:
     page = (Path(__file__).parent.parent / "docs" / "options.md").read_text()
     assert page.endswith(options.markdown_table()), "docs/options.md is stale: run ./dev docs"
-
-
-@pytest.mark.parametrize("looks_up", [{"deletion-vectors.enabled": "true"}, {"merge-engine": "first-row"}])
-@pytest.mark.parametrize("key", ["lookup-wait", "changelog-producer.lookup-wait"])
-def test_not_waiting_for_lookup_compaction_is_refused_where_every_commit_must(
-        tmp_path: Path, looks_up: dict[str, str], key: str) -> None:
-    """Deletion-vector and first-row writers compact level 0 up before every commit: a table
-    asking them not to wait is refused, when created and when its options are set."""
-    catalog = cl.Catalog(str(tmp_path))
-    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
-    with pytest.raises(OptionError, match="not supported with deletion vectors or the first-row") as info:
-        catalog.create_table("db.t", schema, primary_keys=["k"], options={"bucket": "1", key: "false", **looks_up})
-    assert info.value.option == key
-    table = catalog.create_table("db.u", schema, primary_keys=["k"], options={"bucket": "1", **looks_up})
-    with pytest.raises(OptionError, match="not supported"):
-        table.set_options({key: "false"})
-    table.set_options({key: "true"})
-    lookup = catalog.create_table("db.l", schema, primary_keys=["k"],
-                                  options={"bucket": "1", "changelog-producer": "lookup", key: "false"})
-    assert not lookup.context.options.lookup_wait

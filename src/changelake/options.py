@@ -277,7 +277,8 @@ class TableOptions:
         "changelog-producer.row-deduplicate-ignore-fields", values.names, "", "Columns ignored by row-deduplicate."
     )
     lookup_wait: bool = declare("lookup-wait", values.parse_bool, "true",
-                                "Commits wait for the lookup compaction (its changelog lands in the same commit).",
+                                "Commits of tables that look keys up wait for the lookup compaction (its changelog "
+                                "and rows land with them); `false`: it runs in the background and lands later.",
                                 fallback_keys=("changelog-producer.lookup-wait",))
     lookup_compact: LookupCompactMode = declare(
         "lookup-compact", values.member(LookupCompactMode), "radical",
@@ -407,16 +408,6 @@ class TableOptions:
     def specs() -> list[OptionSpec]:
         """Every declared option, in declaration order."""
         return [f.metadata["option"] for f in dataclasses.fields(TableOptions) if "option" in f.metadata]
-
-    def check_combinations(self) -> None:
-        """OptionError for options changelake cannot honour together (checked when a table is
-        created or its options are set; tables written elsewhere are read as they are)."""
-        waits = next((key for key in ("lookup-wait", "changelog-producer.lookup-wait") if key in self.raw), None)
-        if waits is not None and not self.lookup_wait and (
-                self.deletion_vectors_enabled or self.merge_engine is MergeEngineKind.FIRST_ROW):
-            raise OptionError("false is not supported with deletion vectors or the first-row merge engine: "
-                              "changelake's writers of such tables compact level 0 up before every commit",
-                              table=self.table, option=waits)
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], *, table: str, new: bool = False) -> TableOptions:

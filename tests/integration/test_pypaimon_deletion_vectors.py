@@ -27,6 +27,8 @@ ENGINES = {
     "deduplicate-upserts": {},
     # level 0 stays until universal compaction or the interval moves it up; readers skip it
     "deduplicate-gentle": {"lookup-compact": "gentle", "lookup-compact.max-interval": "4"},
+    # level 0 goes up in the background and lands with a later commit
+    "deduplicate-async": {"lookup-wait": "false"},
     "partial-update": {"merge-engine": "partial-update"},
     "aggregation": {"merge-engine": "aggregation", "fields.n.aggregate-function": "sum"},
     "first-row": {"merge-engine": "first-row"},
@@ -58,7 +60,7 @@ def test_pypaimon_reads_every_snapshot_as_changelake(tmp_path: Any, engine: str)
                     "v": [None if engine == "partial-update" and rng.random() < 0.3 else f"s{step}"
                           for _ in range(count)],
                     "n": [rng.randrange(10) for _ in range(count)]}
-            deletes = engine in ("deduplicate", "deduplicate-gentle")
+            deletes = engine in ("deduplicate", "deduplicate-gentle", "deduplicate-async")
             kinds = ["-D" if deletes and rng.random() < 0.2 else "+I" for _ in range(count)]
             writer.write(pa.table({**rows, "rowkind": kinds}))
             writer.commit(step)

@@ -130,6 +130,10 @@ MODES = {m.name: m for m in (
     # up, so many snapshots hold level-0 files that readers skip.
     Mode("dv-gentle", one_shot=False, engine="deduplicate",
          options=COMPACTION | DELETION_VECTORS | {"lookup-compact": "gentle", "lookup-compact.max-interval": "3"}),
+    # lookup-wait off: level 0 goes up in the background, from the vectors the previous commit
+    # left, and lands with a later commit.
+    Mode("dv-async", one_shot=False, engine="deduplicate",
+         options=COMPACTION | DELETION_VECTORS | {"lookup-wait": "false"}),
     Mode("changelog", one_shot=False, engine="deduplicate",
          options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
 )}

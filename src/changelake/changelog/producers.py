@@ -41,7 +41,6 @@ class NoChangelog:
     """``none``: flushes and compactions write no changelog."""
 
     force_level0_up: bool = False
-    wait_level0_up: bool = False
     full_compaction_delta_commits: int | None = None
 
     def on_flush(self, ctx: TableContext, bucket_dir: str, rows: Iterable[pa.Table]) -> list[DataFileMeta]:
@@ -143,7 +142,7 @@ def for_table(ctx: TableContext) -> ChangelogHook:
     if producer is ChangelogProducer.INPUT:
         return InputChangelog()
     if producer is ChangelogProducer.LOOKUP:
-        return LookupChangelog(force_level0_up=True, wait_level0_up=ctx.options.lookup_wait, cache=lookup_cache(ctx))
+        return LookupChangelog(force_level0_up=True, cache=lookup_cache(ctx))
     if producer is ChangelogProducer.FULL_COMPACTION:
         # Paimon's writers fully compact after every commit unless the option says otherwise.
         return FullCompactionChangelog(full_compaction_delta_commits=1, cache=lookup_cache(ctx),

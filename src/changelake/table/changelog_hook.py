@@ -30,11 +30,6 @@ class ChangelogHook(Protocol):
         ...
 
     @property
-    def wait_level0_up(self) -> bool:
-        """Each commit waits until its buckets have no level-0 file left (``lookup-wait``)."""
-        ...
-
-    @property
     def full_compaction_delta_commits(self) -> int | None:
         """A long-lived writer fully compacts every this many commits (None: never), as the
         producer needs it when ``full-compaction.delta-commits`` is not set."""

@@ -69,7 +69,6 @@ def create_table(
     checked = dict(options)
     checked.setdefault("bucket", _DEFAULT_BUCKETS)
     parsed = TableOptions.parse(checked, table=name, new=True)
-    parsed.check_combinations()
     new_schema = table_schema.from_arrow(name, schema, primary_keys, partition_keys, checked, comment)
     for key, columns in (("rowkind.field", (parsed.rowkind_field,)), ("bucket-key", parsed.bucket_key),
                          ("sequence.field", parsed.sequence_field)):

@@ -157,8 +157,6 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
     })
     parsed = TableOptions.parse(options, table=table)
     merge_engine(evolved, parsed)  # the engine still fits the columns
-    if any(isinstance(change, SetOptions) for change in changes):
-        parsed.check_combinations()
     return evolved
 
 

@@ -30,12 +30,13 @@ Buckets = set[tuple[bytes, int]]
 
 
 def waits_for_lookup(ctx: TableContext, changelog: ChangelogHook) -> bool:
-    """Commits wait for the lookup compaction: Paimon's readers skip level 0 of first-row tables
-    and of tables with deletion vectors, and a waiting lookup producer lands each commit's
-    changelog with it (``write-only`` writers never compact: a later ``table.compact()`` does)."""
+    """Commits wait for the lookup compaction (``lookup-wait``): Paimon's readers skip level 0
+    of first-row tables and of tables with deletion vectors, and a waiting lookup producer lands
+    each commit's changelog with it (``write-only`` writers never compact: a later
+    ``table.compact()`` does). Without waiting, it runs in the background and lands later."""
     if ctx.options.write_only:
         return False
-    return ctx.merge_engine.needs_lookup or ctx.options.deletion_vectors_enabled or changelog.wait_level0_up
+    return compaction.forces_level0_up(ctx, changelog) and ctx.options.lookup_wait
 
 
 def level0_goes_up(ctx: TableContext, changelog: ChangelogHook) -> bool:

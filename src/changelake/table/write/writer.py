@@ -37,6 +37,14 @@ from changelake.table.write.bucketing import SortedFlush, group_by_bucket, merge
 if TYPE_CHECKING:
     from changelake.table.write.conform import WriteInput
 
+@dataclass(frozen=True)
+class _IndexBase:
+    """A bucket's committed index files and the deletion vectors they hold."""
+
+    files: tuple[IndexFileMeta, ...]
+    vectors: deletion_vectors.Vectors
+
+
 @dataclass
 class _Bucket:
     """A writer's view of one (partition, bucket): its LSM levels (committed files plus this
@@ -57,6 +65,10 @@ class _Bucket:
     # lookup-compact gentle: this writer's commits in a row in which universal compaction picked
     # nothing (Paimon's lookup compaction trigger count)
     idle_commits: int = 0
+    # deletion vectors: the committed index files (and their vectors) that the compactions in
+    # ``compacted`` started from, and those the running background compaction started from
+    compacted_base: _IndexBase | None = None
+    running_base: _IndexBase | None = None
 
 
 @dataclass(frozen=True)
@@ -100,8 +112,9 @@ class TableWrite:
         self._spill_dir: str | None = None
         # Compactions run in the background unless the writer waits for them (one-shot writes).
         # Tables with deletion vectors compact level 0 up in every commit, from the vectors of
-        # the latest snapshot: never in the background.
-        self._background = not (wait_compaction or ctx.options.write_only or ctx.options.deletion_vectors_enabled)
+        # the latest snapshot, unless lookup-wait is off.
+        self._background = not (wait_compaction or ctx.options.write_only or (
+            ctx.options.deletion_vectors_enabled and ctx.options.lookup_wait))
         self._index_files: Mapping[tuple[bytes, int], list[IndexFileMeta]] = {}
         self._commits = 0
         # The snapshot whose files the last compactions that look up older levels (first-row,
@@ -287,6 +300,10 @@ class TableWrite:
         bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
         for f in state.compacted.merge(result):
             self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+        # A background compaction starts only when none is uncommitted: it started from the
+        # committed vectors, the base of what ``compacted`` holds now.
+        state.compacted_base = state.compacted_base or state.running_base
+        state.running_base = None
 
     def _compact(self, state: _Bucket, *, full: bool,
                  committed: dict[tuple[bytes, int], list[DataFileMeta]] | None) -> None:
@@ -309,8 +326,9 @@ class TableWrite:
         # Paimon's readers skip level 0 of first-row tables, and lookup-wait commits carry the
         # changelog of their rows: level 0 is compacted up before such commits.
         level0_up = waits and force_level0 and bool(state.levels.level0())
-        if full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger or level0_up \
-                or gentle_due:
+        sync = full or self.wait_compaction or options.commit_force_compact or runs > options.stop_trigger \
+            or level0_up or gentle_due
+        if sync:
             if state.running is not None and state.running.cancel():
                 # Still queued behind other buckets' compactions on the one background thread:
                 # compacted here instead, from the levels as they are now, rather than waited for.
@@ -318,22 +336,50 @@ class TableWrite:
             self._collect(state)
             if committed is not None:
                 self._refresh(state, committed.get((state.partition, state.bucket), []))
-            base_files = self._index_files.get((state.partition, state.bucket), [])
-            base = read_vectors.bucket_vectors(ctx, base_files) if options.deletion_vectors_enabled else None
+            vectors = None
+            if options.deletion_vectors_enabled:
+                state.compacted_base = state.compacted_base or self._committed_vectors(state)
+                vectors = state.compacted.vectors if state.compacted.vectors is not None \
+                    else state.compacted_base.vectors
             state.levels, result = compaction.compact_bucket(ctx, bucket_dir, state.levels, full=full,
                                                              changelog=self.changelog, force_level0=force_level0,
-                                                             vectors=base)
+                                                             vectors=vectors)
             for f in state.compacted.merge(result):
                 ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+        if state.compacted.vectors is not None and state.compacted_base is not None:
             state.index_added, state.index_deleted = deletion_vectors.index_changes(
-                ctx, base_files, base or {}, result.vectors, state.levels.files)
-        elif state.running is None and self._background:
+                ctx, state.compacted_base.files, state.compacted_base.vectors, state.compacted.vectors,
+                state.levels.files)
+        if not sync and state.running is None and self._background:
+            if committed is not None:  # its lookups must see what other writers committed
+                self._refresh(state, committed.get((state.partition, state.bucket), []))
             choose = compaction.picker(ctx)
             pick = choose.pick_level0 if force_level0 else choose.pick
             unit = pick(state.levels.num_levels, state.levels.sorted_runs(ctx.key_of))
             if unit is not None:
+                vectors = None
+                if options.deletion_vectors_enabled:
+                    state.running_base = self._vectors_after_commit(state)
+                    vectors = state.running_base.vectors
                 state.running = compaction_executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit,
-                                                  self.changelog)
+                                                             self.changelog, vectors)
+
+    def _committed_vectors(self, state: _Bucket) -> _IndexBase:
+        files = tuple(self._index_files.get((state.partition, state.bucket), []))
+        return _IndexBase(files, read_vectors.bucket_vectors(self.ctx, files))
+
+    def _vectors_after_commit(self, state: _Bucket) -> _IndexBase:
+        """The bucket's index files and vectors once this commit lands: the committed ones, or
+        those its collected compactions leave (the index files it adds replace those it
+        deletes). A background compaction starts from them and lands with a later commit."""
+        base = state.compacted_base
+        if state.compacted.vectors is None or base is None:
+            return self._committed_vectors(state)
+        live = {f.file_name for f in state.levels.files}
+        deleted = {f.file_name for f in state.index_deleted}
+        files = tuple(f for f in base.files if f.file_name not in deleted) + state.index_added
+        vectors = {name: v for name, v in state.compacted.vectors.items() if name in live and v}
+        return _IndexBase(files, vectors)
 
     def _interval_reached(self, state: _Bucket) -> bool:
         """``lookup-compact`` gentle: a commit in which universal compaction picks nothing
@@ -395,6 +441,7 @@ class TableWrite:
             state.new_files = []
             state.changelog = []
             state.compacted = compaction.CompactResult()
+            state.compacted_base = None
             state.index_added = state.index_deleted = ()
         return messages
 
