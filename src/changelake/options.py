@@ -297,6 +297,10 @@ class TableOptions:
         "lookup.cache-max-memory-size", values.parse_memory_size, "256 mb",
         "Memory of the lookup cache of higher-level files (beyond it, files spill to local disk).",
     )
+    lookup_cache_file_retention: int = declare(
+        "lookup.cache-file-retention", values.parse_duration_ms, "1 h",
+        "Local lookup files unused this long are deleted (read from the table again when needed).",
+    )
     lookup_cache_max_disk_size: int = declare(
         "lookup.cache-max-disk-size", values.parse_memory_size, "9223372036854775807 bytes",
         "Max local disk size of the lookup cache's spilled files (beyond it, the least recently used "

@@ -1,7 +1,8 @@
 """The lookup files of a table (``table/lsm/lookup_files.py``): deletion-vector and first-row
 compactions and the lookup producer find older keys through them, whatever part of a file is in
 memory, spilled to local disk or only in the table's storage; files compactions removed leave
-them; ``lookup.cache-max-disk-size`` bounds the spilled bytes; clearing drops everything."""
+them; ``lookup.cache-max-disk-size`` bounds the spilled bytes and ``lookup.cache-file-retention``
+their age; clearing drops everything."""
 
 from __future__ import annotations
 
@@ -225,6 +226,35 @@ def test_the_store_deletes_spilled_files_beyond_the_disk_limit() -> None:
     assert store.find("b") is not None  # whole rows on disk: a store whose lookups need values
     one.clear()
     store.clear()
+
+
+def test_spilled_files_unused_for_the_retention_are_deleted() -> None:
+    now = [0.0]
+    store = LookupFiles(["_KEY_k"], max_memory=1, max_disk=1 << 30, values=True, retention_ms=60_000,
+                        clock=lambda: now[0])
+    store.put("a", _file(100))
+    now[0] = 40.0
+    store.put("b", _file(100))
+    now[0] = 50.0
+    assert store.find("a") is not None  # used at 50 s: kept 60 s more
+    now[0] = 105.0  # b was last used 65 s ago, a 55 s ago
+    assert store.keys("c", lambda: _file(10)).num_rows == 10  # any use of the store expires
+    assert "b" not in store and "a" in store and "c" in store
+    now[0] = 200.0
+    store.put("d", _file(100))
+    assert "a" not in store and "d" in store
+    store.clear()
+
+
+def test_the_retention_is_the_tables_option(tmp_path: Path) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", SCHEMA, primary_keys=["k"],
+        options={"bucket": "1", "deletion-vectors.enabled": "true", "lookup.cache-file-retention": "5 min"})
+    store = lookup_files.store_for(table.context)
+    assert store is not None and store.retention_ms == 300_000
+    with pytest.raises(cl.errors.OptionError, match=r"lookup\.cache-file-retention"):
+        cl.Catalog(str(tmp_path)).create_table("db.u", SCHEMA, primary_keys=["k"],
+                                               options={"lookup.cache-file-retention": "soon"})
 
 
 @pytest.mark.parametrize("seed", range(5))

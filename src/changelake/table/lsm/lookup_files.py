@@ -17,15 +17,18 @@ storage on a miss. They stay in memory, least recently used first out, up to the
 beyond it they are spilled to a local temp directory as Arrow IPC files (only the key columns
 when no lookup of the table needs values) and memory-mapped when used again: the pages are read
 from local disk as the columns are searched, and are not the process's own memory. Spilled
-files beyond the disk limit are deleted, least recently used first (read again from storage on
-the next miss). Files a compaction removed from the table are dropped.
+files beyond the disk limit are deleted, least recently used first, and so are those not used
+for ``lookup.cache-file-retention`` (read again from storage on the next miss). Files a
+compaction removed from the table are dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import threading
+import time
 import uuid
 import weakref
 from collections import OrderedDict
@@ -52,16 +55,20 @@ class _Spilled:
     local: str
     size: int
     whole: bool
+    used: float  # when it was last used (time.monotonic)
 
 
 class LookupFiles:
     """The lookup files of one table (in one schema's data-file layout), counting hits and
     misses; ``clear`` drops everything, spilled files too."""
 
-    def __init__(self, key_columns: Sequence[str], *, max_memory: int, max_disk: int, values: bool) -> None:
+    def __init__(self, key_columns: Sequence[str], *, max_memory: int, max_disk: int, values: bool,
+                 retention_ms: int = 3_600_000, clock: Callable[[], float] = time.monotonic) -> None:
         self.key_columns = list(key_columns)
         self.max_memory = max_memory
         self.max_disk = max_disk
+        self.retention_ms = retention_ms  # spilled files unused this long are deleted
+        self._clock = clock
         # whether lookups need whole rows: spilled files keep only the key columns when not
         self.values = values
         self.hits = 0
@@ -172,6 +179,7 @@ class LookupFiles:
             self.hits = self.misses = 0
 
     def _counted(self, found: pa.Table | None) -> pa.Table | None:
+        self._expire()
         if found is None:
             self.misses += 1
         else:
@@ -201,6 +209,7 @@ class LookupFiles:
         return None if spilled is None else self._mapped(path, spilled).select(self.key_columns)
 
     def _mapped(self, path: str, spilled: _Spilled) -> pa.Table:
+        self._spilled[path] = dataclasses.replace(spilled, used=self._clock())
         self._spilled.move_to_end(path)
         # Memory-mapped: the pages are read from local disk as the columns are used.
         return ipc.open_file(pa.memory_map(spilled.local)).read_all()
@@ -216,6 +225,13 @@ class LookupFiles:
             self._spill(path, table)
         while self._disk_bytes > self.max_disk and self._spilled:
             self._drop_spilled(next(iter(self._spilled)))
+        self._expire()
+
+    def _expire(self) -> None:
+        """Delete the spilled files unused for the retention (least recently used lead)."""
+        expired = self._clock() - self.retention_ms / 1000
+        while self._spilled and next(iter(self._spilled.values())).used < expired:
+            self._drop_spilled(next(iter(self._spilled)))
 
     def _spill(self, path: str, rows: pa.Table) -> None:
         if not self.max_disk:  # nothing goes to disk: the file is read from storage if needed
@@ -229,7 +245,7 @@ class LookupFiles:
         local = os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow")
         with pa.OSFile(local, "wb") as sink, ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
-        spilled = _Spilled(local, os.path.getsize(local), whole)
+        spilled = _Spilled(local, os.path.getsize(local), whole, self._clock())
         self._spilled[path] = spilled
         self._disk_bytes += spilled.size
 
@@ -294,4 +310,5 @@ def store_for(ctx: TableContext) -> LookupFiles | None:
                 ctx.key_columns, max_memory=max_memory, max_disk=max_disk, values=_needs_values(ctx))
         store.max_memory = max_memory
         store.max_disk = max_disk
+        store.retention_ms = options.lookup_cache_file_retention
         return store
