@@ -36,6 +36,9 @@ PLANS = {
     "lookup": [KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.CHANGELOG_FILE, crashtest.RANDOM],
     "deletion-vectors": [KillPoint.INDEX_FILE, KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.EXPIRE_FILES],
     "dv-partial-update": [KillPoint.INDEX_FILE, KillPoint.COMPACTION, crashtest.RANDOM],
+    "dv-gentle": [KillPoint.INDEX_FILE, KillPoint.BEFORE_COMPACT_SNAPSHOT, crashtest.RANDOM],
+    # the compaction point is reached on the background thread
+    "dv-async": [KillPoint.COMPACTION, KillPoint.INDEX_FILE, crashtest.RANDOM],
 }
 KILLS = sum(len(p) for p in PLANS.values())
 
