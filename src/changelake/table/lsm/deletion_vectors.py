@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -26,6 +27,23 @@ from changelake.table.merge import sort
 from changelake.table.read import deletion_vectors as read_vectors
 
 Vectors = dict[str, BitMap]
+
+
+@dataclass(frozen=True)
+class IndexBase:
+    """A bucket's committed index files and the deletion vectors they hold."""
+
+    files: tuple[IndexFileMeta, ...]
+    vectors: Vectors
+
+    def after(self, vectors: Vectors, added: Sequence[IndexFileMeta], deleted: Sequence[IndexFileMeta],
+              live: Iterable[DataFileMeta]) -> IndexBase:
+        """The bucket's index files and vectors once a commit lands that replaces ``deleted``
+        with ``added``, which hold ``vectors`` (those of the ``live`` files)."""
+        names = {f.file_name for f in live}
+        gone = {f.file_name for f in deleted}
+        return IndexBase(tuple(f for f in self.files if f.file_name not in gone) + tuple(added),
+                         {name: v for name, v in vectors.items() if name in names and v})
 
 
 def live_rows(rows: pa.Table, vector: BitMap | None) -> pa.Table:

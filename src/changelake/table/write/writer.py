@@ -37,13 +37,6 @@ from changelake.table.write.bucketing import SortedFlush, group_by_bucket, merge
 if TYPE_CHECKING:
     from changelake.table.write.conform import WriteInput
 
-@dataclass(frozen=True)
-class _IndexBase:
-    """A bucket's committed index files and the deletion vectors they hold."""
-
-    files: tuple[IndexFileMeta, ...]
-    vectors: deletion_vectors.Vectors
-
 
 @dataclass
 class _Bucket:
@@ -67,8 +60,8 @@ class _Bucket:
     idle_commits: int = 0
     # deletion vectors: the committed index files (and their vectors) that the compactions in
     # ``compacted`` started from, and those the running background compaction started from
-    compacted_base: _IndexBase | None = None
-    running_base: _IndexBase | None = None
+    compacted_base: deletion_vectors.IndexBase | None = None
+    running_base: deletion_vectors.IndexBase | None = None
 
 
 @dataclass(frozen=True)
@@ -300,8 +293,8 @@ class TableWrite:
         bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
         for f in state.compacted.merge(result):
             self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
-        # A background compaction starts only when none is uncommitted: it started from the
-        # committed vectors, the base of what ``compacted`` holds now.
+        # The compactions in ``compacted`` start from the index files committed before this
+        # commit: a background one from those the commit that started it left.
         state.compacted_base = state.compacted_base or state.running_base
         state.running_base = None
 
@@ -318,9 +311,13 @@ class TableWrite:
         force_level0 = compaction.forces_level0_up(ctx, self.changelog)
         waits = landing.waits_for_lookup(ctx, self.changelog)
         gentle_due = False
-        if force_level0 and options.lookup_compact is LookupCompactMode.GENTLE and not full and state.running is None:
-            usual = compaction.picker(ctx).pick(state.levels.num_levels, state.levels.sorted_runs(ctx.key_of))
-            force_level0 = usual is None and self._interval_reached(state)
+        if force_level0 and options.lookup_compact is LookupCompactMode.GENTLE and not full:
+            # Paimon's trigger picks nothing while a compaction runs, and counts only when
+            # universal compaction picks nothing.
+            idle = state.running is None
+            usual = compaction.picker(ctx).pick(state.levels.num_levels, state.levels.sorted_runs(ctx.key_of)) \
+                if idle else None
+            force_level0 = idle and usual is None and self._interval_reached(state)
             # A waiting writer waits for whatever is picked, as Paimon's prepareCommit does.
             gentle_due = waits and (usual is not None or force_level0)
         # Paimon's readers skip level 0 of first-row tables, and lookup-wait commits carry the
@@ -364,22 +361,18 @@ class TableWrite:
                 state.running = compaction_executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit,
                                                              self.changelog, vectors)
 
-    def _committed_vectors(self, state: _Bucket) -> _IndexBase:
+    def _committed_vectors(self, state: _Bucket) -> deletion_vectors.IndexBase:
         files = tuple(self._index_files.get((state.partition, state.bucket), []))
-        return _IndexBase(files, read_vectors.bucket_vectors(self.ctx, files))
+        return deletion_vectors.IndexBase(files, read_vectors.bucket_vectors(self.ctx, files))
 
-    def _vectors_after_commit(self, state: _Bucket) -> _IndexBase:
+    def _vectors_after_commit(self, state: _Bucket) -> deletion_vectors.IndexBase:
         """The bucket's index files and vectors once this commit lands: the committed ones, or
         those its collected compactions leave (the index files it adds replace those it
         deletes). A background compaction starts from them and lands with a later commit."""
-        base = state.compacted_base
-        if state.compacted.vectors is None or base is None:
+        if state.compacted.vectors is None or state.compacted_base is None:
             return self._committed_vectors(state)
-        live = {f.file_name for f in state.levels.files}
-        deleted = {f.file_name for f in state.index_deleted}
-        files = tuple(f for f in base.files if f.file_name not in deleted) + state.index_added
-        vectors = {name: v for name, v in state.compacted.vectors.items() if name in live and v}
-        return _IndexBase(files, vectors)
+        return state.compacted_base.after(state.compacted.vectors, state.index_added, state.index_deleted,
+                                          state.levels.files)
 
     def _interval_reached(self, state: _Bucket) -> bool:
         """``lookup-compact`` gentle: a commit in which universal compaction picks nothing
