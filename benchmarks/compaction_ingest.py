@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from ingest_read import SCHEMA, batches, run_floor
+from ingest_read import SCHEMA, batches, compact_level0_left, run_floor
 
 import changelake as cl
 from changelake.table import executor
@@ -171,15 +171,7 @@ def run(root: str, commits: int, size: int, *, one_shot: bool, options: dict[str
         start = time.perf_counter()
         writer.close()  # waits for a compaction still running: part of the ingest's cost
         durations[-1] += time.perf_counter() - start
-    latest = table.latest_snapshot()
-    assert latest is not None
-    if table.context.options.deletion_vectors_enabled and \
-            any(e.file.level == 0 for e in live_files.live_entries(table.context, latest)):
-        # Readers skip level 0, where lookup-compact gentle or lookup-wait false leave rows:
-        # they go up in a last compaction, part of the ingest.
-        start = time.perf_counter()
-        table.compact()
-        durations[-1] += time.perf_counter() - start
+    durations[-1] += compact_level0_left(table)  # part of the ingest
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     if profiles is not None:  # the profile covers the ingest only
         profiles.main.disable()

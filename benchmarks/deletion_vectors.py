@@ -74,15 +74,19 @@ def paired_seconds(ours: Callable[[], object], theirs: Callable[[], object]) -> 
     """Median seconds of two reads timed in alternating pairs (the machine's speed drifts), and
     the median of the pairs' ratios (theirs / ours)."""
     ours(), theirs()  # warm the caches (manifests, OS pages), as a long-lived reader has them
+
+    def timed(read: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        read()
+        return time.perf_counter() - start
+
     pairs = []
     for i in range(READS):
-        timed = []
-        for read in (ours, theirs) if i % 2 == 0 else (theirs, ours):
-            start = time.perf_counter()
-            read()
-            timed.append((read, time.perf_counter() - start))
-        seconds = dict((id(read), s) for read, s in timed)
-        pairs.append((seconds[id(ours)], seconds[id(theirs)]))
+        if i % 2:
+            their_s = timed(theirs)
+            pairs.append((timed(ours), their_s))
+        else:
+            pairs.append((timed(ours), timed(theirs)))
     return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
             statistics.median(p[1] / p[0] for p in pairs))
 

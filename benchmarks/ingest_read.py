@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import changelake as cl
+from changelake.table.read import live_files
 
 PARTITIONS = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
 SCHEMA = pa.schema(
@@ -66,6 +67,19 @@ def batches(commits: int, size: int, seed: int = 7, *, deletes: float = 0.05) ->
                 "rowkind": kinds,
             }
         )
+
+
+def compact_level0_left(table: cl.Table) -> float:
+    """Seconds a last ``table.compact()`` takes to move up what a writer of a deletion-vector
+    table left at level 0 (``lookup-compact=gentle``, ``lookup-wait=false``), which its readers
+    skip; 0 when nothing is there."""
+    latest = table.latest_snapshot()
+    if latest is None or not table.context.options.deletion_vectors_enabled or \
+            not any(e.file.level == 0 for e in live_files.live_entries(table.context, latest)):
+        return 0.0
+    start = time.perf_counter()
+    table.compact()
+    return time.perf_counter() - start
 
 
 def rss_mb() -> float:

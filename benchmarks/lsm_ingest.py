@@ -42,7 +42,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from ingest_read import PARTITIONS, SCHEMA, batches
+from ingest_read import PARTITIONS, SCHEMA, batches, compact_level0_left
 
 import changelake as cl
 from changelake.table.read import live_files
@@ -193,14 +193,7 @@ def scale(rows: int, size: int, options: dict[str, str]) -> None:
                       f"last p50 {statistics.median(durations[-100:]) * 1000:.0f} ms, "
                       f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB", flush=True)
         writer.close()
-        latest = table.latest_snapshot()
-        if table.context.options.deletion_vectors_enabled and \
-                any(e.file.level == 0 for e in live_files.live_entries(table.context, latest)):
-            # Readers skip level 0, where lookup-compact gentle or lookup-wait false leave rows:
-            # they go up in a last compaction, timed with the last commit.
-            start = time.perf_counter()
-            table.compact()
-            durations[-1] += time.perf_counter() - start
+        durations[-1] += compact_level0_left(table)  # timed with the last commit
         window = min(100, max(1, commits // 10))
         first, last = statistics.median(durations[:window]), statistics.median(durations[-window:])
         ingest_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
