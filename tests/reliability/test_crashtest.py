@@ -74,6 +74,23 @@ def test_kill_point_hook(tmp_path: Path) -> None:
     assert inert.returncode == 0 and inert.stdout.split() == ["0", "1", "2"]
 
 
+def test_data_file_kill_leaves_its_row_groups_on_disk(tmp_path: Path) -> None:
+    """Data files are written through a buffer, yet the data-file kill point still leaves what
+    it promises: a file with its row groups on disk and no footer (which the table never lists)."""
+    src = str(Path(killpoints.__file__).resolve().parents[3])
+    script = ("import sys, pyarrow as pa, changelake as cl\n"
+              "t = cl.Catalog(sys.argv[1]).create_table('db.t', pa.schema([('id', pa.int64()), ('v', pa.string())]),\n"
+              "                                         primary_keys=['id'], options={'bucket': '1'})\n"
+              "t.write(pa.table({'id': list(range(5000)), 'v': [str(i) for i in range(5000)]}))\n")
+    env = os.environ | {killpoints.ENVIRONMENT_VARIABLE: "data-file", "PYTHONPATH": src}
+    killed = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert killed.returncode == -9, killed.stderr
+    (partial,) = (tmp_path / "db.db" / "t" / "bucket-0").glob("data-*.parquet")
+    data = partial.read_bytes()
+    assert len(data) > 1000 and data.startswith(b"PAR1") and not data.endswith(b"PAR1")
+
+
 def test_the_model_and_the_orphan_count_see_damage(tmp_path: Path) -> None:
     """The checks are not vacuous: a deleted data file is reported missing, a stray file is an
     orphan, and a lost commit shows as rows missing from the model."""

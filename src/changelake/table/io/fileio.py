@@ -20,6 +20,11 @@ from changelake.table.io import killpoints
 from changelake.table.io.atomic import MEMORY_LOCK, AtomicCreate, CommitLock, atomic_create_of, table_root_of
 from changelake.table.io.killpoints import KillPoint
 
+# Data files are written through a buffer of this size: Parquet writes a file in many small
+# pieces (page headers, pages, the footer), each a system call unbuffered, and a level-0 flush
+# writes a small file per bucket.
+OUTPUT_BUFFER_BYTES = 1024 * 1024
+
 
 @dataclass(frozen=True)
 class FileIO:
@@ -115,10 +120,10 @@ class FileIO:
         whose name is unique and that become visible only through a commit (data files): they
         are written in place, with no temporary name."""
         try:
-            return self.arrow_fs.open_output_stream(path, compression=None)
+            return self.arrow_fs.open_output_stream(path, compression=None, buffer_size=OUTPUT_BUFFER_BYTES)
         except FileNotFoundError:  # a filesystem with directories, and the parent is missing
             self.fs.makedirs(self.fs._parent(path), exist_ok=True)
-            return self.arrow_fs.open_output_stream(path, compression=None)
+            return self.arrow_fs.open_output_stream(path, compression=None, buffer_size=OUTPUT_BUFFER_BYTES)
 
     def overwrite_hint(self, path: str, text: str) -> None:
         """Replace a small hint file (LATEST, EARLIEST) so readers never see it half-written."""

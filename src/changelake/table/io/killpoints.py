@@ -51,6 +51,13 @@ _lock = threading.Lock()
 _reached = 0
 
 
+def armed(point: KillPoint) -> bool:
+    """Whether ``CHANGELAKE_KILL_POINT`` names ``point`` (so a writer can put on disk first what
+    the point promises is there)."""
+    target = _target()
+    return target is not None and target[0] == point.value
+
+
 def reached(point: KillPoint) -> None:
     """Kill this process if ``CHANGELAKE_KILL_POINT`` names ``point`` (and this is the N-th time)."""
     target = _target()
