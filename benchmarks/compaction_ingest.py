@@ -17,8 +17,12 @@ engine's phases is summed over all threads.
 ``--pairs N`` (default 3) makes N ingest runs, each next to a floor run (in alternating order:
 the machine's speed drifts), and prints every pair's ratio and the median pair's figures.
 
+The floor writes on one core; the ingest uses every core it has. The CPU seconds a row costs in
+each (the ingest's: the process's, every thread's) tell how many cores the ingest needs to reach
+a ratio; ``--cpus N`` runs both on the first N cores only (Linux), to see the ratio scale.
+
 Run: ./dev bench compaction_ingest [--commits 20] [--batch 100000] [--one-shot] [--profile] [--option K=V]
-     [--pairs 3]
+     [--pairs 3] [--cpus N]
 """
 
 from __future__ import annotations
@@ -185,6 +189,14 @@ def run(root: str, commits: int, size: int, *, one_shot: bool, options: dict[str
     return {"durations": durations, "read_s": read_s, "rows": rows, "files": files, "wall": wall, "cpu": cpu}
 
 
+def pin_to_cores(count: int) -> int:
+    """Keep this process (every thread it has and will have) on its first ``count`` cores."""
+    allowed = sorted(os.sched_getaffinity(0))[:count]
+    for thread in os.listdir("/proc/self/task"):  # threads made later inherit the mask
+        os.sched_setaffinity(int(thread), allowed)
+    return len(allowed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commits", type=int, default=20)
@@ -195,7 +207,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3,
                         help="ingest and floor runs, in alternating order; ratios are per pair, then the median")
     parser.add_argument("--profile", action="store_true", help="where the time went, worker threads included")
+    parser.add_argument("--cpus", type=int, help="run on the first N cores only (Linux)")
     args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    if args.cpus is not None:
+        cores = pin_to_cores(args.cpus)
     total = args.commits * args.batch
     profiles = ThreadProfiles() if args.profile else None
     if profiles is not None:
@@ -210,21 +226,22 @@ def main() -> None:
         try:
             if pair % 2:
                 os.sync()
-                floor_write_s, _, floor_rows = run_floor(f"{work}/plain", args.commits, args.batch)
+                floor = run_floor(f"{work}/plain", args.commits, args.batch)
             os.sync()
             r = run(f"{work}/cl", args.commits, args.batch, one_shot=args.one_shot, options=options,
                     profiles=profiles)
             if not pair % 2:
                 os.sync()
-                floor_write_s, _, floor_rows = run_floor(f"{work}/plain", args.commits, args.batch)
+                floor = run_floor(f"{work}/plain", args.commits, args.batch)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        if r["rows"] != floor_rows:
-            sys.exit(f"row count mismatch: changelake {r['rows']} vs floor {floor_rows}")
-        pairs.append((r, floor_write_s))
+        if r["rows"] != floor.rows:
+            sys.exit(f"row count mismatch: changelake {r['rows']} vs floor {floor.rows}")
+        pairs.append((r, floor))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    ratios = [floor_s / sum(r["durations"]) for r, floor_s in pairs]
-    r, floor_write_s = pairs[ratios.index(sorted(ratios)[(len(ratios) - 1) // 2])]  # the median pair
+    ratios = [floor.write_s / sum(r["durations"]) for r, floor in pairs]
+    r, floor = pairs[ratios.index(sorted(ratios)[(len(ratios) - 1) // 2])]  # the median pair
+    floor_write_s = floor.write_s
     durations = r["durations"]
     ingest_rate, floor_rate = total / sum(durations), total / floor_write_s
     first = statistics.median(durations[:10]) * 1000
@@ -237,6 +254,10 @@ def main() -> None:
     print(f"plain parquet write (floor): {floor_rate:,.0f} rows/s")
     print(f"ratio: ingest {ingest_rate / floor_rate:.2f}x of floor (target >= 0.6); every pair: "
           + ", ".join(f"{x:.2f}x" for x in ratios))
+    cost = r["cpu"] / floor.write_cpu_s
+    print(f"CPU per row: ingest {r['cpu'] / total * 1e6:.2f} us, floor {floor.write_cpu_s / total * 1e6:.2f} us "
+          f"({cost:.2f}x); on {cores} cores the ingest reaches about {cores / cost:.2f}x of the floor, "
+          f"0.6x takes {0.6 * cost:.1f} cores kept busy")
     print(f"per commit: first-10 p50 {first:.0f} ms, last-10 p50 {last:.0f} ms "
           f"(ratio {last / first:.2f}, target <= 1.5)")
     print(f"live data files at the end: {r['files']}")

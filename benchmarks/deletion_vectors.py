@@ -146,8 +146,8 @@ def main() -> None:
             for step in steps[round_number % 3:] + steps[:round_number % 3]:
                 os.sync()  # the disk's writeback of one run's files is not left to slow the next
                 if step == "floor":
-                    seconds[step], _, floor_rows = run_floor(f"{work}/parquet", args.commits, args.batch,
-                                                             deletes=args.deletes)
+                    floor = run_floor(f"{work}/parquet", args.commits, args.batch, deletes=args.deletes)
+                    seconds[step], floor_rows = floor.write_s, floor.rows
                 elif step == "with":
                     dv_table, dv_durations = ingest(f"{work}/dv", args.commits, args.batch, vectors=True,
                                                     deletes=args.deletes, lookup_compact=args.lookup_compact)
