@@ -241,9 +241,8 @@ def main() -> None:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ratios = [floor.write_s / sum(r["durations"]) for r, floor in pairs]
     r, floor = pairs[ratios.index(sorted(ratios)[(len(ratios) - 1) // 2])]  # the median pair
-    floor_write_s = floor.write_s
     durations = r["durations"]
-    ingest_rate, floor_rate = total / sum(durations), total / floor_write_s
+    ingest_rate, floor_rate = total / sum(durations), total / floor.write_s
     first = statistics.median(durations[:10]) * 1000
     last = statistics.median(durations[-10:]) * 1000
     mode = "Table.write per batch" if args.one_shot else "one writer, a commit per batch"
