@@ -152,9 +152,7 @@ class _OpenFile:
 
     def close(self, settings: FileSettings, level: int, file_source: FileSource) -> DataFileMeta:
         # The crash test's point: the row groups are on disk, the footer is not (a partial file).
-        if killpoints.armed(settings.kill_point):
-            self.sink.flush()
-        killpoints.reached(settings.kill_point)
+        killpoints.reached(settings.kill_point, before_kill=self.sink.flush)
         self.writer.close()
         size = self.sink.tell()
         self.sink.close()

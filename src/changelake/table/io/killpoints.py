@@ -12,6 +12,7 @@ import functools
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 ENVIRONMENT_VARIABLE = "CHANGELAKE_KILL_POINT"
 
@@ -51,15 +52,9 @@ _lock = threading.Lock()
 _reached = 0
 
 
-def armed(point: KillPoint) -> bool:
-    """Whether ``CHANGELAKE_KILL_POINT`` names ``point`` (so a writer can put on disk first what
-    the point promises is there)."""
-    target = _target()
-    return target is not None and target[0] == point.value
-
-
-def reached(point: KillPoint) -> None:
-    """Kill this process if ``CHANGELAKE_KILL_POINT`` names ``point`` (and this is the N-th time)."""
+def reached(point: KillPoint, *, before_kill: Callable[[], object] | None = None) -> None:
+    """Kill this process if ``CHANGELAKE_KILL_POINT`` names ``point`` (and this is the N-th time);
+    ``before_kill`` runs first, to put on disk what the point promises is there (a buffer)."""
     target = _target()
     if target is None or target[0] != point.value:
         return
@@ -68,4 +63,6 @@ def reached(point: KillPoint) -> None:
         _reached += 1
         hit = _reached == target[1]
     if hit:
+        if before_kill is not None:
+            before_kill()
         os.kill(os.getpid(), signal.SIGKILL)
