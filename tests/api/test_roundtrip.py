@@ -563,6 +563,8 @@ def test_paimon_layout_on_disk(tmp_path: Path, partitioned: bool) -> None:
     assert schema_json["partitionKeys"] == (["dt"] if partitioned else [])
     assert schema_json["options"] == {"bucket": "4"}
     assert schema_json["id"] == 0
+    # unset, they are left out, as Java Paimon leaves them (it reads a JSON null as "null")
+    assert "comment" not in schema_json and not any("description" in f for f in schema_json["fields"])
     if partitioned:
         assert types["dt"] == "STRING NOT NULL"
     assert not (root / "snapshot").exists() or not any((root / "snapshot").iterdir())

@@ -56,21 +56,23 @@ class JavaPaimon:
                               javaopts=["-Xmx1g"])
         self.gateway = JavaGateway(gateway_parameters=GatewayParameters(port=port, auto_convert=True))
         self.jvm: Any = self.gateway.jvm
-        self._spill = tempfile.mkdtemp(prefix="java-paimon-")
+        self.spill = tempfile.mkdtemp(prefix="java-paimon-")  # where writers' lookups spill
 
     def close(self) -> None:
         self.gateway.shutdown()
 
-    def _catalog(self, warehouse: str) -> Any:
+    def catalog(self, warehouse: str) -> Any:
+        """Java Paimon's filesystem catalog of ``warehouse``."""
         paimon = self.jvm.org.apache.paimon
         options = paimon.options.Options()
         options.set("warehouse", warehouse)
         return paimon.catalog.CatalogFactory.createCatalog(paimon.catalog.CatalogContext.create(options))
 
-    def _table(self, warehouse: str, name: str, options: dict[str, str] | None = None) -> Any:
+    def table(self, warehouse: str, name: str, options: dict[str, str] | None = None) -> Any:
+        """Java Paimon's handle of ``name`` ("db.table"), with ``options`` (e.g. time travel)."""
         database, table = name.split(".")
         identifier = self.jvm.org.apache.paimon.catalog.Identifier.create(database, table)
-        handle = self._catalog(warehouse).getTable(identifier)
+        handle = self.catalog(warehouse).getTable(identifier)
         return handle.copy(options) if options else handle
 
     def create_table(self, warehouse: str, name: str, fields: Sequence[tuple[str, str]], *,
@@ -89,7 +91,7 @@ class JavaPaimon:
         builder.partitionKeys(list(partition_keys))
         for key, value in (options or {}).items():
             builder.option(key, value)
-        catalog = self._catalog(warehouse)
+        catalog = self.catalog(warehouse)
         database, table = name.split(".")
         catalog.createDatabase(database, True)
         catalog.createTable(paimon.catalog.Identifier.create(database, table), builder.build(), False)
@@ -101,13 +103,13 @@ class JavaPaimon:
         the commit, as Paimon's Flink sink does every ``full-compaction.delta-commits`` (tables
         with one STRING partition key)."""
         paimon = self.jvm.org.apache.paimon
-        table = self._table(warehouse, name)
+        table = self.table(warehouse, name)
         columns = list(table.rowType().getFieldNames())
         rows = list(rows)
         builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
         write = builder.newWrite()
         # lookups (deletion vectors, the lookup producer) spill to local disk
-        write.withIOManager(paimon.disk.IOManager.create(self._spill))
+        write.withIOManager(paimon.disk.IOManager.create(self.spill))
         commit = builder.newCommit()
         try:
             for kind, values in rows:
@@ -131,7 +133,7 @@ class JavaPaimon:
     def read(self, warehouse: str, name: str, snapshot_id: int | None = None) -> list[Row]:
         """Every row of the latest snapshot (or ``snapshot_id``), as Java Paimon reads it."""
         options = None if snapshot_id is None else {"scan.snapshot-id": str(snapshot_id)}
-        table = self._table(warehouse, name, options)
+        table = self.table(warehouse, name, options)
         fields = [(f.name(), f.type().getTypeRoot().name()) for f in table.rowType().getFields()]
         builder = self.jvm.org.apache.paimon.python.InvocationUtil.getReadBuilder(table)
         read = builder.newRead()
@@ -148,7 +150,7 @@ class JavaPaimon:
     def stream(self, warehouse: str, name: str, snapshot_id: int) -> list[tuple[str, Row]]:
         """The changes from ``snapshot_id`` to the latest snapshot as Java Paimon's streaming
         read returns them (``scan.mode`` from-snapshot): (row kind, row) pairs."""
-        table = self._table(warehouse, name, {"scan.mode": "from-snapshot", "scan.snapshot-id": str(snapshot_id)})
+        table = self.table(warehouse, name, {"scan.mode": "from-snapshot", "scan.snapshot-id": str(snapshot_id)})
         fields = [(f.name(), f.type().getTypeRoot().name()) for f in table.rowType().getFields()]
         builder = self.jvm.org.apache.paimon.python.InvocationUtil.getReadBuilder(table)
         scan, read = builder.newStreamScan(), builder.newRead()

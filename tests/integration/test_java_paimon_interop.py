@@ -9,15 +9,13 @@ are the only tests of those files as another Paimon writer makes them."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from java_paimon import JavaPaimon, jar_path, jar_reason
+from java_paimon import JavaPaimon
 
 import changelake as cl
-from spark_support import java_reason
 
 FIELDS = [("dt", "STRING"), ("id", "INT"), ("name", "STRING"), ("v", "DOUBLE")]
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("id", pa.int32(), nullable=False),
@@ -25,16 +23,6 @@ SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("id", 
 Key = tuple[str, int]
 Row = dict[str, Any]
 Change = tuple[str, Row]
-
-
-@pytest.fixture(scope="module")
-def java() -> Iterator[JavaPaimon]:
-    reason = java_reason() or jar_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    engine = JavaPaimon(jar_path())
-    yield engine
-    engine.close()
 
 
 class Model:

@@ -66,7 +66,9 @@ class TableSchema(BaseModel):
         return pa.schema([f.arrow_field() for f in self.fields])
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2)
+        # unset descriptions and comments are left out, as Java Paimon writes them (it would read
+        # a JSON null back as the text "null")
+        return self.model_dump_json(by_alias=True, indent=2, exclude_none=True)
 
     def names_in(self, older: TableSchema) -> dict[str, str | None]:
         """For each of this schema's columns, its name in ``older`` (matched by field id, so a

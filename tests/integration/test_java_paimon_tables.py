@@ -1,0 +1,583 @@
+"""Apache Paimon's Java engine (0.9.0, over py4j: ``java_paimon.py``) and changelake on tables
+beyond ``test_java_paimon_interop.py``'s: every common column type (both ways, in keys,
+partitions and values), schema evolution by either side, both engines writing in turn to
+tables without deletion vectors under each merge engine, tags made by either side, partitions
+of several keys (values escaped in paths, blank ones in the default partition), ``bucket-key``
+and ``sequence.field``.
+
+``java_paimon.py`` writes and reads STRING, INT and DOUBLE only; this module has its own Java
+row writer (``BinaryRowWriter``: py4j boxes a Python int as an Integer, which a BIGINT field
+of a ``GenericRow`` cannot take) and reader: Java serializes each row it reads into a
+BinaryRow (one py4j call a row instead of two a field), decoded here by type root. Values of both sides are
+normalized alike: DATE as days since the epoch, TIMESTAMP as microseconds since the epoch,
+DECIMAL as ``decimal.Decimal``, bytes as ``bytes``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import random
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from java_paimon import JavaPaimon
+
+import changelake as cl
+
+Row = dict[str, Any]
+Change = tuple[str, Row]
+ROW_KINDS = {"+I": "INSERT", "-U": "UPDATE_BEFORE", "+U": "UPDATE_AFTER", "-D": "DELETE"}
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+# -- Java Paimon's side ------------------------------------------------------------------------
+
+Field = tuple[str, str, tuple[int, ...], int]  # name, type root, (precision[, scale]), field id
+
+
+def _fields(table: Any) -> list[Field]:
+    fields = []
+    for field in table.rowType().getFields():
+        data_type = field.type()
+        root = data_type.getTypeRoot().name()
+        if root == "DECIMAL":
+            params: tuple[int, ...] = (data_type.getPrecision(), data_type.getScale())
+        elif root.startswith("TIMESTAMP"):
+            params = (data_type.getPrecision(),)
+        else:
+            params = ()
+        fields.append((field.name(), root, params, field.id()))
+    return fields
+
+
+def _decode(data: bytes, fields: list[Field]) -> list[Any]:
+    """The values of a row in Paimon's BinaryRow layout (Java serializes each row it reads
+    into one, so a row crosses py4j in one call): a null bit set after the row kind's byte,
+    an 8-byte slot per field, variable-length parts behind them, little-endian."""
+    null_bytes = (len(fields) + 63 + 8) // 64 * 8
+    values: list[Any] = []
+    for i, (_, root, params, _) in enumerate(fields):
+        if data[(i + 8) >> 3] & (1 << ((i + 8) & 7)):
+            values.append(None)
+            continue
+        at = null_bytes + 8 * i
+        slot = data[at:at + 8]
+        word = int.from_bytes(slot, "little")
+        if root == "BOOLEAN":
+            values.append(slot[0] != 0)
+        elif root in ("TINYINT", "SMALLINT", "INTEGER", "DATE", "BIGINT"):
+            width = {"TINYINT": 1, "SMALLINT": 2, "BIGINT": 8}.get(root, 4)
+            values.append(int.from_bytes(slot[:width], "little", signed=True))
+        elif root in ("FLOAT", "DOUBLE"):
+            values.append(struct.unpack("<f" if root == "FLOAT" else "<d", slot[:4 if root == "FLOAT" else 8])[0])
+        elif root in ("CHAR", "VARCHAR", "BINARY", "VARBINARY"):
+            # up to 7 bytes inline, the length in the last byte; else offset and length
+            inline = slot[7] & 0x80
+            raw = slot[:slot[7] & 0x7F] if inline else data[word >> 32:(word >> 32) + (word & 0xFFFFFFFF)]
+            values.append(raw.decode() if root in ("CHAR", "VARCHAR") else bytes(raw))
+        elif root == "DECIMAL":
+            if params[0] <= 18:
+                unscaled = int.from_bytes(slot, "little", signed=True)
+            else:
+                unscaled = int.from_bytes(data[word >> 32:(word >> 32) + (word & 0xFFFFFFFF)], "big", signed=True)
+            values.append(decimal.Decimal(unscaled).scaleb(-params[1]))
+        elif root.startswith("TIMESTAMP"):
+            if params[0] <= 3:
+                values.append(int.from_bytes(slot, "little", signed=True) * 1000)
+            else:  # epoch millis behind the slot, nanos of the millisecond in it
+                millis = int.from_bytes(data[word >> 32:(word >> 32) + 8], "little", signed=True)
+                values.append(millis * 1000 + (word & 0xFFFFFFFF) // 1000)
+        else:
+            raise ValueError(f"{root} is not read here")
+    return values
+
+
+def java_read(java: JavaPaimon, warehouse: str, name: str, options: dict[str, str] | None = None,
+              *, by_id: bool = False) -> list[Row]:
+    """Every row Java Paimon reads (options: scan.snapshot-id, scan.tag-name, ...); ``by_id``
+    keys the values by field id instead of name."""
+    paimon = java.jvm.org.apache.paimon
+    table = java.table(warehouse, name, options)
+    fields = _fields(table)
+    serializer = paimon.data.serializer.InternalRowSerializer(table.rowType())
+    builder = paimon.python.InvocationUtil.getReadBuilder(table)
+    read = builder.newRead()
+    rows = []
+    for split in builder.newScan().plan().splits():
+        iterator = read.createReader(split).toCloseableIterator()
+        try:
+            while iterator.hasNext():
+                values = _decode(serializer.toBinaryRow(iterator.next()).toBytes(), fields)
+                rows.append({field[3] if by_id else field[0]: value
+                             for field, value in zip(fields, values, strict=True)})
+        finally:
+            iterator.close()
+    return rows
+
+
+def java_write(java: JavaPaimon, warehouse: str, name: str, changes: Iterable[Change], *,
+               compact_buckets: int = 0) -> None:
+    """One batch commit of (row kind, row) pairs, values as changelake's scans return them;
+    ``compact_buckets``: fully compact buckets 0..n-1 of an unpartitioned table first."""
+    paimon = java.jvm.org.apache.paimon
+    table = java.table(warehouse, name)
+    fields = _fields(table)
+    builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
+    write = builder.newWrite()
+    write.withIOManager(paimon.disk.IOManager.create(java.spill))
+    commit = builder.newCommit()
+    try:
+        for kind, values in changes:
+            row = paimon.data.BinaryRow(len(fields))
+            writer = paimon.data.BinaryRowWriter(row)
+            for i, (column, root, params, _) in enumerate(fields):
+                _java_set(paimon, writer, i, root, params, values.get(column))
+            writer.complete()
+            row.setRowKind(getattr(paimon.types.RowKind, ROW_KINDS[kind]))
+            write.write(row)
+        for bucket in range(compact_buckets):
+            write.compact(paimon.data.BinaryRow.EMPTY_ROW, bucket, True)
+        commit.commit(write.prepareCommit())
+    finally:
+        write.close()
+        commit.close()
+
+
+def _java_set(paimon: Any, writer: Any, i: int, root: str, params: tuple[int, ...], value: Any) -> None:
+    if value is None:
+        # a non-compact decimal or timestamp keeps its variable-length slot
+        if root == "DECIMAL" and params[0] > 18:
+            writer.writeDecimal(i, None, params[0])
+        elif root.startswith("TIMESTAMP") and params[0] > 3:
+            writer.writeTimestamp(i, None, params[0])
+        else:
+            writer.setNullAt(i)
+    elif root == "BOOLEAN":
+        writer.writeBoolean(i, value)
+    elif root == "TINYINT":
+        writer.writeByte(i, value)
+    elif root == "SMALLINT":
+        writer.writeShort(i, value)
+    elif root == "INTEGER":
+        writer.writeInt(i, value)
+    elif root == "DATE":
+        writer.writeInt(i, (value - EPOCH.date()).days)
+    elif root == "BIGINT":
+        writer.writeLong(i, value)
+    elif root == "FLOAT":
+        writer.writeFloat(i, value)
+    elif root == "DOUBLE":
+        writer.writeDouble(i, value)
+    elif root == "DECIMAL":
+        writer.writeDecimal(i, paimon.data.Decimal.fromBigDecimal(value, params[0], params[1]), params[0])
+    elif root in ("CHAR", "VARCHAR"):
+        writer.writeString(i, paimon.data.BinaryString.fromString(value))
+    elif root in ("BINARY", "VARBINARY"):
+        writer.writeBinary(i, bytearray(value))
+    elif root.startswith("TIMESTAMP"):
+        micros = (value - EPOCH) // dt.timedelta(microseconds=1)
+        timestamp = paimon.data.Timestamp.fromEpochMillis(micros // 1000, (micros % 1000) * 1000)
+        writer.writeTimestamp(i, timestamp, params[0])
+    else:
+        raise ValueError(f"{root} is not written here")
+
+
+# -- changelake's side -------------------------------------------------------------------------
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return (value - EPOCH) // dt.timedelta(microseconds=1)
+    if isinstance(value, dt.date):
+        return (value - EPOCH.date()).days
+    return value
+
+
+def _sorted(rows: Iterable[Row]) -> list[Row]:
+    return sorted(rows, key=lambda r: repr(sorted(r.items(), key=lambda kv: str(kv[0]))))
+
+
+def normalized(rows: Iterable[Row]) -> list[Row]:
+    return _sorted({k: _norm(v) for k, v in row.items()} for row in rows)
+
+
+def ours(table: cl.Table, **scan: Any) -> list[Row]:
+    return normalized(table.scan(**scan).to_arrow().to_pylist())
+
+
+def theirs(java: JavaPaimon, warehouse: str, name: str = "db.t", options: dict[str, str] | None = None) -> list[Row]:
+    return _sorted(java_read(java, warehouse, name, options))
+
+
+def _write_ours(table: cl.Table, changes: list[Change], schema: pa.Schema | None = None) -> None:
+    data = pa.Table.from_pylist([row for _, row in changes], schema=schema or table.schema)
+    table.write(data.append_column("rowkind", pa.array([kind for kind, _ in changes])))
+
+
+# -- every column type -------------------------------------------------------------------------
+
+TYPED = pa.schema([
+    pa.field("k", pa.int64(), nullable=False), pa.field("ks", pa.string(), nullable=False),
+    pa.field("kd", pa.decimal128(10, 2), nullable=False), pa.field("kt", pa.timestamp("us"), nullable=False),
+    ("b", pa.bool_()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()),
+    ("f32", pa.float32()), ("f64", pa.float64()), ("dec", pa.decimal128(10, 2)), ("s", pa.string()),
+    ("bin", pa.binary()), ("day", pa.date32()), ("ts3", pa.timestamp("ms")), ("ts6", pa.timestamp("us")),
+])
+TYPED_KEYS = ["k", "ks", "kd", "kt"]
+
+
+class TypedModel:
+    """Rows of TYPED by key; commits of new, updated and deleted keys (each key once)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.rows: dict[tuple[Any, ...], Row] = {}
+        self.next = 0
+
+    def _key(self, n: int) -> Row:
+        # keys of every width: BIGINTs beyond 32 bits and negative, strings past BinaryRow's
+        # 7 inline bytes, timestamps before the epoch
+        return {"k": (n * 7919 - 500) * (2 ** 33 if n % 3 == 0 else 1), "ks": "key-" * (n % 4) + str(n),
+                "kd": decimal.Decimal(n * 37 - 999) / 100,
+                "kt": dt.datetime(1969, 12, 31, 23, 0) + dt.timedelta(minutes=n * 7, microseconds=n * 13)}
+
+    def _values(self) -> Row:
+        rng = self.rng
+        if rng.random() < 0.15:
+            return dict.fromkeys(["b", "i8", "i16", "i32", "i64", "f32", "f64", "dec", "s", "bin", "day", "ts3", "ts6"])
+        return {
+            "b": rng.random() < 0.5, "i8": rng.randint(-128, 127), "i16": rng.randint(-32768, 32767),
+            "i32": rng.randint(-2 ** 31, 2 ** 31 - 1), "i64": rng.randint(-2 ** 63, 2 ** 63 - 1),
+            "f32": rng.choice([0.5, -1.25, 2.0 ** 40, 0.0, float("inf")]), "f64": rng.uniform(-1e6, 1e6),
+            "dec": decimal.Decimal(rng.randint(-99999999_99, 99999999_99)) / 100,
+            "s": rng.choice(["", "é", "a" * 40, "x\u4e16"]) if rng.random() < 0.9 else None,
+            "bin": bytes(rng.randrange(256) for _ in range(rng.randrange(12))),
+            "day": dt.date(1970, 1, 1) + dt.timedelta(days=rng.randint(-40000, 40000)),
+            "ts3": dt.datetime(2000, 1, 1) + dt.timedelta(milliseconds=rng.randint(-10 ** 12, 10 ** 12)),
+            "ts6": dt.datetime(2000, 1, 1) + dt.timedelta(microseconds=rng.randint(-10 ** 15, 10 ** 15)),
+        }
+
+    def commit(self, new: int, updates: int, deletes: int) -> list[Change]:
+        changed = self.rng.sample(sorted(self.rows), min(len(self.rows), updates + deletes))
+        changes: list[Change] = [("+I", {**self._key(self.next + i), **self._values()}) for i in range(new)]
+        self.next += new
+        changes += [("+U", {**self.rows[key], **self._values()}) for key in changed[:updates]]
+        changes += [("-D", self.rows[key]) for key in changed[updates:]]
+        for kind, row in changes:
+            key = tuple(row[k] for k in TYPED_KEYS)
+            if kind == "-D":
+                del self.rows[key]
+            else:
+                self.rows[key] = row
+        return changes
+
+
+def test_both_engines_write_and_read_every_column_type(tmp_path: Any, java: JavaPaimon) -> None:
+    """A table of every common type, keyed by BIGINT, STRING, DECIMAL and TIMESTAMP(6) (so
+    both sides must bucket those keys alike), written by changelake (upserts, deletes,
+    compaction up the levels), then by Java Paimon, then by changelake again: both read every
+    snapshot alike and as the model has it."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table(
+        "db.t", TYPED, primary_keys=TYPED_KEYS,
+        options={"bucket": "3", "num-sorted-run.compaction-trigger": "2", "file.format": "parquet"})
+    model = TypedModel(seed=7)
+    for step in range(3):
+        _write_ours(table, model.commit(24 if step == 0 else 6, 8, 3))
+    table.compact(full=True)
+    files = table.system("files").to_pylist()
+    assert any(f["level"] > 0 for f in files)
+    expected = normalized(model.rows.values())
+    assert ours(table) == expected
+    for step in range(2):
+        java_write(java, warehouse, "db.t", model.commit(5, 6, 3), compact_buckets=3 if step else 0)
+        expected = normalized(model.rows.values())
+        assert theirs(java, warehouse) == expected, f"Java's read after its commit {step}"
+        assert ours(table) == expected, f"changelake's read after Java's commit {step}"
+    _write_ours(table, model.commit(4, 6, 3))
+    table.compact(full=True)
+    assert ours(table) == normalized(model.rows.values())
+    for snapshot in table.snapshots():
+        assert theirs(java, warehouse, options={"scan.snapshot-id": str(snapshot.id)}) == \
+            ours(table, snapshot_id=snapshot.id), f"snapshot {snapshot.id} ({snapshot.commit_kind})"
+
+
+# -- schema evolution --------------------------------------------------------------------------
+
+def _java_snapshot_by_latest_ids(java: JavaPaimon, warehouse: str, snapshot_id: int) -> list[Row]:
+    """Java Paimon's read of a snapshot (in that snapshot's schema, as Paimon time-travels),
+    its values put under the latest schema's names by field id (a column the snapshot's
+    schema lacks is null)."""
+    latest = [(field[0], field[3]) for field in _fields(java.table(warehouse, "db.t"))]
+    rows = java_read(java, warehouse, "db.t", {"scan.snapshot-id": str(snapshot_id)}, by_id=True)
+    return _sorted({name: row.get(field_id) for name, field_id in latest} for row in rows)
+
+
+SIMPLE = pa.schema([pa.field("id", pa.int32(), nullable=False), ("name", pa.string()), ("v", pa.float64())])
+EVOLVING = pa.schema([pa.field("id", pa.int32(), nullable=False), ("a", pa.int8()), ("f", pa.float32()),
+                      ("d", pa.decimal128(10, 2)), ("b", pa.string()), ("c", pa.float64()),
+                      ("ts", pa.timestamp("ms"))])
+
+
+def test_java_paimon_reads_every_snapshot_of_a_table_changelake_evolves(tmp_path: Any, java: JavaPaimon) -> None:
+    """changelake adds (in the middle), renames, widens (TINYINT to INT, FLOAT to DOUBLE,
+    DECIMAL(10,2) to DECIMAL(12,2)), drops a column and adds one of the dropped name back
+    (a new field id) between commits, compacts files of every schema into one; Java Paimon
+    reads every snapshot as changelake does (matched by field id) and writes on top."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", EVOLVING, primary_keys=["id"],
+                                               options={"bucket": "2"})
+    model: dict[int, Row] = {}
+
+    def commit(changes: list[Change]) -> None:
+        _write_ours(table, changes)
+        for kind, row in changes:
+            if kind == "-D":
+                model.pop(row["id"])
+            else:
+                model[row["id"]] = {name: row.get(name) for name in table.schema.names}
+        for row in model.values():  # columns of the newest schema, null where never written
+            for name in table.schema.names:
+                row.setdefault(name, None)
+
+    commit([("+I", {"id": i, "a": i - 10, "f": [0.1, 1.5, -2.0][i % 3], "d": decimal.Decimal(i * 111) / 100,
+                    "b": f"b{i}", "c": i / 3, "ts": dt.datetime(2024, 1, 1) + dt.timedelta(milliseconds=i * 1001)})
+            for i in range(20)])
+    with table.update_schema() as u:
+        u.add_column("n", pa.string(), after="id")
+        u.rename_column("b", "bb")
+        u.update_column("a", pa.int32())
+        u.update_column("f", pa.float64())
+        u.update_column("d", pa.decimal128(12, 2))
+    for row in model.values():
+        row["bb"] = row.pop("b")
+        row["f"] = struct.unpack("f", struct.pack("f", row["f"]))[0]  # the FLOAT it was stored as
+    commit([("+U", {**model[i], "n": f"n{i}", "a": 2 ** 31 - 1 - i, "f": 0.1, "d": decimal.Decimal("9999999999.99")})
+            for i in range(0, 20, 3)] + [("-D", model[i]) for i in (1, 2)])
+    with table.update_schema() as u:
+        u.drop_column("c")
+    with table.update_schema() as u:
+        u.add_column("c", pa.string())
+    for row in model.values():
+        row["c"] = None
+    commit([("+U", {**model[i], "c": f"c{i}", "bb": None}) for i in range(4, 20, 4)] +
+           [("+I", {"id": 100, "n": "new", "c": "c100"}), ("-D", model[3])])
+    table.compact(full=True)
+    java_write(java, warehouse, "db.t", [("+U", {**model[i], "n": "java", "a": -1}) for i in (5, 6)] +
+               [("-D", model[7])], compact_buckets=0)
+    for i in (5, 6):
+        model[i] = {**model[i], "n": "java", "a": -1}
+    model.pop(7)
+    expected = normalized(model.values())
+    assert theirs(java, warehouse) == expected
+    table.refresh()
+    assert ours(table) == expected
+    for snapshot in table.snapshots():
+        assert _java_snapshot_by_latest_ids(java, warehouse, snapshot.id) == ours(table, snapshot_id=snapshot.id), \
+            f"snapshot {snapshot.id} (schema {snapshot.schema_id})"
+
+
+def test_changelake_reads_every_snapshot_of_a_table_java_paimon_evolves(tmp_path: Any, java: JavaPaimon) -> None:
+    """Java Paimon (``catalog.alterTable``) adds columns of other types, renames, widens INT
+    to BIGINT, moves a column first and drops one between its commits; changelake reads every
+    snapshot as Java does, then writes to the evolved table, which Java reads back."""
+    warehouse = str(tmp_path)
+    paimon = java.jvm.org.apache.paimon
+    types, change = paimon.types.DataTypes, paimon.schema.SchemaChange
+    java.create_table(warehouse, "db.t", [("id", "INT"), ("a", "INT"), ("b", "STRING"), ("c", "DOUBLE")],
+                      primary_keys=["id"], options={"bucket": "2"})
+    identifier = paimon.catalog.Identifier.create("db", "t")
+    catalog = java.catalog(warehouse)
+    java_write(java, warehouse, "db.t", [("+I", {"id": i, "a": i, "b": f"b{i}", "c": i / 3}) for i in range(12)])
+    catalog.alterTable(identifier, [change.addColumn("n", types.STRING()), change.renameColumn("b", "bb"),
+                                    change.updateColumnType("a", types.BIGINT()),
+                                    change.addColumn("dec", types.DECIMAL(20, 4)),
+                                    change.addColumn("ts", types.TIMESTAMP(6)), change.addColumn("day", types.DATE())],
+                       False)
+    java_write(java, warehouse, "db.t", [
+        ("+U", {"id": i, "a": i * 10 ** 11, "bb": f"bb{i}", "c": -i / 7, "n": f"n{i}",
+                "dec": decimal.Decimal("-1234567890123456.789") + i, "ts": dt.datetime(1950, 6, 1, 0, 0, 0, 999 * i),
+                "day": dt.date(2100, 1, i + 1)}) for i in range(5, 10)] + [("-D", {"id": 0})])
+    catalog.alterTable(identifier, [change.dropColumn("c"), change.updateColumnPosition(change.Move.first("n"))],
+                       False)
+    java_write(java, warehouse, "db.t", [("+U", {"id": i, "n": "third", "a": -i}) for i in (1, 8)],
+               compact_buckets=2)
+    table = cl.open_table(f"{warehouse}/db.db/t")
+    assert table.schema.names == ["n", "id", "a", "bb", "dec", "ts", "day"]
+    for snapshot in table.snapshots():
+        assert ours(table, snapshot_id=snapshot.id) == _java_snapshot_by_latest_ids(java, warehouse, snapshot.id), \
+            f"snapshot {snapshot.id} (schema {snapshot.schema_id})"
+    before = {row["id"]: row for row in table.scan().to_arrow().to_pylist()}
+    _write_ours(table, [("+U", {**before[5], "dec": decimal.Decimal("0.0001"), "bb": "ours"}), ("-D", before[6]),
+                        ("+I", {"id": 50, "n": "ours", "ts": dt.datetime(2024, 2, 29, 1, 2, 3, 456789)})])
+    assert theirs(java, warehouse) == ours(table)
+    assert {row["id"] for row in ours(table)} == set(before) - {6} | {50}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Time travel: Java Paimon 0.9 reads scan.snapshot-id in the schema that snapshot was committed with "
+    "(old column names, dropped columns present); changelake reads every snapshot in the Table's newest "
+    "schema (documented in docs/schema-evolution.md)."))
+def test_time_travel_reads_the_snapshots_schema_as_java_paimon_does(tmp_path: Any, java: JavaPaimon) -> None:
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", SIMPLE, primary_keys=["id"])
+    _write_ours(table, [("+I", {"id": 1, "name": "a", "v": 1.0})])
+    with table.update_schema() as u:
+        u.rename_column("name", "label")
+        u.drop_column("v")
+    assert ours(table, snapshot_id=1) == theirs(java, warehouse, options={"scan.snapshot-id": "1"})
+
+
+def test_java_paimon_sees_no_descriptions_or_comment_on_changelake_tables(tmp_path: Any, java: JavaPaimon) -> None:
+    """Unset descriptions and comments are left out of schema files, as Java Paimon writes
+    them: it would read a JSON null as the text "null"."""
+    warehouse = str(tmp_path)
+    cl.Catalog(warehouse).create_table("db.t", EVOLVING, primary_keys=["id"])
+    table = java.table(warehouse, "db.t")
+    descriptions = [field.description() for field in table.rowType().getFields()]
+    assert (descriptions, table.comment().orElse(None)) == ([None] * len(EVOLVING), None)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Java Paimon converts values of a file's older schema with its CastExecutors; changelake's casts differ "
+    "for type changes only Java makes: DOUBLE->STRING gives '1'/'1e+20' (Java: '1.0'/'1.0E20'), "
+    "DOUBLE->DECIMAL rounds the binary double half-even (0.125 -> 0.12, -2.675 -> -2.67; Java rounds "
+    "BigDecimal.valueOf(d) HALF_UP: 0.13, -2.68) and raises ArrowInvalid on overflow (Java: null)."))
+@pytest.mark.parametrize("cast", ["double-to-string", "double-to-decimal", "double-to-decimal-overflow"])
+def test_changelake_casts_columns_java_paimon_changed_type_as_java_does(
+        tmp_path: Any, java: JavaPaimon, cast: str) -> None:
+    warehouse = str(tmp_path)
+    paimon = java.jvm.org.apache.paimon
+    types, change = paimon.types.DataTypes, paimon.schema.SchemaChange
+    java.create_table(warehouse, "db.t", [("id", "INT"), ("v", "DOUBLE")], primary_keys=["id"],
+                      options={"bucket": "1"})
+    values = {"double-to-string": [1.0, 1e20, 0.1], "double-to-decimal": [0.125, -2.675, 2.5],
+              "double-to-decimal-overflow": [1e20, 1.0]}[cast]
+    java_write(java, warehouse, "db.t", [("+I", {"id": i, "v": v}) for i, v in enumerate(values)])
+    new_type = types.STRING() if cast == "double-to-string" else types.DECIMAL(10, 2)
+    java.catalog(warehouse).alterTable(paimon.catalog.Identifier.create("db", "t"),
+                                        [change.updateColumnType("v", new_type)], False)
+    assert ours(cl.open_table(f"{warehouse}/db.db/t")) == theirs(java, warehouse)
+
+
+# -- both engines writing in turn, without deletion vectors ------------------------------------
+
+ENGINES = {
+    "deduplicate": {},
+    "partial-update": {"merge-engine": "partial-update"},
+    "aggregation": {"merge-engine": "aggregation", "fields.v.aggregate-function": "sum"},
+}
+
+
+def _merge(engine: str, old: Row | None, new: Row) -> Row:
+    if old is None or engine == "deduplicate":
+        return new
+    if engine == "partial-update":
+        return {k: old[k] if v is None else v for k, v in new.items()}
+    # aggregation: v sums (a null adds nothing), name keeps the last non-null value
+    total = old["v"] if new["v"] is None else new["v"] if old["v"] is None else old["v"] + new["v"]
+    return {"id": new["id"], "name": old["name"] if new["name"] is None else new["name"], "v": total}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_engines_write_in_turn_without_deletion_vectors(tmp_path: Any, java: JavaPaimon, engine: str) -> None:
+    """changelake and Java Paimon commit in turn (upserts with some null values, deletes
+    under deduplicate) to a table without deletion vectors, each compacting over the other's
+    files; after every commit both read exactly the merge engine's result."""
+    warehouse = str(tmp_path)
+    cl.Catalog(warehouse).create_table("db.t", SIMPLE, primary_keys=["id"], options={
+        "bucket": "2", "num-sorted-run.compaction-trigger": "2", **ENGINES[engine]})
+    table = cl.open_table(f"{warehouse}/db.db/t")
+    rng = random.Random(engine)
+    model: dict[int, Row] = {}
+    for step in range(4):
+        changes: list[Change] = []
+        for key in rng.sample(range(30), 12):
+            row = {"id": key, "name": None if rng.random() < 0.3 else f"s{step}-{key}",
+                   "v": None if rng.random() < 0.2 else float(rng.randrange(-50, 50))}
+            if engine == "deduplicate" and key in model and rng.random() < 0.3:
+                changes.append(("-D", model.pop(key)))
+            else:
+                changes.append(("+U" if key in model else "+I", row))
+                model[key] = _merge(engine, model.get(key), row)
+        if step % 2:
+            java_write(java, warehouse, "db.t", changes, compact_buckets=2 if step == 3 else 0)
+        else:
+            _write_ours(table, changes)
+        expected = _sorted(model.values())
+        assert ours(table) == expected, f"changelake's read after step {step}"
+        assert theirs(java, warehouse) == expected, f"Java's read after step {step}"
+    table.compact(full=True)
+    assert theirs(java, warehouse) == ours(table) == _sorted(model.values())
+
+
+# -- tags --------------------------------------------------------------------------------------
+
+def test_tags_made_by_either_engine(tmp_path: Any, java: JavaPaimon) -> None:
+    """Java Paimon reads changelake's tags (``scan.tag-name``), also once changelake expired
+    the tagged snapshot; changelake reads the tags Java Paimon creates (``createTag``)."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", SIMPLE, primary_keys=["id"], options={"bucket": "2"})
+    seen: dict[int, list[Row]] = {}
+    for step in range(3):
+        _write_ours(table, [("+I", {"id": i, "name": f"s{step}", "v": float(step)}) for i in range(step, step + 6)])
+        seen[table.latest_snapshot().id] = ours(table)
+    table.create_tag("ours-1", snapshot_id=1)
+    table.compact(full=True)
+    java_write(java, warehouse, "db.t", [("-D", {"id": 3}), ("+U", {"id": 0, "name": "java", "v": 9.0})])
+    java.table(warehouse, "db.t").createTag("java-2", 2)
+    java.table(warehouse, "db.t").createTag("java-latest", table.latest_snapshot().id)
+    latest = table.latest_snapshot().id
+    seen[latest] = theirs(java, warehouse)
+    table.expire_snapshots(retain_min=1, retain_max=1)
+    assert [s.id for s in table.snapshots()] == [latest]
+    assert theirs(java, warehouse, options={"scan.tag-name": "ours-1"}) == seen[1]
+    assert ours(table, tag="java-2") == seen[2]
+    assert ours(table, tag="java-latest") == seen[latest]
+    assert sorted(table.tags()) == ["java-2", "java-latest", "ours-1"]
+    assert theirs(java, warehouse, options={"scan.tag-name": "java-2"}) == seen[2]
+
+
+# -- partitions, bucket-key, sequence.field ----------------------------------------------------
+
+PARTED = pa.schema([pa.field("p1", pa.string(), nullable=False), pa.field("p2", pa.int32(), nullable=False),
+                    pa.field("id", pa.int64(), nullable=False), ("seq", pa.int64()), ("v", pa.string())])
+
+
+def test_partitions_bucket_key_and_sequence_field_in_turn(tmp_path: Any, java: JavaPaimon) -> None:
+    """Two partition keys whose values need escaping in paths or fall back to the default
+    partition name ('a/b', 'x=y%z', '', ' ', non-ASCII), ``bucket-key`` id, and
+    ``sequence.field`` seq (an upsert or delete with a lower seq than the stored row's loses):
+    both engines write in turn and read what the model has."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table(
+        "db.t", PARTED, primary_keys=["p1", "p2", "id"], partition_keys=["p1", "p2"],
+        options={"bucket": "3", "bucket-key": "id", "sequence.field": "seq"})
+    rng = random.Random(23)
+    model: dict[tuple[str, int, int], Change] = {}
+    keys = [(p1, p2, i) for p1 in ["a/b", "x=y%z", "", " ", "\u65e5\u672c", "plain"] for p2 in (-1, 7)
+            for i in (1, 2 ** 40, -5)]
+    for step in range(4):
+        changes: list[Change] = []
+        for p1, p2, i in rng.sample(keys, 16):
+            row = {"p1": p1, "p2": p2, "id": i, "seq": rng.randrange(100), "v": f"s{step}"}
+            kind = "-D" if rng.random() < 0.2 else "+U"
+            changes.append((kind, row))
+            old = model.get((p1, p2, i))
+            if old is None or row["seq"] >= old[1]["seq"]:  # an equal seq: the later write wins
+                # a delete stays (with its seq) until a full compaction drops it
+                model[(p1, p2, i)] = (kind, row)
+        if step % 2:
+            java_write(java, warehouse, "db.t", changes)
+        else:
+            _write_ours(table, changes)
+        expected = _sorted(row for kind, row in model.values() if kind != "-D")
+        assert ours(table) == expected, f"changelake's read after step {step}"
+        assert theirs(java, warehouse) == expected, f"Java's read after step {step}"
+    assert any(kind == "-D" for kind, _ in model.values())
+    table.compact(full=True)
+    assert theirs(java, warehouse) == ours(table) == expected
+    partitions = {(row["p1"], row["p2"]) for row in java_read(java, warehouse, "db.t")}
+    assert ("", 7) in partitions or ("", -1) in partitions
