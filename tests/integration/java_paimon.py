@@ -8,9 +8,9 @@ py4j's gateway on loopback, and the tests call Paimon's Java API through it: tab
 created, written (one batch commit at a time, rows with their row kinds) and read (any
 snapshot) by Java Paimon itself.
 
-Only a few column types are needed here (STRING, INT, DOUBLE): py4j boxes a Python int as a
-Java Integer, so BIGINT would need a Java-side helper; the other types are proven against
-pypaimon."""
+Only a few column types are needed here (STRING, INT, BIGINT, DOUBLE); ``write`` fills no
+BIGINT column, since py4j boxes a Python int as a Java Integer (rows given as Arrow IPC bytes
+to the bridge's ``BytesWriter`` can: benchmarks/paimon_java.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ JAR_ENV = "CHANGELAKE_PAIMON_JAR"
 DEFAULT_JAR = Path(__file__).resolve().parents[2] / ".cache" / "paimon-java" / "paimon-python-java-bridge-0.9.0.jar"
 # Java Paimon's row kinds by the short names changelake uses
 ROW_KINDS = {"+I": "INSERT", "-U": "UPDATE_BEFORE", "+U": "UPDATE_AFTER", "-D": "DELETE"}
-TYPES = ("STRING", "INT", "DOUBLE")
+TYPES = ("STRING", "INT", "BIGINT", "DOUBLE")
 
 Row = dict[str, Any]
 
@@ -47,13 +47,14 @@ def jar_reason() -> str | None:
 
 
 class JavaPaimon:
-    """One JVM running Paimon 0.9.0 behind a py4j gateway; ``close`` ends it."""
+    """One JVM running Paimon 0.9.0 behind a py4j gateway (Arrow's Java memory may be used:
+    ``java.nio`` is opened to it); ``close`` ends it."""
 
-    def __init__(self, jar: Path) -> None:
+    def __init__(self, jar: Path, *, heap: str = "1g") -> None:
         # Hadoop's client jars (Paimon's Parquet format needs them) come with pyspark
         spark_jars = sorted(glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "*.jar")))
         port = launch_gateway(classpath=os.pathsep.join([str(jar), *spark_jars]), die_on_exit=True,
-                              javaopts=["-Xmx1g"])
+                              javaopts=[f"-Xmx{heap}", "--add-opens=java.base/java.nio=ALL-UNNAMED"])
         self.gateway = JavaGateway(gateway_parameters=GatewayParameters(port=port, auto_convert=True))
         self.jvm: Any = self.gateway.jvm
         self.spill = tempfile.mkdtemp(prefix="java-paimon-")  # where writers' lookups spill
@@ -105,6 +106,7 @@ class JavaPaimon:
         paimon = self.jvm.org.apache.paimon
         table = self.table(warehouse, name)
         columns = list(table.rowType().getFieldNames())
+        types = [f.type().getTypeRoot().name() for f in table.rowType().getFields()]
         rows = list(rows)
         builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
         write = builder.newWrite()
@@ -117,6 +119,8 @@ class JavaPaimon:
                 row.setRowKind(getattr(paimon.types.RowKind, ROW_KINDS[kind]))
                 for i, column in enumerate(columns):
                     value = values.get(column)
+                    if value is not None and types[i] == "BIGINT":
+                        raise ValueError(f"column {column}: BIGINT values cannot be written through py4j rows")
                     row.setField(i, paimon.data.BinaryString.fromString(value) if isinstance(value, str) else value)
                 write.write(row)
             if full_compaction:
