@@ -3,19 +3,23 @@
 PyPI carries Paimon's Java engine in one place: pypaimon 0.2.0's source distribution bundles
 Apache Paimon 0.9.0 (core, Parquet format, deletion vectors, changelog producers) as
 ``paimon-python-java-bridge-0.9.0.jar``. ``./dev test`` downloads it into ``.cache/paimon-java``
-and names it in ``CHANGELAKE_PAIMON_JAR``; Hadoop's client jars come from pyspark. The JVM runs
-py4j's gateway on loopback, and the tests call Paimon's Java API through it: tables are
-created, written (one batch commit at a time, rows with their row kinds) and read (any
-snapshot) by Java Paimon itself.
+(``CHANGELAKE_PAIMON_JAR`` may name another copy); Hadoop's client jars come from pyspark. The
+JVM runs py4j's gateway on loopback, and the tests call Paimon's Java API through it: tables
+are created, written (one batch commit at a time, rows with their row kinds) and read (any
+snapshot, or as a stream of changes) by Java Paimon itself.
 
-Only a few column types are needed here (STRING, INT, BIGINT, DOUBLE); ``write`` fills no
-BIGINT column, since py4j boxes a Python int as a Java Integer (rows given as Arrow IPC bytes
-to the bridge's ``BytesWriter`` can: benchmarks/paimon_java.py)."""
+Rows cross py4j one call a row: written through Paimon's ``BinaryRowWriter`` by type (py4j
+boxes a Python int as an Integer, which a BIGINT field of a ``GenericRow`` cannot take), read
+as each row's BinaryRow bytes, decoded here by type. Values are as changelake's scans give
+them, but DATE is days since the epoch and TIMESTAMP microseconds since the epoch (naive)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import glob
 import os
+import struct
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,7 +32,8 @@ JAR_ENV = "CHANGELAKE_PAIMON_JAR"
 DEFAULT_JAR = Path(__file__).resolve().parents[2] / ".cache" / "paimon-java" / "paimon-python-java-bridge-0.9.0.jar"
 # Java Paimon's row kinds by the short names changelake uses
 ROW_KINDS = {"+I": "INSERT", "-U": "UPDATE_BEFORE", "+U": "UPDATE_AFTER", "-D": "DELETE"}
-TYPES = ("STRING", "INT", "BIGINT", "DOUBLE")
+TYPES = ("STRING", "INT", "BIGINT", "DOUBLE")  # what create_table declares (read and write take more)
+EPOCH = dt.datetime(1970, 1, 1)
 
 Row = dict[str, Any]
 
@@ -100,13 +105,12 @@ class JavaPaimon:
     def write(self, warehouse: str, name: str, rows: Iterable[tuple[str, Row]], *,
               full_compaction: bool = False) -> None:
         """One batch commit of ``rows``: (row kind "+I"/"-U"/"+U"/"-D", values by column).
-        ``full_compaction``: every bucket of the partitions written is fully compacted before
-        the commit, as Paimon's Flink sink does every ``full-compaction.delta-commits`` (tables
-        with one STRING partition key)."""
+        ``full_compaction``: every bucket of the partitions written (of an unpartitioned
+        table: every bucket) is fully compacted before the commit, as Paimon's Flink sink does
+        every ``full-compaction.delta-commits`` (one partition key, a STRING, at most)."""
         paimon = self.jvm.org.apache.paimon
         table = self.table(warehouse, name)
-        columns = list(table.rowType().getFieldNames())
-        types = [f.type().getTypeRoot().name() for f in table.rowType().getFields()]
+        fields = fields_of(table)
         rows = list(rows)
         builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
         write = builder.newWrite()
@@ -115,47 +119,40 @@ class JavaPaimon:
         commit = builder.newCommit()
         try:
             for kind, values in rows:
-                row = paimon.data.GenericRow(len(columns))
+                row = paimon.data.BinaryRow(len(fields))
+                writer = paimon.data.BinaryRowWriter(row)
+                for i, (column, root, params, _) in enumerate(fields):
+                    _set(paimon, writer, i, root, params, values.get(column))
+                writer.complete()
                 row.setRowKind(getattr(paimon.types.RowKind, ROW_KINDS[kind]))
-                for i, column in enumerate(columns):
-                    value = values.get(column)
-                    if value is not None and types[i] == "BIGINT":
-                        raise ValueError(f"column {column}: BIGINT values cannot be written through py4j rows")
-                    row.setField(i, paimon.data.BinaryString.fromString(value) if isinstance(value, str) else value)
                 write.write(row)
             if full_compaction:
-                [partition_key] = list(table.partitionKeys())
-                buckets = int(table.options()["bucket"])
-                for value in sorted({values[partition_key] for _, values in rows}):
-                    for bucket in range(buckets):
-                        write.compact(paimon.data.BinaryRow.singleColumn(value), bucket, True)
+                keys = list(table.partitionKeys())
+                partitions = [paimon.data.BinaryRow.EMPTY_ROW] if not keys else \
+                    [paimon.data.BinaryRow.singleColumn(v) for v in sorted({values[keys[0]] for _, values in rows})]
+                for partition in partitions:
+                    for bucket in range(int(table.options()["bucket"])):
+                        write.compact(partition, bucket, True)
             commit.commit(write.prepareCommit())
         finally:
             write.close()
             commit.close()
 
-    def read(self, warehouse: str, name: str, snapshot_id: int | None = None) -> list[Row]:
-        """Every row of the latest snapshot (or ``snapshot_id``), as Java Paimon reads it."""
-        options = None if snapshot_id is None else {"scan.snapshot-id": str(snapshot_id)}
+    def read(self, warehouse: str, name: str, snapshot_id: int | None = None, *,
+             options: dict[str, str] | None = None, by_id: bool = False) -> list[Row]:
+        """Every row of the latest snapshot (or ``snapshot_id``; ``options`` such as
+        ``scan.tag-name``), as Java Paimon reads it; ``by_id`` keys values by field id."""
+        if snapshot_id is not None:
+            options = {**(options or {}), "scan.snapshot-id": str(snapshot_id)}
         table = self.table(warehouse, name, options)
-        fields = [(f.name(), f.type().getTypeRoot().name()) for f in table.rowType().getFields()]
         builder = self.jvm.org.apache.paimon.python.InvocationUtil.getReadBuilder(table)
-        read = builder.newRead()
-        rows = []
-        for split in builder.newScan().plan().splits():
-            iterator = read.createReader(split).toCloseableIterator()
-            try:
-                while iterator.hasNext():
-                    rows.append(_row(iterator.next(), fields))
-            finally:
-                iterator.close()
-        return rows
+        return [row for _, row in self._rows(table, builder.newScan().plan().splits(), builder.newRead(),
+                                             by_id=by_id)]
 
     def stream(self, warehouse: str, name: str, snapshot_id: int) -> list[tuple[str, Row]]:
         """The changes from ``snapshot_id`` to the latest snapshot as Java Paimon's streaming
         read returns them (``scan.mode`` from-snapshot): (row kind, row) pairs."""
         table = self.table(warehouse, name, {"scan.mode": "from-snapshot", "scan.snapshot-id": str(snapshot_id)})
-        fields = [(f.name(), f.type().getTypeRoot().name()) for f in table.rowType().getFields()]
         builder = self.jvm.org.apache.paimon.python.InvocationUtil.getReadBuilder(table)
         scan, read = builder.newStreamScan(), builder.newRead()
         latest = table.snapshotManager().latestSnapshotId()
@@ -165,30 +162,122 @@ class JavaPaimon:
         for _ in range(latest + 2):
             if scan.checkpoint() is not None and scan.checkpoint() > latest:
                 break
-            for split in scan.plan().splits():
-                iterator = read.createReader(split).toCloseableIterator()
-                try:
-                    while iterator.hasNext():
-                        row = iterator.next()
-                        changes.append((row.getRowKind().shortString(), _row(row, fields)))
-                finally:
-                    iterator.close()
+            changes += self._rows(table, scan.plan().splits(), read)
         else:
             raise AssertionError(f"Java Paimon's stream did not reach snapshot {latest}")
         return changes
 
+    def _rows(self, table: Any, splits: Any, read: Any, *, by_id: bool = False) -> list[tuple[str, Row]]:
+        fields = fields_of(table)
+        serializer = self.jvm.org.apache.paimon.data.serializer.InternalRowSerializer(table.rowType())
+        rows = []
+        for split in splits:
+            iterator = read.createReader(split).toCloseableIterator()
+            try:
+                while iterator.hasNext():
+                    row = iterator.next()
+                    values = _decode(serializer.toBinaryRow(row).toBytes(), fields)
+                    rows.append((row.getRowKind().shortString(),
+                                 {f[3] if by_id else f[0]: v for f, v in zip(fields, values, strict=True)}))
+            finally:
+                iterator.close()
+        return rows
 
-def _row(row: Any, fields: list[tuple[str, str]]) -> Row:
-    out: Row = {}
-    for i, (name, root) in enumerate(fields):
-        if row.isNullAt(i):
-            out[name] = None
-        elif root in ("CHAR", "VARCHAR"):
-            out[name] = row.getString(i).toString()
-        elif root == "INTEGER":
-            out[name] = row.getInt(i)
-        elif root == "DOUBLE":
-            out[name] = row.getDouble(i)
+
+Field = tuple[str, str, tuple[int, ...], int]  # name, type root, (precision[, scale]), field id
+
+
+def fields_of(table: Any) -> list[Field]:
+    fields = []
+    for field in table.rowType().getFields():
+        data_type = field.type()
+        root = data_type.getTypeRoot().name()
+        if root == "DECIMAL":
+            params: tuple[int, ...] = (data_type.getPrecision(), data_type.getScale())
+        elif root.startswith("TIMESTAMP"):
+            params = (data_type.getPrecision(),)
         else:
-            raise ValueError(f"column {name}: {root} is not read here")
-    return out
+            params = ()
+        fields.append((field.name(), root, params, field.id()))
+    return fields
+
+
+def _decode(data: bytes, fields: list[Field]) -> list[Any]:
+    """The values of a row in Paimon's BinaryRow layout (Java serializes each row it reads
+    into one, so a row crosses py4j in one call): a null bit set after the row kind's byte,
+    an 8-byte slot per field, variable-length parts behind them, little-endian."""
+    null_bytes = (len(fields) + 63 + 8) // 64 * 8
+    values: list[Any] = []
+    for i, (_, root, params, _) in enumerate(fields):
+        if data[(i + 8) >> 3] & (1 << ((i + 8) & 7)):
+            values.append(None)
+            continue
+        at = null_bytes + 8 * i
+        slot = data[at:at + 8]
+        word = int.from_bytes(slot, "little")
+        if root == "BOOLEAN":
+            values.append(slot[0] != 0)
+        elif root in ("TINYINT", "SMALLINT", "INTEGER", "DATE", "BIGINT"):
+            width = {"TINYINT": 1, "SMALLINT": 2, "BIGINT": 8}.get(root, 4)
+            values.append(int.from_bytes(slot[:width], "little", signed=True))
+        elif root in ("FLOAT", "DOUBLE"):
+            values.append(struct.unpack("<f" if root == "FLOAT" else "<d", slot[:4 if root == "FLOAT" else 8])[0])
+        elif root in ("CHAR", "VARCHAR", "BINARY", "VARBINARY"):
+            # up to 7 bytes inline, the length in the last byte; else offset and length
+            inline = slot[7] & 0x80
+            raw = slot[:slot[7] & 0x7F] if inline else data[word >> 32:(word >> 32) + (word & 0xFFFFFFFF)]
+            values.append(raw.decode() if root in ("CHAR", "VARCHAR") else bytes(raw))
+        elif root == "DECIMAL":
+            if params[0] <= 18:
+                unscaled = int.from_bytes(slot, "little", signed=True)
+            else:
+                unscaled = int.from_bytes(data[word >> 32:(word >> 32) + (word & 0xFFFFFFFF)], "big", signed=True)
+            values.append(decimal.Decimal(unscaled).scaleb(-params[1]))
+        elif root.startswith("TIMESTAMP"):
+            if params[0] <= 3:
+                values.append(int.from_bytes(slot, "little", signed=True) * 1000)
+            else:  # epoch millis behind the slot, nanos of the millisecond in it
+                millis = int.from_bytes(data[word >> 32:(word >> 32) + 8], "little", signed=True)
+                values.append(millis * 1000 + (word & 0xFFFFFFFF) // 1000)
+        else:
+            raise ValueError(f"{root} is not read here")
+    return values
+
+
+def _set(paimon: Any, writer: Any, i: int, root: str, params: tuple[int, ...], value: Any) -> None:
+    if value is None:
+        # a non-compact decimal or timestamp keeps its variable-length slot
+        if root == "DECIMAL" and params[0] > 18:
+            writer.writeDecimal(i, None, params[0])
+        elif root.startswith("TIMESTAMP") and params[0] > 3:
+            writer.writeTimestamp(i, None, params[0])
+        else:
+            writer.setNullAt(i)
+    elif root == "BOOLEAN":
+        writer.writeBoolean(i, value)
+    elif root == "TINYINT":
+        writer.writeByte(i, value)
+    elif root == "SMALLINT":
+        writer.writeShort(i, value)
+    elif root == "INTEGER":
+        writer.writeInt(i, value)
+    elif root == "DATE":
+        writer.writeInt(i, (value - EPOCH.date()).days)
+    elif root == "BIGINT":
+        writer.writeLong(i, value)
+    elif root == "FLOAT":
+        writer.writeFloat(i, value)
+    elif root == "DOUBLE":
+        writer.writeDouble(i, value)
+    elif root == "DECIMAL":
+        writer.writeDecimal(i, paimon.data.Decimal.fromBigDecimal(value, params[0], params[1]), params[0])
+    elif root in ("CHAR", "VARCHAR"):
+        writer.writeString(i, paimon.data.BinaryString.fromString(value))
+    elif root in ("BINARY", "VARBINARY"):
+        writer.writeBinary(i, bytearray(value))
+    elif root.startswith("TIMESTAMP"):
+        micros = (value - EPOCH) // dt.timedelta(microseconds=1)
+        timestamp = paimon.data.Timestamp.fromEpochMillis(micros // 1000, (micros % 1000) * 1000)
+        writer.writeTimestamp(i, timestamp, params[0])
+    else:
+        raise ValueError(f"{root} is not written here")

@@ -5,12 +5,8 @@ tables without deletion vectors under each merge engine, tags made by either sid
 of several keys (values escaped in paths, blank ones in the default partition), ``bucket-key``
 and ``sequence.field``.
 
-``java_paimon.py`` writes and reads STRING, INT and DOUBLE only; this module has its own Java
-row writer (``BinaryRowWriter``: py4j boxes a Python int as an Integer, which a BIGINT field
-of a ``GenericRow`` cannot take) and reader: Java serializes each row it reads into a
-BinaryRow (one py4j call a row instead of two a field), decoded here by type root. Values of both sides are
-normalized alike: DATE as days since the epoch, TIMESTAMP as microseconds since the epoch,
-DECIMAL as ``decimal.Decimal``, bytes as ``bytes``."""
+changelake's values are normalized as ``java_paimon.py`` reads Java's: DATE as days since
+the epoch, TIMESTAMP as microseconds since the epoch."""
 
 from __future__ import annotations
 
@@ -23,166 +19,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from java_paimon import JavaPaimon
+from java_paimon import EPOCH, JavaPaimon, fields_of
 
 import changelake as cl
 
 Row = dict[str, Any]
 Change = tuple[str, Row]
-ROW_KINDS = {"+I": "INSERT", "-U": "UPDATE_BEFORE", "+U": "UPDATE_AFTER", "-D": "DELETE"}
-EPOCH = dt.datetime(1970, 1, 1)
-
-
-# -- Java Paimon's side ------------------------------------------------------------------------
-
-Field = tuple[str, str, tuple[int, ...], int]  # name, type root, (precision[, scale]), field id
-
-
-def _fields(table: Any) -> list[Field]:
-    fields = []
-    for field in table.rowType().getFields():
-        data_type = field.type()
-        root = data_type.getTypeRoot().name()
-        if root == "DECIMAL":
-            params: tuple[int, ...] = (data_type.getPrecision(), data_type.getScale())
-        elif root.startswith("TIMESTAMP"):
-            params = (data_type.getPrecision(),)
-        else:
-            params = ()
-        fields.append((field.name(), root, params, field.id()))
-    return fields
-
-
-def _decode(data: bytes, fields: list[Field]) -> list[Any]:
-    """The values of a row in Paimon's BinaryRow layout (Java serializes each row it reads
-    into one, so a row crosses py4j in one call): a null bit set after the row kind's byte,
-    an 8-byte slot per field, variable-length parts behind them, little-endian."""
-    null_bytes = (len(fields) + 63 + 8) // 64 * 8
-    values: list[Any] = []
-    for i, (_, root, params, _) in enumerate(fields):
-        if data[(i + 8) >> 3] & (1 << ((i + 8) & 7)):
-            values.append(None)
-            continue
-        at = null_bytes + 8 * i
-        slot = data[at:at + 8]
-        word = int.from_bytes(slot, "little")
-        if root == "BOOLEAN":
-            values.append(slot[0] != 0)
-        elif root in ("TINYINT", "SMALLINT", "INTEGER", "DATE", "BIGINT"):
-            width = {"TINYINT": 1, "SMALLINT": 2, "BIGINT": 8}.get(root, 4)
-            values.append(int.from_bytes(slot[:width], "little", signed=True))
-        elif root in ("FLOAT", "DOUBLE"):
-            values.append(struct.unpack("<f" if root == "FLOAT" else "<d", slot[:4 if root == "FLOAT" else 8])[0])
-        elif root in ("CHAR", "VARCHAR", "BINARY", "VARBINARY"):
-            # up to 7 bytes inline, the length in the last byte; else offset and length
-            inline = slot[7] & 0x80
-            raw = slot[:slot[7] & 0x7F] if inline else data[word >> 32:(word >> 32) + (word & 0xFFFFFFFF)]
-            values.append(raw.decode() if root in ("CHAR", "VARCHAR") else bytes(raw))
-        elif root == "DECIMAL":
-            if params[0] <= 18:
-                unscaled = int.from_bytes(slot, "little", signed=True)
-            else:
-                unscaled = int.from_bytes(data[word >> 32:(word >> 32) + (word & 0xFFFFFFFF)], "big", signed=True)
-            values.append(decimal.Decimal(unscaled).scaleb(-params[1]))
-        elif root.startswith("TIMESTAMP"):
-            if params[0] <= 3:
-                values.append(int.from_bytes(slot, "little", signed=True) * 1000)
-            else:  # epoch millis behind the slot, nanos of the millisecond in it
-                millis = int.from_bytes(data[word >> 32:(word >> 32) + 8], "little", signed=True)
-                values.append(millis * 1000 + (word & 0xFFFFFFFF) // 1000)
-        else:
-            raise ValueError(f"{root} is not read here")
-    return values
-
-
-def java_read(java: JavaPaimon, warehouse: str, name: str, options: dict[str, str] | None = None,
-              *, by_id: bool = False) -> list[Row]:
-    """Every row Java Paimon reads (options: scan.snapshot-id, scan.tag-name, ...); ``by_id``
-    keys the values by field id instead of name."""
-    paimon = java.jvm.org.apache.paimon
-    table = java.table(warehouse, name, options)
-    fields = _fields(table)
-    serializer = paimon.data.serializer.InternalRowSerializer(table.rowType())
-    builder = paimon.python.InvocationUtil.getReadBuilder(table)
-    read = builder.newRead()
-    rows = []
-    for split in builder.newScan().plan().splits():
-        iterator = read.createReader(split).toCloseableIterator()
-        try:
-            while iterator.hasNext():
-                values = _decode(serializer.toBinaryRow(iterator.next()).toBytes(), fields)
-                rows.append({field[3] if by_id else field[0]: value
-                             for field, value in zip(fields, values, strict=True)})
-        finally:
-            iterator.close()
-    return rows
-
-
-def java_write(java: JavaPaimon, warehouse: str, name: str, changes: Iterable[Change], *,
-               compact_buckets: int = 0) -> None:
-    """One batch commit of (row kind, row) pairs, values as changelake's scans return them;
-    ``compact_buckets``: fully compact buckets 0..n-1 of an unpartitioned table first."""
-    paimon = java.jvm.org.apache.paimon
-    table = java.table(warehouse, name)
-    fields = _fields(table)
-    builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
-    write = builder.newWrite()
-    write.withIOManager(paimon.disk.IOManager.create(java.spill))
-    commit = builder.newCommit()
-    try:
-        for kind, values in changes:
-            row = paimon.data.BinaryRow(len(fields))
-            writer = paimon.data.BinaryRowWriter(row)
-            for i, (column, root, params, _) in enumerate(fields):
-                _java_set(paimon, writer, i, root, params, values.get(column))
-            writer.complete()
-            row.setRowKind(getattr(paimon.types.RowKind, ROW_KINDS[kind]))
-            write.write(row)
-        for bucket in range(compact_buckets):
-            write.compact(paimon.data.BinaryRow.EMPTY_ROW, bucket, True)
-        commit.commit(write.prepareCommit())
-    finally:
-        write.close()
-        commit.close()
-
-
-def _java_set(paimon: Any, writer: Any, i: int, root: str, params: tuple[int, ...], value: Any) -> None:
-    if value is None:
-        # a non-compact decimal or timestamp keeps its variable-length slot
-        if root == "DECIMAL" and params[0] > 18:
-            writer.writeDecimal(i, None, params[0])
-        elif root.startswith("TIMESTAMP") and params[0] > 3:
-            writer.writeTimestamp(i, None, params[0])
-        else:
-            writer.setNullAt(i)
-    elif root == "BOOLEAN":
-        writer.writeBoolean(i, value)
-    elif root == "TINYINT":
-        writer.writeByte(i, value)
-    elif root == "SMALLINT":
-        writer.writeShort(i, value)
-    elif root == "INTEGER":
-        writer.writeInt(i, value)
-    elif root == "DATE":
-        writer.writeInt(i, (value - EPOCH.date()).days)
-    elif root == "BIGINT":
-        writer.writeLong(i, value)
-    elif root == "FLOAT":
-        writer.writeFloat(i, value)
-    elif root == "DOUBLE":
-        writer.writeDouble(i, value)
-    elif root == "DECIMAL":
-        writer.writeDecimal(i, paimon.data.Decimal.fromBigDecimal(value, params[0], params[1]), params[0])
-    elif root in ("CHAR", "VARCHAR"):
-        writer.writeString(i, paimon.data.BinaryString.fromString(value))
-    elif root in ("BINARY", "VARBINARY"):
-        writer.writeBinary(i, bytearray(value))
-    elif root.startswith("TIMESTAMP"):
-        micros = (value - EPOCH) // dt.timedelta(microseconds=1)
-        timestamp = paimon.data.Timestamp.fromEpochMillis(micros // 1000, (micros % 1000) * 1000)
-        writer.writeTimestamp(i, timestamp, params[0])
-    else:
-        raise ValueError(f"{root} is not written here")
 
 
 # -- changelake's side -------------------------------------------------------------------------
@@ -208,7 +50,7 @@ def ours(table: cl.Table, **scan: Any) -> list[Row]:
 
 
 def theirs(java: JavaPaimon, warehouse: str, name: str = "db.t", options: dict[str, str] | None = None) -> list[Row]:
-    return _sorted(java_read(java, warehouse, name, options))
+    return _sorted(java.read(warehouse, name, options=options))
 
 
 def _write_ours(table: cl.Table, changes: list[Change], schema: pa.Schema | None = None) -> None:
@@ -292,7 +134,7 @@ def test_both_engines_write_and_read_every_column_type(tmp_path: Any, java: Java
     expected = normalized(model.rows.values())
     assert ours(table) == expected
     for step in range(2):
-        java_write(java, warehouse, "db.t", model.commit(5, 6, 3), compact_buckets=3 if step else 0)
+        java.write(warehouse, "db.t", model.commit(5, 6, 3), full_compaction=step > 0)
         expected = normalized(model.rows.values())
         assert theirs(java, warehouse) == expected, f"Java's read after its commit {step}"
         assert ours(table) == expected, f"changelake's read after Java's commit {step}"
@@ -310,8 +152,8 @@ def _java_snapshot_by_latest_ids(java: JavaPaimon, warehouse: str, snapshot_id: 
     """Java Paimon's read of a snapshot (in that snapshot's schema, as Paimon time-travels),
     its values put under the latest schema's names by field id (a column the snapshot's
     schema lacks is null)."""
-    latest = [(field[0], field[3]) for field in _fields(java.table(warehouse, "db.t"))]
-    rows = java_read(java, warehouse, "db.t", {"scan.snapshot-id": str(snapshot_id)}, by_id=True)
+    latest = [(field[0], field[3]) for field in fields_of(java.table(warehouse, "db.t"))]
+    rows = java.read(warehouse, "db.t", snapshot_id, by_id=True)
     return _sorted({name: row.get(field_id) for name, field_id in latest} for row in rows)
 
 
@@ -365,8 +207,8 @@ def test_java_paimon_reads_every_snapshot_of_a_table_changelake_evolves(tmp_path
     commit([("+U", {**model[i], "c": f"c{i}", "bb": None}) for i in range(4, 20, 4)] +
            [("+I", {"id": 100, "n": "new", "c": "c100"}), ("-D", model[3])])
     table.compact(full=True)
-    java_write(java, warehouse, "db.t", [("+U", {**model[i], "n": "java", "a": -1}) for i in (5, 6)] +
-               [("-D", model[7])], compact_buckets=0)
+    java.write(warehouse, "db.t", [("+U", {**model[i], "n": "java", "a": -1}) for i in (5, 6)] +
+               [("-D", model[7])])
     for i in (5, 6):
         model[i] = {**model[i], "n": "java", "a": -1}
     model.pop(7)
@@ -390,20 +232,20 @@ def test_changelake_reads_every_snapshot_of_a_table_java_paimon_evolves(tmp_path
                       primary_keys=["id"], options={"bucket": "2"})
     identifier = paimon.catalog.Identifier.create("db", "t")
     catalog = java.catalog(warehouse)
-    java_write(java, warehouse, "db.t", [("+I", {"id": i, "a": i, "b": f"b{i}", "c": i / 3}) for i in range(12)])
+    java.write(warehouse, "db.t", [("+I", {"id": i, "a": i, "b": f"b{i}", "c": i / 3}) for i in range(12)])
     catalog.alterTable(identifier, [change.addColumn("n", types.STRING()), change.renameColumn("b", "bb"),
                                     change.updateColumnType("a", types.BIGINT()),
                                     change.addColumn("dec", types.DECIMAL(20, 4)),
                                     change.addColumn("ts", types.TIMESTAMP(6)), change.addColumn("day", types.DATE())],
                        False)
-    java_write(java, warehouse, "db.t", [
+    java.write(warehouse, "db.t", [
         ("+U", {"id": i, "a": i * 10 ** 11, "bb": f"bb{i}", "c": -i / 7, "n": f"n{i}",
                 "dec": decimal.Decimal("-1234567890123456.789") + i, "ts": dt.datetime(1950, 6, 1, 0, 0, 0, 999 * i),
                 "day": dt.date(2100, 1, i + 1)}) for i in range(5, 10)] + [("-D", {"id": 0})])
     catalog.alterTable(identifier, [change.dropColumn("c"), change.updateColumnPosition(change.Move.first("n"))],
                        False)
-    java_write(java, warehouse, "db.t", [("+U", {"id": i, "n": "third", "a": -i}) for i in (1, 8)],
-               compact_buckets=2)
+    java.write(warehouse, "db.t", [("+U", {"id": i, "n": "third", "a": -i}) for i in (1, 8)],
+               full_compaction=True)
     table = cl.open_table(f"{warehouse}/db.db/t")
     assert table.schema.names == ["n", "id", "a", "bb", "dec", "ts", "day"]
     for snapshot in table.snapshots():
@@ -455,7 +297,7 @@ def test_changelake_casts_columns_java_paimon_changed_type_as_java_does(
                       options={"bucket": "1"})
     values = {"double-to-string": [1.0, 1e20, 0.1], "double-to-decimal": [0.125, -2.675, 2.5],
               "double-to-decimal-overflow": [1e20, 1.0]}[cast]
-    java_write(java, warehouse, "db.t", [("+I", {"id": i, "v": v}) for i, v in enumerate(values)])
+    java.write(warehouse, "db.t", [("+I", {"id": i, "v": v}) for i, v in enumerate(values)])
     new_type = types.STRING() if cast == "double-to-string" else types.DECIMAL(10, 2)
     java.catalog(warehouse).alterTable(paimon.catalog.Identifier.create("db", "t"),
                                         [change.updateColumnType("v", new_type)], False)
@@ -503,7 +345,7 @@ def test_engines_write_in_turn_without_deletion_vectors(tmp_path: Any, java: Jav
                 changes.append(("+U" if key in model else "+I", row))
                 model[key] = _merge(engine, model.get(key), row)
         if step % 2:
-            java_write(java, warehouse, "db.t", changes, compact_buckets=2 if step == 3 else 0)
+            java.write(warehouse, "db.t", changes, full_compaction=step == 3)
         else:
             _write_ours(table, changes)
         expected = _sorted(model.values())
@@ -526,7 +368,7 @@ def test_tags_made_by_either_engine(tmp_path: Any, java: JavaPaimon) -> None:
         seen[table.latest_snapshot().id] = ours(table)
     table.create_tag("ours-1", snapshot_id=1)
     table.compact(full=True)
-    java_write(java, warehouse, "db.t", [("-D", {"id": 3}), ("+U", {"id": 0, "name": "java", "v": 9.0})])
+    java.write(warehouse, "db.t", [("-D", {"id": 3}), ("+U", {"id": 0, "name": "java", "v": 9.0})])
     java.table(warehouse, "db.t").createTag("java-2", 2)
     java.table(warehouse, "db.t").createTag("java-latest", table.latest_snapshot().id)
     latest = table.latest_snapshot().id
@@ -570,7 +412,7 @@ def test_partitions_bucket_key_and_sequence_field_in_turn(tmp_path: Any, java: J
                 # a delete stays (with its seq) until a full compaction drops it
                 model[(p1, p2, i)] = (kind, row)
         if step % 2:
-            java_write(java, warehouse, "db.t", changes)
+            java.write(warehouse, "db.t", changes)
         else:
             _write_ours(table, changes)
         expected = _sorted(row for kind, row in model.values() if kind != "-D")
@@ -579,5 +421,5 @@ def test_partitions_bucket_key_and_sequence_field_in_turn(tmp_path: Any, java: J
     assert any(kind == "-D" for kind, _ in model.values())
     table.compact(full=True)
     assert theirs(java, warehouse) == ours(table) == expected
-    partitions = {(row["p1"], row["p2"]) for row in java_read(java, warehouse, "db.t")}
+    partitions = {(row["p1"], row["p2"]) for row in java.read(warehouse, "db.t")}
     assert ("", 7) in partitions or ("", -1) in partitions
