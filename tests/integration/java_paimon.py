@@ -19,6 +19,7 @@ import datetime as dt
 import decimal
 import glob
 import os
+import shutil
 import struct
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -66,6 +67,7 @@ class JavaPaimon:
 
     def close(self) -> None:
         self.gateway.shutdown()
+        shutil.rmtree(self.spill, ignore_errors=True)
 
     def catalog(self, warehouse: str) -> Any:
         """Java Paimon's filesystem catalog of ``warehouse``."""
@@ -244,6 +246,11 @@ def _decode(data: bytes, fields: list[Field]) -> list[Any]:
     return values
 
 
+# BinaryRowWriter's method for each type whose Python value it takes as it is
+_PLAIN_WRITES = {"BOOLEAN": "writeBoolean", "TINYINT": "writeByte", "SMALLINT": "writeShort", "INTEGER": "writeInt",
+                 "BIGINT": "writeLong", "FLOAT": "writeFloat", "DOUBLE": "writeDouble"}
+
+
 def _set(paimon: Any, writer: Any, i: int, root: str, params: tuple[int, ...], value: Any) -> None:
     if value is None:
         # a non-compact decimal or timestamp keeps its variable-length slot
@@ -253,22 +260,10 @@ def _set(paimon: Any, writer: Any, i: int, root: str, params: tuple[int, ...], v
             writer.writeTimestamp(i, None, params[0])
         else:
             writer.setNullAt(i)
-    elif root == "BOOLEAN":
-        writer.writeBoolean(i, value)
-    elif root == "TINYINT":
-        writer.writeByte(i, value)
-    elif root == "SMALLINT":
-        writer.writeShort(i, value)
-    elif root == "INTEGER":
-        writer.writeInt(i, value)
+    elif root in _PLAIN_WRITES:
+        getattr(writer, _PLAIN_WRITES[root])(i, value)
     elif root == "DATE":
         writer.writeInt(i, (value - EPOCH.date()).days)
-    elif root == "BIGINT":
-        writer.writeLong(i, value)
-    elif root == "FLOAT":
-        writer.writeFloat(i, value)
-    elif root == "DOUBLE":
-        writer.writeDouble(i, value)
     elif root == "DECIMAL":
         writer.writeDecimal(i, paimon.data.Decimal.fromBigDecimal(value, params[0], params[1]), params[0])
     elif root in ("CHAR", "VARCHAR"):
