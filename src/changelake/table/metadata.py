@@ -30,7 +30,7 @@ from changelake.table.format.snapshot import Snapshot
 from changelake.table.format.tag import Tag
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
-from changelake.table.merge.parse import merge_engine
+from changelake.table.merge.parse import check_deletion_vectors, merge_engine
 
 _DEFAULT_BUCKETS = "1"
 _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
@@ -89,6 +89,7 @@ def create_table(
         raise OptionError(f"names partition keys {in_partition}; bucket keys must not be partition keys",
                           table=name, option="bucket-key")
     merge_engine(new_schema, parsed)  # rejects invalid merge-engine settings now
+    check_deletion_vectors(parsed)
     paths = TablePaths(root)
     if not file_io.create_if_absent(paths.schema(0), new_schema.to_json().encode("utf-8")):
         raise TableAlreadyExistsError(f"already exists at {root}", table=name)

@@ -25,7 +25,7 @@ from changelake.table import metadata
 from changelake.table.context import TableContext
 from changelake.table.format import kv, snapshot, types
 from changelake.table.format.schema import DataField, TableSchema
-from changelake.table.merge.parse import merge_engine
+from changelake.table.merge.parse import check_deletion_vectors, merge_engine
 
 # Paimon's CoreOptions.IMMUTABLE_OPTIONS, refused once the table has a snapshot ...
 _PAIMON_IMMUTABLE = frozenset({
@@ -157,7 +157,13 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
     })
     parsed = TableOptions.parse(options, table=table)
     merge_engine(evolved, parsed)  # the engine still fits the columns
+    if any(isinstance(change, SetOptions) and _PAIRED_WITH_VECTORS & change.values.keys() for change in changes):
+        check_deletion_vectors(parsed)
     return evolved
+
+
+# options whose values Paimon refuses beside deletion vectors (checked when one of them is set)
+_PAIRED_WITH_VECTORS = {"deletion-vectors.enabled", "merge-engine", "changelog-producer"}
 
 
 def _index(fields: list[DataField], name: str, table: str) -> int:

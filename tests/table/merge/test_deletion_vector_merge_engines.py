@@ -1,6 +1,8 @@
 """Every merge engine on a table with deletion vectors equals a plain-Python model (and a twin
 table without them) after every commit of random upserts and deletes: the older rows a
-compaction replaces come from the lookup, so partial-update, aggregation and first-row see them."""
+compaction replaces come from the lookup, so partial-update and aggregation see them. first-row
+(which never deletes an older row) and the full-compaction producer are refused beside deletion
+vectors, as Paimon refuses them."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
+from changelake.errors import OptionError
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string()), ("n", pa.int64())])
 Model = dict[int, tuple[Any, Any]]
@@ -35,16 +38,11 @@ def _aggregation(model: Model, k: int, kind: str, v: Any, n: Any) -> None:
     model[k] = (old_v if v is None else v, total)
 
 
-def _first_row(model: Model, k: int, kind: str, v: Any, n: Any) -> None:
-    model.setdefault(k, (v, n))
-
-
 ENGINES: dict[str, tuple[dict[str, str], Callable[[Model, int, str, Any, Any], None], bool]] = {
     # options, the model's fold, whether deletes are drawn
     "deduplicate": ({}, _dedup, True),
     "partial-update": ({"merge-engine": "partial-update"}, _partial_update, False),
     "aggregation": ({"merge-engine": "aggregation", "fields.n.aggregate-function": "sum"}, _aggregation, False),
-    "first-row": ({"merge-engine": "first-row"}, _first_row, False),
 }
 
 
@@ -87,3 +85,22 @@ def test_random_commits_equal_the_model(tmp_path: Any, engine: str, seed: int) -
             got = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["k"])
             assert got == expected, f"step {step}"
             assert got == sorted(twin.scan().to_arrow().to_pylist(), key=lambda r: r["k"])
+
+
+@pytest.mark.parametrize("options", [{"merge-engine": "first-row"}, {"changelog-producer": "full-compaction"}])
+def test_what_paimon_refuses_beside_deletion_vectors_is_refused(tmp_path: Any, options: dict[str, str]) -> None:
+    """Paimon's readers open no such table: refused on create and when set, changing nothing."""
+    catalog = cl.Catalog(str(tmp_path))
+    with pytest.raises(OptionError, match=r"deletion-vectors\.enabled") as refused:
+        catalog.create_table("db.t", SCHEMA, primary_keys=["k"],
+                             options={**options, "deletion-vectors.enabled": "true"})
+    assert refused.value.option == "deletion-vectors.enabled"
+    assert not (tmp_path / "db.db" / "t" / "schema" / "schema-0").exists()
+    table = catalog.create_table("db.t", SCHEMA, primary_keys=["k"], options=options)
+    with pytest.raises(OptionError, match=r"deletion-vectors\.enabled"):
+        table.set_options({"deletion-vectors.enabled": "true"})
+    assert sorted(p.name for p in (tmp_path / "db.db" / "t" / "schema").iterdir()) == ["schema-0"]
+    table.set_options({"snapshot.num-retained.max": "5"})  # other options are set as before
+    dv = catalog.create_table("db.dv", SCHEMA, primary_keys=["k"], options={"deletion-vectors.enabled": "true"})
+    with pytest.raises(OptionError, match=r"deletion-vectors\.enabled"):
+        dv.set_options(options)

@@ -14,7 +14,7 @@ from typing import TypedDict
 import pyarrow as pa
 
 from changelake.errors import OptionError
-from changelake.option_values import MergeEngineKind, SortOrder, parse_bool
+from changelake.option_values import ChangelogProducer, MergeEngineKind, SortOrder, parse_bool
 from changelake.options import TableOptions
 from changelake.table.format.schema import TableSchema
 from changelake.table.merge.aggregates import PARTIAL_UPDATE_FUNCTIONS, AggregateFunction, FieldAggregate
@@ -36,6 +36,22 @@ def merge_engine(schema: TableSchema, options: TableOptions) -> MergeEngine:
     """The merge engine a table's schema and options describe; OptionError naming the table
     and the option for anything Paimon would reject (or changelake does not implement)."""
     return _Parser(schema, options).parse()
+
+
+def check_deletion_vectors(options: TableOptions) -> None:
+    """OptionError for deletion vectors beside what Paimon refuses them with, whose readers
+    then do not open the table (``SchemaValidation``): the first-row engine, which never
+    deletes an older row, and producers other than none, input and lookup. Checked when a
+    definition is made or changed; tables that already have one stay readable."""
+    if not options.deletion_vectors_enabled:
+        return
+    if options.merge_engine is MergeEngineKind.FIRST_ROW:
+        raise OptionError("cannot be true with merge-engine first-row: it never deletes an older row, and Paimon "
+                          "refuses the pair", table=options.table, option="deletion-vectors.enabled")
+    if options.changelog_producer is ChangelogProducer.FULL_COMPACTION:
+        raise OptionError("cannot be true with changelog-producer full-compaction: Paimon pairs deletion vectors "
+                          "with producer none, input or lookup only", table=options.table,
+                          option="deletion-vectors.enabled")
 
 
 class _Shared(TypedDict):
