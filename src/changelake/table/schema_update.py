@@ -27,6 +27,9 @@ from changelake.table.format import kv, snapshot, types
 from changelake.table.format.schema import DataField, TableSchema
 from changelake.table.merge.parse import check_deletion_vectors, merge_engine
 
+# options whose values Paimon refuses beside deletion vectors (checked when one of them is set)
+_PAIRED_WITH_VECTORS = frozenset({"deletion-vectors.enabled", "merge-engine", "changelog-producer"})
+
 # Paimon's CoreOptions.IMMUTABLE_OPTIONS, refused once the table has a snapshot ...
 _PAIMON_IMMUTABLE = frozenset({
     "type", "bucket-key", "bucket-function.type", "data-file.path-directory", "merge-engine",
@@ -160,10 +163,6 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
     if any(isinstance(change, SetOptions) and _PAIRED_WITH_VECTORS & change.values.keys() for change in changes):
         check_deletion_vectors(parsed)
     return evolved
-
-
-# options whose values Paimon refuses beside deletion vectors (checked when one of them is set)
-_PAIRED_WITH_VECTORS = {"deletion-vectors.enabled", "merge-engine", "changelog-producer"}
 
 
 def _index(fields: list[DataField], name: str, table: str) -> int:
