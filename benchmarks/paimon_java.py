@@ -180,16 +180,20 @@ def main() -> None:
     print(f"rows written: {total:,} in {args.commits} commits ({mode}); options: {options or 'defaults'}; "
           f"live rows at the end: {rounds[0]['floor'].rows:,}")
 
-    def ratio(result: dict[str, Any], engine: str) -> float:
+    def ingest_s(result: dict[str, Any], engine: str) -> float:
+        """The ingest's seconds: changelake's commits (as compaction_ingest.py times them), or
+        Paimon's less py4j's carrying of the bytes."""
         run = result[engine]
-        wall = sum(run["durations"]) if engine == "changelake" else run["wall"]
-        return float(result["floor"].write_s / wall)
+        return float(sum(run["durations"]) if engine == "changelake" else run["wall"])
+
+    def ratio(result: dict[str, Any], engine: str) -> float:
+        return float(result["floor"].write_s / ingest_s(result, engine))
 
     for engine, label in (("changelake", "changelake"), ("paimon", "Apache Paimon 0.9.0 (Java)")):
         ratios = [ratio(r, engine) for r in rounds]
         median = rounds[ratios.index(statistics.median_low(ratios))]
         run, floor = median[engine], median["floor"]
-        wall = sum(run["durations"]) if engine == "changelake" else run["wall"]
+        wall = ingest_s(median, engine)
         extra = f", py4j carrying the bytes {run['sending']:.2f} s left out" if engine == "paimon" else ""
         print(f"{label}: {total / wall:,.0f} rows/s ({wall:.2f} s wall, {run['cpu']:.2f} s CPU{extra}); "
               f"CPU per row {run['cpu'] / total * 1e6:.2f} us ({run['cpu'] / floor.write_cpu_s:.1f}x the floor's); "

@@ -72,10 +72,15 @@ def _ours(table: cl.Table, snapshot_id: int | None = None) -> list[Row]:
     return _sorted(scan.to_arrow().to_pylist())
 
 
-def _write_ours(table: cl.Table, changes: list[Change]) -> None:
+def _arrow(changes: list[Change]) -> pa.Table:
+    """Changes as changelake writes them: the rows, with their kinds in a ``rowkind`` column."""
     rows = [row for _, row in changes]
-    data = pa.Table.from_pylist(rows, schema=SCHEMA).append_column("rowkind", pa.array([k for k, _ in changes]))
-    table.write(data)
+    return pa.Table.from_pylist(rows, schema=SCHEMA).append_column("rowkind", pa.array([k for k, _ in changes]))
+
+
+def _change_order(change: Change) -> tuple[str, int, str]:
+    """Changes of one key come once per kind in these tests: sorted by key, then kind."""
+    return change[1]["dt"], change[1]["id"], change[0]
 
 
 def test_java_and_changelake_share_a_deletion_vector_table(tmp_path: Any, java: JavaPaimon) -> None:
@@ -99,7 +104,7 @@ def test_java_and_changelake_share_a_deletion_vector_table(tmp_path: Any, java: 
 
     first_ours = table.latest_snapshot().id + 1
     for step in range(3):
-        _write_ours(table, model.commit(10, 15, 6, f"cl{step}"))
+        table.write(_arrow(model.commit(10, 15, 6, f"cl{step}")))
         assert _ours(table) == model.sorted_rows()
         assert _sorted(java.read(warehouse, "db.t")) == model.sorted_rows(), f"after changelake's commit {step}"
     for step in range(2):
@@ -134,9 +139,7 @@ def test_java_paimon_reads_every_snapshot_of_changelake_deletion_vector_tables(
             if engine == "partial-update":  # some columns left as they are
                 changes = [(k, {**row, "name": None}) if i % 3 == 0 else (k, row)
                            for i, (k, row) in enumerate(changes)]
-            rows = [row for _, row in changes]
-            writer.write(pa.Table.from_pylist(rows, schema=SCHEMA)
-                         .append_column("rowkind", pa.array([k for k, _ in changes])))
+            writer.write(_arrow(changes))
             writer.commit(step)
     table.compact(full=True)
     snapshots = table.snapshots()
@@ -198,15 +201,12 @@ def test_changelake_streams_the_changelog_java_paimon_produces(tmp_path: Any, ja
     table = cl.open_table(f"{warehouse}/db.db/t")
     assert any(s.changelog_manifest_list for s in table.snapshots())
 
-    def key(change: Change) -> tuple[str, int, str]:
-        return change[1]["dt"], change[1]["id"], change[0]
-
     changes = table.changes(0, table.latest_snapshot().id).to_arrow().to_pylist()
     ours = [(row.pop("rowkind"), row) for row in changes]
-    assert sorted(ours, key=key) == sorted(expected, key=key)
+    assert sorted(ours, key=_change_order) == sorted(expected, key=_change_order)
     streamed = [(row.pop("rowkind"), row) for batch in table.stream(mode="from-snapshot", snapshot_id=1)
                 for row in batch.data.to_pylist()]
-    assert sorted(streamed, key=key) == sorted(expected, key=key)
+    assert sorted(streamed, key=_change_order) == sorted(expected, key=_change_order)
     assert _ours(table) == model.sorted_rows() == _sorted(java.read(warehouse, "db.t"))
 
 
@@ -222,13 +222,9 @@ def test_java_paimon_streams_the_changelog_changelake_produces(tmp_path: Any, ja
     with table.writer(commit_user="u") as writer:
         for step in range(4):
             changes = model.commit(15 if step == 0 else 6, 0 if step == 0 else 8, 0 if step == 0 else 4, f"s{step}")
-            writer.write(pa.Table.from_pylist([row for _, row in changes], schema=SCHEMA)
-                         .append_column("rowkind", pa.array([k for k, _ in changes])))
+            writer.write(_arrow(changes))
             writer.commit(step)
-
-    def key(change: Change) -> tuple[str, int, str]:
-        return change[1]["dt"], change[1]["id"], change[0]
 
     ours = [(row.pop("rowkind"), row) for row in table.changes(0, table.latest_snapshot().id).to_arrow().to_pylist()]
     assert {kind for kind, _ in ours} >= ({"+I", "-D", "+U"} if producer == "input" else {"+I", "-U", "+U", "-D"})
-    assert sorted(java.stream(warehouse, "db.t", 1), key=key) == sorted(ours, key=key)
+    assert sorted(java.stream(warehouse, "db.t", 1), key=_change_order) == sorted(ours, key=_change_order)
