@@ -15,7 +15,8 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.format.kv import RowKind
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.io.atomic import CommitLock
-from changelake.table.lsm.inspection import BucketInspection, TableInspection
+from changelake.table.lsm.bucket_tree import BucketInspection
+from changelake.table.lsm.inspection import TableInspection
 from changelake.table.lsm.universal import PickRule
 from changelake.table.read.planner import Split
 from changelake.table.snapshot_expiry import ExpireResult

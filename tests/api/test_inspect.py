@@ -3,7 +3,9 @@ changelog files, the text summary and the PNG picture."""
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from changelake.errors import MissingExtraError, ScanError
 from changelake.table.lsm.universal import PickRule
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
+SRC = str(Path(cl.__file__).resolve().parents[1])
 
 
 def _write(table: cl.Table, low: int, high: int) -> None:
@@ -148,9 +151,12 @@ def test_to_png_draws_the_largest_or_a_chosen_bucket(tmp_path: Path) -> None:
 def test_to_png_without_matplotlib_names_the_plot_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = _table(tmp_path)
     _write(table, 0, 3)
-    # As if matplotlib were not installed, and the picture module not loaded yet.
-    monkeypatch.delitem(sys.modules, "changelake.table.lsm.picture", raising=False)
-    monkeypatch.delattr("changelake.table.lsm.picture", raising=False)
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
     with pytest.raises(MissingExtraError, match=r"changelake\[plot\]"):
         table.inspect().to_png(str(tmp_path / "x.png"))
+
+
+def test_matplotlib_is_loaded_only_to_draw() -> None:
+    loaded = subprocess.run([sys.executable, "-c", "import sys, changelake; print('matplotlib' in sys.modules)"],
+                            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": SRC})
+    assert loaded.stdout.strip() == "False"

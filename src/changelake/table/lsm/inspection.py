@@ -1,9 +1,10 @@
 """A table's LSM trees as values: per bucket the levels, sorted runs and files with their key
-ranges, what universal compaction would pick next (and why), and the snapshot's changelog files.
+ranges, what universal compaction would pick next (and why), and the snapshot's changelog files
+(one bucket's values are in :mod:`.bucket_tree`).
 
 Everything comes from manifests (file metadata), never from data files, so inspecting a large
-table reads only its metadata. The text summary is here; the picture is in :mod:`.picture`,
-loaded only when drawn (it needs matplotlib).
+table reads only its metadata. The text summary is here; the picture is drawn by
+:mod:`.picture`, which loads matplotlib only when it draws.
 """
 
 from __future__ import annotations
@@ -17,85 +18,18 @@ from changelake.errors import ScanError
 from changelake.table.context import TableContext
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.snapshot import Snapshot
+from changelake.table.lsm import picture
+from changelake.table.lsm.bucket_tree import (
+    BucketInspection,
+    FileInspection,
+    PendingCompaction,
+    SortedRunInspection,
+    human_size,
+    key_text,
+)
 from changelake.table.lsm.levels import Levels
-from changelake.table.lsm.universal import PickRule, UniversalCompaction
+from changelake.table.lsm.universal import UniversalCompaction
 from changelake.table.read import live_files
-
-
-@dataclass(frozen=True)
-class FileInspection:
-    """One data (or changelog) file: keys decoded to Python values, one tuple per key."""
-
-    name: str
-    level: int
-    rows: int
-    size: int
-    min_key: tuple[Any, ...]
-    max_key: tuple[Any, ...]
-    min_sequence: int
-    max_sequence: int
-    deleted_rows: int | None
-    compacted: bool  # written by a compaction (else by a write)
-
-
-@dataclass(frozen=True)
-class SortedRunInspection:
-    """Files with disjoint key ranges in key order: a level-0 file, or a whole higher level."""
-
-    level: int
-    files: tuple[FileInspection, ...]
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
-
-    @property
-    def rows(self) -> int:
-        return sum(f.rows for f in self.files)
-
-
-@dataclass(frozen=True)
-class PendingCompaction:
-    """What universal compaction would pick next in a bucket: the rule that fired with its
-    numbers (``reason``), the files (names) and the level they would go to."""
-
-    rule: PickRule
-    reason: str
-    files: tuple[str, ...] = ()
-    output_level: int | None = None
-
-
-@dataclass(frozen=True)
-class BucketInspection:
-    """The LSM tree of one bucket."""
-
-    partition: tuple[tuple[str, Any], ...]  # (partition key, value) pairs
-    bucket: int
-    num_levels: int
-    runs: tuple[SortedRunInspection, ...]  # newest data first: level-0 files, then levels 1..
-    pending: PendingCompaction
-    changelog: tuple[FileInspection, ...]  # changelog files the snapshot added in this bucket
-
-    @property
-    def partition_text(self) -> str:
-        """``key=value,...`` (empty for an unpartitioned table)."""
-        return ",".join(f"{k}={v}" for k, v in self.partition)
-
-    @property
-    def files(self) -> tuple[FileInspection, ...]:
-        return tuple(f for run in self.runs for f in run.files)
-
-    def level(self, level: int) -> tuple[SortedRunInspection, ...]:
-        """The sorted runs of one level (level 0: one per file; else none or one)."""
-        return tuple(run for run in self.runs if run.level == level)
-
-    @property
-    def size(self) -> int:
-        return sum(run.size for run in self.runs)
-
-    @property
-    def rows(self) -> int:
-        return sum(run.rows for run in self.runs)
 
 
 @dataclass(frozen=True)
@@ -150,10 +84,8 @@ class TableInspection:
         one band per level, each file a box over its key range, sorted runs in colors, the
         pending compaction's files outlined and its reason as the caption, changelog files at
         the side. Needs matplotlib (``pip install 'changelake[plot]'``)."""
-        # Loaded here, not at the top: matplotlib is an optional extra and costs seconds to load.
-        from changelake.table.lsm import picture
-
-        picture.draw(self, self.bucket(bucket, partition=partition), path, width=width, height=height, dpi=dpi)
+        picture.draw(self.bucket(bucket, partition=partition), path, table=self.table, snapshot_id=self.snapshot_id,
+                     key_names=self.key_names, width=width, height=height, dpi=dpi)
 
 
 def _file(ctx: TableContext, f: DataFileMeta) -> FileInspection:
@@ -204,25 +136,8 @@ def inspect(ctx: TableContext, snapshot: Snapshot | None, *, force_level0_up: bo
 # -- text ------------------------------------------------------------------------------------
 
 
-def human_size(size: int) -> str:
-    """``1.5 KiB``-style sizes."""
-    if size < 1024:
-        return f"{size} B"
-    value = size / 1024
-    for unit in ("KiB", "MiB", "GiB"):
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def key_text(key: tuple[Any, ...]) -> str:
-    """A key as text: the value for one key column, a tuple for several."""
-    return str(key[0]) if len(key) == 1 else "(" + ", ".join(str(v) for v in key) + ")"
 
 
 def _table(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:

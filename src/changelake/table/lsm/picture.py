@@ -3,7 +3,9 @@ per level (level 0 on top, one row per level-0 file since each is a sorted run o
 each file a box over its key range, sorted runs in distinct colors, the files the pending
 compaction would pick outlined in red with the reason as the caption, changelog files at the side.
 
-Loaded only when a picture is drawn: matplotlib is the optional extra ``plot``.
+It draws from a bucket's values (:mod:`.bucket_tree`), not from the inspection that holds
+them. matplotlib, the optional extra ``plot``, is imported when a picture is drawn: ``import
+changelake`` needs no matplotlib and does not pay the second it takes to load.
 """
 
 from __future__ import annotations
@@ -13,19 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from changelake.handoff import require
-from changelake.table.lsm.inspection import BucketInspection, FileInspection, TableInspection, human_size, key_text
-
-require("matplotlib", "plot", "TableInspection.to_png()")
-
-# After the check above, so a missing matplotlib is reported by name and extra.
-from matplotlib import colormaps  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch, Rectangle  # noqa: E402
+from changelake.table.lsm.bucket_tree import BucketInspection, FileInspection, human_size, key_text
 
 _PICKED = "#d62728"
 _EMPTY = "#f4f4f4"
 # tab10 without its red, which marks the pending compaction's files.
-_RUN_COLORS = tuple(colormaps["tab10"](i) for i in (0, 1, 2, 4, 5, 6, 7, 8, 9))
+_RUN_COLOR_INDEXES = (0, 1, 2, 4, 5, 6, 7, 8, 9)
 _MAX_TICKS = 8
 
 
@@ -51,6 +46,11 @@ def _box_label(f: FileInspection) -> str:
 
 
 def _draw_tree(ax: Any, b: BucketInspection, key_names: tuple[str, ...]) -> None:
+    # Imported when drawn, as draw() explains.
+    from matplotlib import colormaps
+    from matplotlib.patches import Patch, Rectangle
+
+    run_colors = tuple(colormaps["tab10"](i) for i in _RUN_COLOR_INDEXES)
     x_of, min_width, xlabel, ticks = _x_axis(b)
     picked = set(b.pending.files)
     level0 = b.level(0)
@@ -63,7 +63,7 @@ def _draw_tree(ax: Any, b: BucketInspection, key_names: tuple[str, ...]) -> None
     left, right = min(xs) - min_width, max(xs) + min_width
     span = right - left or 1.0
     for index, run in enumerate(b.runs):
-        color = _RUN_COLORS[index % len(_RUN_COLORS)]
+        color = run_colors[index % len(run_colors)]
         for f in run.files:
             row = (0, index) if run.level == 0 else (run.level, 0)
             x0, x1 = x_of(f.min_key) - min_width / 2, x_of(f.max_key) + min_width / 2
@@ -96,6 +96,8 @@ def _draw_tree(ax: Any, b: BucketInspection, key_names: tuple[str, ...]) -> None
 
 
 def _draw_changelog(ax: Any, b: BucketInspection, snapshot_id: int | None) -> None:
+    from matplotlib.patches import Rectangle  # imported when drawn, as draw() explains
+
     ax.set_axis_off()
     ax.set_title(f"changelog files of snapshot {snapshot_id}", fontsize=9)
     if not b.changelog:
@@ -113,16 +115,22 @@ def _draw_changelog(ax: Any, b: BucketInspection, snapshot_id: int | None) -> No
         ax.text(0.5, 0.0, f"... and {len(b.changelog) - len(shown)} more", ha="center", fontsize=7)
 
 
-def draw(inspection: TableInspection, b: BucketInspection, path: str, *, width: float, height: float,
-         dpi: int) -> None:
-    """Draw bucket ``b`` of ``inspection`` to a PNG file at ``path``."""
+def draw(b: BucketInspection, path: str, *, table: str, snapshot_id: int | None, key_names: tuple[str, ...],
+         width: float, height: float, dpi: int) -> None:
+    """Draw bucket ``b`` (of ``table`` at ``snapshot_id``, keyed by ``key_names``) to a PNG
+    file at ``path``. MissingExtraError naming the extra ``plot`` without matplotlib."""
+    require("matplotlib", "plot", "TableInspection.to_png()")
+    # Imported here, after the check: matplotlib is an optional extra that takes a second to
+    # load, and a missing one is reported by name and extra above.
+    from matplotlib.figure import Figure
+
     # A bare Figure (no pyplot): no global state, no GUI backend, the same picture every time.
     fig = Figure(figsize=(width, height), dpi=dpi)
     grid = fig.add_gridspec(1, 2, width_ratios=(4, 1), left=0.08, right=0.98, top=0.9, bottom=0.2, wspace=0.08)
-    _draw_tree(fig.add_subplot(grid[0, 0]), b, inspection.key_names)
-    _draw_changelog(fig.add_subplot(grid[0, 1]), b, inspection.snapshot_id)
+    _draw_tree(fig.add_subplot(grid[0, 0]), b, key_names)
+    _draw_changelog(fig.add_subplot(grid[0, 1]), b, snapshot_id)
     where = f"partition {b.partition_text}, " if b.partition else ""
-    fig.suptitle(f"{inspection.table} @ snapshot {inspection.snapshot_id}: {where}bucket {b.bucket} - "
+    fig.suptitle(f"{table} @ snapshot {snapshot_id}: {where}bucket {b.bucket} - "
                  f"{len(b.files)} files, {human_size(b.size)}, {b.rows} rows, {len(b.runs)} sorted runs",
                  fontsize=11)
     caption = textwrap.fill(f"pending compaction ({b.pending.rule.value}): {b.pending.reason}", width=150)
