@@ -60,8 +60,37 @@ def ids(where: str) -> list[int]:
     ('"my col" >= 30', [3, 4]),
     ("id < price", [1]),
     ("price in (3, 0.25)", [3, 4]),
+    ("name like 'a%'", [1]),
+    ("name like '%''%'", [4]),
+    ("name like '_'", [1, 2]),
 ])
 def test_selects(where: str, expected: list[int]) -> None:
+    assert ids(where) == expected
+
+
+# SQL's three-valued logic: a NULL operand makes a comparison, IN or LIKE unknown, NOT keeps it
+# unknown, and a row is kept only where the filter is true (names: a, b, NULL, it's; flags: true,
+# false, NULL, true; prices: 1.50, NULL, 3.00, 0.25).
+@pytest.mark.parametrize(("where", "expected"), [
+    ("name not in ('a')", [2, 4]),
+    ("not name in ('a')", [2, 4]),
+    ("not (name not in ('a'))", [1]),
+    ("name in ('a') or name not in ('a')", [1, 2, 4]),
+    ("not (name in ('a') or name is null)", [2, 4]),
+    ("price not in (3)", [1, 4]),
+    ("d not in ('2024-01-01')", [2, 4]),
+    ("name <> 'a'", [2, 4]),
+    ("name != 'a'", [2, 4]),
+    ("not name = 'a'", [2, 4]),
+    ("not (price > 1)", [4]),
+    ("not flag", [2]),
+    ("not (flag and id > 1)", [1, 2]),
+    ("not (flag or id > 3)", [2]),
+    ("name not like 'a%'", [2, 4]),
+    ("not name like '_'", [4]),
+    ("not (name is null)", [1, 2, 4]),
+])
+def test_negations_drop_nulls_as_sql(where: str, expected: list[int]) -> None:
     assert ids(where) == expected
 
 
@@ -77,7 +106,7 @@ def test_selects(where: str, expected: list[int]) -> None:
     ("id 3", "expected a comparison", 4),
     ("id = 3 # 4", "unexpected character '#'", 8),
     ("id is 3", "expected NULL after IS", 7),
-    ("id not 3", "expected IN after NOT", 8),
+    ("id not 3", "expected IN or LIKE after NOT", 8),
     ("1 = 2", "a comparison needs a column on one side", 3),
     ("id = null", "use IS NULL", 6),
     ("3 in (1)", "IN needs a column on its left", 1),
@@ -86,6 +115,9 @@ def test_selects(where: str, expected: list[int]) -> None:
     ("name = 'open", "unexpected character", 8),
     ("price = 'cheap'", "'cheap' is not a value of column 'price'", 9),
     ("price = 1.234", "is not a value of column 'price'", 9),
+    ("id like 'a'", "LIKE needs a text column; 'id' is int64", 1),
+    ("name like 3", "expected a 'pattern' after LIKE", 11),
+    ("name < id", "< does not apply to column 'name' (string) and column 'id' (int64)", 6),
 ])
 def test_errors_point_at_the_token(where: str, message: str, position: int) -> None:
     with pytest.raises(WhereError, match=re.escape(message)) as raised:

@@ -7,7 +7,8 @@ Grammar (keywords in any case)::
     not_expr   := NOT not_expr | predicate
     predicate  := '(' expr ')'
                 | operand (('=' | '==' | '!=' | '<>' | '<' | '<=' | '>' | '>=') operand
-                           | IS [NOT] NULL | [NOT] IN '(' literal (',' literal)* ')')?
+                           | IS [NOT] NULL | [NOT] IN '(' literal (',' literal)* ')'
+                           | [NOT] LIKE 'pattern')?
     operand    := column | literal
     literal    := 'text' | number | TRUE | FALSE | NULL
 
@@ -15,6 +16,10 @@ A column is a bare name (letters, digits, ``_``, ``.``, ``$``) or a ``"quoted na
 literals use single quotes (``''`` for a quote inside). A literal compared with a column takes
 the column's type (``d >= '2024-01-01'`` compares dates), so a value the type cannot hold is an
 error naming the column, not a silent mismatch. A bare column of type bool is a predicate.
+
+NULL follows SQL's three-valued logic: a comparison, IN or LIKE with a NULL operand is unknown,
+NOT of unknown is unknown, AND and OR are Kleene's, and only rows where the whole filter is true
+are kept (``v NOT IN (1, 2)`` drops rows where ``v`` is NULL, as does ``NOT v IN (1, 2)``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import decimal
 import enum
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -63,7 +69,7 @@ _TOKEN = re.compile(r"""
   | (?P<operator>==|!=|<>|<=|>=|=|<|>)
   | (?P<punct>[(),])
 """, re.VERBOSE)
-_KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE"}
+_KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "LIKE", "NULL", "TRUE", "FALSE"}
 _COMPARISONS = {
     "=": pc.equal, "==": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal,
     "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal,
@@ -203,15 +209,18 @@ class _Parser:
                 raise self._fail("expected NULL after IS")
             field = self._field(left, start)
             return ~pc.is_null(field) if negate else pc.is_null(field)
-        if self._keyword("NOT"):
-            if not self._keyword("IN"):
-                raise self._fail("expected IN after NOT")
-            return ~self._in(left, start)
+        negate = self._keyword("NOT")
         if self._keyword("IN"):
-            return self._in(left, start)
-        if isinstance(left, _Column) and pa.types.is_boolean(left.type):
+            found = self._in(left, start)
+        elif self._keyword("LIKE"):
+            found = self._like(left, start)
+        elif negate:
+            raise self._fail("expected IN or LIKE after NOT")
+        elif isinstance(left, _Column) and pa.types.is_boolean(left.type):
             return pc.field(left.name)
-        raise self._fail("expected a comparison (=, !=, <, <=, >, >=), IS [NOT] NULL or IN")
+        else:
+            raise self._fail("expected a comparison (=, !=, <, <=, >, >=), IS [NOT] NULL, IN or LIKE")
+        return ~found if negate else found
 
     def _in(self, left: _Operand, start: _Token) -> pc.Expression:
         column = self._column_of(left, start, "IN")
@@ -221,7 +230,24 @@ class _Parser:
             values.append(self._literal())
         self._expect_punct(")")
         array = pa.array([self._coerce(v, column) for v in values], type=column.type)
-        return pc.is_in(pc.field(column.name), value_set=array)
+        self._check_kernel(lambda: pc.is_in(pa.array([], column.type), value_set=array),
+                           f"IN does not apply to column {column.name!r} ({column.type})", start)
+        # Unknown (NULL) for a NULL value, as SQL's IN: pyarrow's is_in says false, which NOT
+        # would turn into true and keep the row.
+        field = pc.field(column.name)
+        return pc.if_else(pc.is_valid(field), pc.is_in(field, value_set=array), pc.scalar(pa.scalar(None, pa.bool_())))
+
+    def _like(self, left: _Operand, start: _Token) -> pc.Expression:
+        """SQL's LIKE: ``%`` any characters, ``_`` one, a backslash escapes either; NULL for a
+        NULL value (pyarrow's match_like)."""
+        column = self._column_of(left, start, "LIKE")
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            raise self._fail(f"LIKE needs a text column; {column.name!r} is {column.type}", start)
+        token = self.current
+        if token.kind is not _Kind.STRING:
+            raise self._fail("expected a 'pattern' after LIKE")
+        self.index += 1
+        return pc.match_like(pc.field(column.name), token.text)
 
     def _operand(self) -> _Operand:
         token = self.current
@@ -276,15 +302,28 @@ class _Parser:
             raise WhereError(f"{literal.value!r} is not a value of column {column.name!r} ({column.type}): "
                              f"{str(error).splitlines()[0]}", text=self.text, position=literal.position) from None
 
+    def _check_kernel(self, call: Callable[[], object], message: str, token: _Token) -> None:
+        """Fail at ``token`` with ``message`` when pyarrow has no kernel for ``call`` (run on
+        empty arrays), instead of the scan failing later on the first batch."""
+        try:
+            call()
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            raise self._fail(message, token) from None
+
     def _compare(self, operator: str, left: _Operand, right: _Operand, token: _Token) -> pc.Expression:
         compare = _COMPARISONS[operator]
-        if isinstance(left, _Column) and isinstance(right, _Column):
-            return compare(pc.field(left.name), pc.field(right.name))
-        if isinstance(left, _Column) and isinstance(right, _Literal):
-            return compare(pc.field(left.name), pc.scalar(self._coerce(right, left)))
-        if isinstance(left, _Literal) and isinstance(right, _Column):
-            return compare(pc.scalar(self._coerce(left, right)), pc.field(right.name))
-        raise self._fail("a comparison needs a column on one side", token)
+        sides: list[tuple[pc.Expression, pa.DataType, str]] = []  # expression, type, description
+        for operand, other in ((left, right), (right, left)):
+            if isinstance(operand, _Column):
+                sides.append((pc.field(operand.name), operand.type, f"column {operand.name!r} ({operand.type})"))
+            elif isinstance(other, _Column):
+                sides.append((pc.scalar(self._coerce(operand, other)), other.type, repr(operand.value)))
+            else:
+                raise self._fail("a comparison needs a column on one side", token)
+        (left_value, left_type, left_text), (right_value, right_type, right_text) = sides
+        self._check_kernel(lambda: compare(pa.array([], left_type), pa.array([], right_type)),
+                           f"{operator} does not apply to {left_text} and {right_text}", token)
+        return compare(left_value, right_value)
 
 
 def parse_where(text: str, schema: pa.Schema) -> pc.Expression:
