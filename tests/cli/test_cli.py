@@ -183,3 +183,24 @@ def test_progress_only_on_a_terminal(tmp_path: Path) -> None:
     piped = cli("compact", table.location, "--full")
     assert piped.stdout.strip() == "compacted: snapshot 5 (4 records)"
     assert piped.stderr == ""
+
+
+def test_scan_on_a_terminal_draws_a_default_limit_and_says_so(tmp_path: Path) -> None:
+    table = changelake.Catalog(str(tmp_path)).create_table("db.many", SCHEMA, ["id", "p"])
+    table.write(pa.table({"id": range(1500), "p": ["x"] * 1500, "d": [None] * 1500, "name": ["n"] * 1500},
+                         schema=SCHEMA))
+    footer = "the first 1000 rows, the default limit on a terminal: --limit N shows N"
+
+    code, drawn = _run_on_terminal("scan", table.location)
+    assert code == 0, drawn
+    assert sum(line.startswith("│") for line in drawn.splitlines()) == 1000
+    assert footer in drawn
+
+    code, drawn = _run_on_terminal("scan", table.location, "--limit", "1200")
+    assert code == 0, drawn
+    assert sum(line.startswith("│") for line in drawn.splitlines()) == 1200
+    assert "default limit" not in drawn
+
+    piped = cli("scan", table.location)  # a pipe gets every row
+    assert piped.returncode == 0, piped.stderr
+    assert len(piped.stdout.splitlines()) == 1501

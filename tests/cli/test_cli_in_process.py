@@ -4,7 +4,9 @@ of each command."""
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 import json
 import os
 import time
@@ -160,6 +162,18 @@ def test_changes_formats(capfd: pytest.CaptureFixture[str], table: changelake.Ta
     (["rollback", "{t}", "--tag", "nope"], 1, "nope"),
     (["tag", "delete", "{t}", "nope"], 1, "nope"),
     (["ls", "{w}/missing"], 1, "warehouse"),
+    (["scan", "{t}", "--columns", "id,name,id"], 2, "--columns names 'id' more than once"),
+    (["scan", "{t}", "--columns", "id,"], 2, "--columns: an empty column name in 'id,'"),
+    (["scan", "{t}", "--where", "name < id"], 2, "< does not apply to column 'name' (string) and column 'id'"),
+    (["scan", "nosuch://bucket/db.db/t"], 2, "nosuch://bucket/db.db/t: Protocol not known: nosuch"),
+    (["ls", "nosuch://bucket/warehouse"], 2, "Protocol not known"),
+    (["remove-orphans", "{t}", "--older-than", "99999999999 d"], 2, "is longer than 999999999 days"),
+    (["expire", "{t}", "--retain-max", "0"], 2, "Invalid value for '--retain-max'"),
+    (["show", "{t}", "--snapshots", "-1"], 2, "Invalid value for '--snapshots'"),
+    (["scan", "{t}", "--format", "xml"], 2, "Invalid value for '--format'"),
+    (["scan"], 2, "Missing argument 'TABLE'"),
+    (["scan", "{t}", "--nope"], 2, "No such option: --nope"),
+    (["nope"], 2, "No such command 'nope'"),
 ])
 def test_errors(capfd: pytest.CaptureFixture[str], table: changelake.Table, args: list[str], code: int,
                 message: str) -> None:
@@ -168,6 +182,19 @@ def test_errors(capfd: pytest.CaptureFixture[str], table: changelake.Table, args
     assert got == code, err
     if code:
         assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+def test_an_unexpected_error_is_one_line_too(capfd: pytest.CaptureFixture[str], table: changelake.Table,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> changelake.Table:
+        raise RuntimeError("a storage library's own error\nover two lines")
+
+    monkeypatch.setattr("changelake.cli.common.open_table", broken)
+    assert run(capfd, "show", table.location) == (
+        1, "", "error: RuntimeError: a storage library's own error; over two lines\n")
+    monkeypatch.setenv("CHANGELAKE_TRACEBACK", "1")  # for a bug report: the error with its traceback
+    with pytest.raises(RuntimeError, match="over two lines"):
+        app(["show", table.location])
 
 
 def test_every_command_has_help(capfd: pytest.CaptureFixture[str]) -> None:
@@ -204,3 +231,123 @@ def test_inspect_prints_the_tree_and_draws_a_bucket(capfd: pytest.CaptureFixture
     assert code == 2 and err.startswith("error: --partition: no bucket") and len(err.splitlines()) == 1
     code, _, err = run(capfd, "inspect", made.location, "--snapshot", "99")
     assert code == 1 and "snapshot 99" in err
+
+
+NESTED = pa.schema([
+    pa.field("id", pa.int64(), nullable=False), ("b", pa.binary()), ("fixed", pa.binary(2)), ("f", pa.float64()),
+    ("l", pa.list_(pa.int32())), ("m", pa.map_(pa.string(), pa.float64())),
+    ("s", pa.struct([("x", pa.int32()), ("raw", pa.binary()), ("at", pa.timestamp("ns"))])),
+])
+
+
+def _nested_table(tmp_path: Path) -> changelake.Table:
+    made = changelake.Catalog(str(tmp_path)).create_table("db.nested", NESTED, ["id"])
+    made.write(pa.table({
+        "id": [1, 2, 3], "b": [b"\xff\x00\xfe", None, b"ok"], "fixed": [b"\x80\x81", None, b"ab"],
+        "f": [float("nan"), float("inf"), None],
+        "l": [[1, 2], None, []], "m": [[("a", float("-inf"))], None, []],
+        "s": [{"x": 1, "raw": b"\xc3\x28", "at": pa.scalar(1_704_067_200_000_000_001, pa.timestamp("ns"))}, None,
+              {"x": None, "raw": None, "at": None}],
+    }, schema=NESTED))
+    return made
+
+
+def _strict_json(line: str) -> object:
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_text_formats_print_binary_nested_and_non_finite_values(capfd: pytest.CaptureFixture[str],
+                                                                tmp_path: Path) -> None:
+    made = _nested_table(tmp_path)
+    first = {"id": 1, "b": "ff00fe", "fixed": "8081", "f": "NaN", "l": [1, 2], "m": [["a", "-Infinity"]],
+             "s": {"x": 1, "raw": "c328", "at": "2024-01-01 00:00:00.000000001"}}
+    code, out, err = run(capfd, "scan", made.location, "--format", "json")
+    assert code == 0, err
+    assert [_strict_json(line) for line in out.splitlines()] == [
+        first,
+        {"id": 2, "b": None, "fixed": None, "f": "Infinity", "l": None, "m": None, "s": None},
+        {"id": 3, "b": "6f6b", "fixed": "6162", "f": None, "l": [], "m": [], "s": {"x": None, "raw": None, "at": None}},
+    ]
+
+    code, out, err = run(capfd, "scan", made.location, "--format", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows[0] == {"id": "1", "b": "ff00fe", "fixed": "8081", "f": "nan", "l": "[1, 2]",
+                       "m": '[["a", "-Infinity"]]', "s": json.dumps(first["s"])}
+    assert rows[1] == {"id": "2", "b": "", "fixed": "", "f": "inf", "l": "", "m": "", "s": ""}
+    assert [_strict_json(rows[2][c]) for c in ("l", "m", "s")] == [[], [], {"x": None, "raw": None, "at": None}]
+
+    code, out, err = run(capfd, "changes", made.location, "--from", "0", "--format", "csv", "--columns", "id,b,s")
+    assert code == 0, err
+    assert out.splitlines()[1] == ('"+I",1,"ff00fe","{""x"": 1, ""raw"": ""c328"", '
+                                   '""at"": ""2024-01-01 00:00:00.000000001""}"')
+
+    code, out, err = run(capfd, "scan", made.location, "--format", "table", "--where", "id = 1")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("│"))
+    assert [c.strip() for c in row.strip("│").split("│")] == [
+        "1", "ff00fe", "8081", "nan", "[1, 2]", '[["a", "-Infinity"]]', json.dumps(first["s"])]
+
+
+def test_where_drops_nulls_under_every_negation(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64()), ("name", pa.string())])
+    made = changelake.Catalog(str(tmp_path)).create_table("db.nulls", schema, ["id"])
+    made.write(pa.table({"id": [1, 2, 3, 4], "v": [1, 2, None, 4], "name": ["ab", "b", None, "ac"]}, schema=schema))
+    for where, ids in [("v NOT IN (1, 2)", ["4"]), ("NOT v IN (1, 2)", ["4"]), ("NOT (v NOT IN (1, 2))", ["1", "2"]),
+                       ("v <> 1", ["2", "4"]), ("NOT v = 1", ["2", "4"]), ("NOT (v > 1 OR name = 'x')", ["1"]),
+                       ("name NOT LIKE 'a%'", ["2"]), ("name LIKE 'a_'", ["1", "4"]),
+                       ("v NOT IN (1, 2) OR v IS NULL", ["3", "4"])]:
+        code, out, err = run(capfd, "scan", made.location, "--where", where, "--columns", "id", "--format", "csv")
+        assert (code, out.splitlines()[1:]) == (0, ids), (where, err)
+
+
+def test_ls_shows_the_current_schema_and_whole_names_in_a_pipe(capfd: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    name = "a_table_whose_name_alone_is_wider_than_the_eighty_columns_a_pipe_used_to_get"
+    made = changelake.Catalog(str(tmp_path)).create_table(f"db.{name}", SCHEMA, ["id"])
+    made.write(pa.table({"id": [1], "d": [None], "name": ["a"]}, schema=SCHEMA))
+    for column in ("x", "y", "z"):  # three schema changes, no commit after them
+        with made.update_schema() as update:
+            update.add_column(column, pa.int32())
+    code, out, err = run(capfd, "ls", str(tmp_path))
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if name in line)
+    # table, schema, snapshot, records, primary keys (not partitioned)
+    assert [cell.strip() for cell in row.strip("│ ").split("│")] == [f"db.{name}", "3", "1", "1", "id"]
+
+
+def test_show_prints_nested_types_as_paimon_does(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    made = _nested_table(tmp_path)
+    code, out, err = run(capfd, "show", made.location)
+    assert code == 0, err
+    types = {cells[1]: cells[2] for line in out.splitlines() if line.startswith("│")
+             for cells in [[c.strip() for c in line.strip("│").split("│")]] if len(cells) == 5}
+    assert types["b"] == "BYTES" and types["fixed"] == "BINARY(2)"
+    assert types["l"] == "ARRAY<INT>"
+    assert types["m"] == "MAP<STRING NOT NULL, DOUBLE>"
+    assert types["s"] == "ROW<`x` INT, `raw` BYTES, `at` TIMESTAMP(9)>"
+
+
+def test_expire_says_what_kept_more_than_retain_max(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    made = changelake.Catalog(str(tmp_path)).create_table("db.many", SCHEMA, ["id"], options={"write-only": "true"})
+    for i in range(12):
+        made.write(pa.table({"id": [i], "d": [None], "name": ["n"]}, schema=SCHEMA))
+    code, out, err = run(capfd, "expire", made.location, "--retain-max", "3")
+    assert code == 0, err
+    assert out.splitlines()[0] == "expired 2 snapshots (1..2)"
+    assert out.splitlines()[-1] == ("kept 10 snapshots, more than --retain-max 3: snapshot.num-retained.min (10) "
+                                    "keeps the newest 10; lower it with --retain-min N")
+
+    stream = made.stream(mode="from-snapshot", snapshot_id=5, consumer_id="job")
+    stream.commit(next(iter(stream)).offset)  # the consumer has read snapshot 5
+    code, out, err = run(capfd, "expire", made.location, "--retain-max", "3", "--retain-min", "1")
+    assert code == 0, err
+    assert out.splitlines()[0] == "expired 3 snapshots (3..5)"
+    assert out.splitlines()[-1] == ("kept 7 snapshots, more than --retain-max 3: consumer 'job' has yet to read "
+                                    "snapshot 6")
+
+    code, out, err = run(capfd, "expire", made.location, "--retain-max", "3", "--retain-min", "4")
+    assert (code, out) == (2, "")
+    assert err == "error: --retain-max 3 is less than --retain-min 4\n"

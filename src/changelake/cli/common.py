@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated
 
+import fsspec
 import typer
 
 from changelake import Catalog, Table, open_table
@@ -47,11 +48,30 @@ def storage_options(pairs: list[str] | None) -> dict[str, str] | None:
     return key_values(pairs, "--storage-option") if pairs else None
 
 
+def _check_filesystem(url: str, options: dict[str, str] | None) -> None:
+    """The error naming ``url`` when fsspec cannot open its filesystem: an unknown protocol or
+    storage option is unusable input, a protocol whose package is not installed a failure."""
+    try:
+        fsspec.core.url_to_fs(url, **(options or {}))
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"{url}: {error}") from None
+    except ImportError as error:
+        raise CommandError(f"{url}: {error}") from None
+
+
+def load_catalog(warehouse: str, storage: list[str] | None) -> Catalog:
+    """The catalog of ``warehouse``."""
+    options = storage_options(storage)
+    _check_filesystem(warehouse, options)
+    return Catalog(warehouse, options)
+
+
 def load_table(table: str, warehouse: str | None, storage: list[str] | None) -> Table:
     """Open TABLE: a directory, or ``database.table`` in ``warehouse``."""
-    options = storage_options(storage)
     if warehouse is not None:
-        return Catalog(warehouse, options).get_table(table)
+        return load_catalog(warehouse, storage).get_table(table)
+    options = storage_options(storage)
+    _check_filesystem(table, options)
     return open_table(table, options)
 
 
@@ -61,3 +81,5 @@ def duration(text: str, flag: str) -> dt.timedelta:
         return dt.timedelta(milliseconds=parse_duration_ms(text))
     except ValueError as error:
         raise UsageError(f"{flag}: {error}") from None
+    except OverflowError:
+        raise UsageError(f"{flag}: {text!r} is longer than {dt.timedelta.max.days} days") from None

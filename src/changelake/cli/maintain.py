@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
+from changelake import Table
 from changelake.cli.common import StorageOpt, TableArg, UsageError, WarehouseOpt, duration, load_table
 from changelake.cli.progress import progress_bar
+from changelake.table.snapshot_expiry import Retention
 
 
 def compact(
@@ -43,6 +45,8 @@ def expire(
 ) -> None:
     """Expire old snapshots and delete the files only they still named (consumers, tags and
     the retention options hold snapshots back, as after every commit)."""
+    if retain_min is not None and retain_max is not None and retain_min > retain_max:
+        raise UsageError(f"--retain-max {retain_max} is less than --retain-min {retain_min}")  # as Paimon refuses
     opened = load_table(table, warehouse, storage)
     threshold = None
     if older_than is not None:
@@ -60,6 +64,38 @@ def expire(
         typer.echo(f"expired {len(result.changelogs)} long-lived changelogs")
     if result.consumers:
         typer.echo(f"dropped consumers: {', '.join(result.consumers)}")
+    held = _held_back(opened, Retention.of(opened.context, retain_min=retain_min, retain_max=retain_max),
+                      len(result.snapshots), min_given=retain_min is not None, max_given=retain_max is not None)
+    if held is not None:
+        typer.echo(held)
+
+
+def _held_back(opened: Table, retention: Retention, expired: int, *, min_given: bool, max_given: bool) -> str | None:
+    """Why more snapshots than the retained maximum are left after a run (the bounds of
+    Paimon's ``ExpireSnapshotsImpl`` that stop it before the maximum), or None when they are not."""
+    latest = opened.latest_snapshot()
+    if latest is None or latest.id <= retention.retain_max:  # ids start at 1: no more than the maximum
+        return None
+    kept = len(opened.snapshots())
+    if kept <= retention.retain_max:
+        return None
+    maximum = f"--retain-max {retention.retain_max}" if max_given else \
+        f"snapshot.num-retained.max ({retention.retain_max})"
+    reasons = []
+    if retention.retain_min > retention.retain_max:
+        reasons.append(f"--retain-min {retention.retain_min} keeps the newest {retention.retain_min}" if min_given
+                       else f"snapshot.num-retained.min ({retention.retain_min}) keeps the newest "
+                            f"{retention.retain_min}; lower it with --retain-min N")
+    oldest_in_maximum = latest.id - retention.retain_max + 1
+    consumers = opened.system("consumers").to_pylist()
+    reasons += [f"consumer {c['consumer_id']!r} has yet to read snapshot {c['next_snapshot_id']}"
+                for c in consumers if c["next_snapshot_id"] < oldest_in_maximum]
+    if expired >= retention.max_deletes:
+        reasons.append(f"snapshot.expire.limit ({retention.max_deletes}) ends a run after that many snapshots; "
+                       "run expire again")
+    if not reasons:
+        return None
+    return f"kept {kept} snapshots, more than {maximum}: {'; '.join(reasons)}"
 
 
 def remove_orphans(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, BinaryIO
@@ -25,6 +26,10 @@ FormatOpt = Annotated[Format | None, typer.Option(
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", help="Write to FILE instead of stdout (required for parquet).", dir_okay=False)]
 
+# Rows a scan draws on a terminal without --limit: drawing is slow (100,000 rows take half a
+# minute) and no screen shows them; pipes and files get every row.
+TERMINAL_LIMIT = 1000
+
 
 def _filter(table: Table, where: str | None) -> pc.Expression | None:
     if where is None:
@@ -36,7 +41,15 @@ def _filter(table: Table, where: str | None) -> pc.Expression | None:
 
 
 def _columns(columns: str | None) -> list[str] | None:
-    return None if columns is None else [c.strip() for c in columns.split(",")]
+    if columns is None:
+        return None
+    names = [c.strip() for c in columns.split(",")]
+    if "" in names:
+        raise UsageError(f"--columns: an empty column name in {columns!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"--columns names {', '.join(map(repr, twice))} more than once")
+    return names
 
 
 @contextlib.contextmanager
@@ -58,7 +71,9 @@ def scan(
         help="Read the newest snapshot committed at or before this time (epoch milliseconds).")] = None,
     where: WhereOpt = None,
     columns: ColumnsOpt = None,
-    limit: Annotated[int | None, typer.Option(min=0, help="Stop after N rows (reading no further).")] = None,
+    limit: Annotated[int | None, typer.Option(
+        min=0, help=f"Stop after N rows (reading no further). Default: every row, or {TERMINAL_LIMIT} when drawn "
+                    "on a terminal.")] = None,
     fmt: FormatOpt = None,
     output: OutputOpt = None,
 ) -> None:
@@ -68,6 +83,9 @@ def scan(
     reading = opened.scan(snapshot, tag=tag, timestamp_ms=timestamp_ms, filter=_filter(opened, where),
                           columns=_columns(columns))
     chosen = default_format(fmt)
+    terminal_limit = limit is None and chosen is Format.TABLE and output is None and sys.stdout.isatty()
+    # One row past the terminal's limit tells whether rows were left out.
+    wanted = TERMINAL_LIMIT + 1 if terminal_limit else limit
     schema = reading.output_schema
     with _sink(output) as sink:
         writer = RowWriter(schema, chosen, sink)
@@ -76,11 +94,11 @@ def scan(
         read = 0
         with progress_bar("reading splits") as progress:
             for done, split in enumerate(splits, start=1):
-                if limit is not None and read >= limit:
+                if wanted is not None and read >= wanted:
                     break
                 rows = reading.read_split(split).cast(schema)
-                if limit is not None:
-                    rows = rows.slice(0, limit - read)
+                if wanted is not None:
+                    rows = rows.slice(0, wanted - read)
                 read += rows.num_rows
                 if chosen is Format.TABLE:
                     drawn.extend(rows.to_batches())
@@ -89,6 +107,10 @@ def scan(
                 if progress is not None:
                     progress(done, len(splits))
         if chosen is Format.TABLE:
+            if terminal_limit and read > TERMINAL_LIMIT:
+                writer.footer = (f"the first {TERMINAL_LIMIT} rows, the default limit on a terminal: --limit N "
+                                 "shows N (a pipe or --output gets every row)")
+                drawn = pa.Table.from_batches(drawn, schema=schema).slice(0, TERMINAL_LIMIT).to_batches()
             writer.write(drawn)
         writer.close()
 

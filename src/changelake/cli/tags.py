@@ -6,11 +6,11 @@ import datetime as dt
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
 from changelake.cli.common import StorageOpt, TableArg, WarehouseOpt, load_table
+from changelake.cli.output import console
 
 app = typer.Typer(help="Create, delete and list a table's tags (named snapshots).", no_args_is_help=True)
 NameArg = Annotated[str, typer.Argument(help="The tag's name.", show_default=False)]
@@ -45,4 +45,4 @@ def list_tags(table: TableArg, warehouse: WarehouseOpt = None, storage: StorageO
     for name, tagged in sorted(load_table(table, warehouse, storage).tags().items()):
         committed = dt.datetime.fromtimestamp(tagged.time_millis / 1000).isoformat(sep=" ", timespec="seconds")
         grid.add_row(Text(name), str(tagged.id), committed, str(tagged.total_record_count))
-    Console().print(grid)
+    console().print(grid)

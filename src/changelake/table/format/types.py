@@ -162,3 +162,28 @@ def _unit_of(precision: int) -> str:
     if precision <= 6:
         return "us"
     return "ns"
+
+
+def sql_string(paimon_type: PaimonType) -> str:
+    """A Paimon type as SQL text, as Paimon's ``DataType.asSQLString`` prints it: atomic types
+    as stored (``INT NOT NULL``), ``ARRAY<INT>``, ``MAP<STRING NOT NULL, INT>``,
+    ``MULTISET<STRING>`` and ``ROW<`a` INT, `b` STRING 'its comment'>`` (``DataField``: the
+    name in backticks, the description quoted), each with `` NOT NULL`` when it holds no nulls."""
+    if isinstance(paimon_type, str):
+        return paimon_type
+    name = paimon_type["type"].strip()
+    kind = name.upper().removesuffix(_NOT_NULL).strip()
+    if kind == "ROW":
+        inner = ", ".join(_field_sql(f) for f in paimon_type["fields"])
+    elif kind == "MAP":
+        inner = f"{sql_string(paimon_type['key'])}, {sql_string(paimon_type['value'])}"
+    else:  # ARRAY, MULTISET
+        inner = sql_string(paimon_type["element"])
+    return f"{kind}<{inner}>{_suffix(nullable=is_nullable(paimon_type))}"
+
+
+def _field_sql(field: dict[str, Any]) -> str:
+    name: str = field["name"]
+    description: str | None = field.get("description")
+    text = "`" + name.replace("`", "``") + "` " + sql_string(field["type"])
+    return text if description is None else text + " '" + description.replace("'", "''") + "'"
