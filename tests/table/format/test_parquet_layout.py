@@ -1,4 +1,8 @@
-"""Nanosecond partitions and keys that decode, name directories, prune and compact exactly."""
+"""TIMESTAMP(7..9) and BINARY(n) in data files as Apache Paimon stores them (INT96 and
+BYTE_ARRAY; ``parquet_layout``, ``parquet_footer``), nested ones too, files of the earlier
+layout (INT64 nanoseconds, FIXED_LEN_BYTE_ARRAY) read alike, and nanosecond partitions and
+keys that decode, name directories, prune and compact exactly (Java Paimon's side of these
+files: ``tests/integration/test_paimon_parquet_layout.py``)."""
 
 from __future__ import annotations
 
@@ -40,6 +44,92 @@ def _exact(data: pa.Table) -> list[dict[str, Any]]:
             return pa.map_(t.key_type, t.item_field.with_type(ints(t.item_type)))
         return t
     return data.cast(pa.schema([f.with_type(ints(f.type)) for f in data.schema])).to_pylist()
+
+
+NESTED = pa.schema([
+    pa.field("k", pa.int64(), nullable=False), pa.field("kt", NANOS, nullable=False),
+    pa.field("kb", pa.binary(2), nullable=False),
+    ("ms", pa.timestamp("ms")), ("us", pa.timestamp("us", tz="UTC")), ("ns", NANOS), ("ltz", LTZ),
+    ("b4", pa.binary(4)), ("bytes", pa.binary()),
+    ("l", pa.list_(NANOS)), ("s", pa.struct([("t", LTZ), ("b", pa.binary(2)), ("u", pa.timestamp("us"))])),
+    ("m", pa.map_(pa.binary(2), NANOS)),
+])
+
+
+def _nested_rows(n: int) -> pa.Table:
+    stamps = [None if i % 7 == 3 else P + i * 86_400_000_000_001 * (-1) ** i for i in range(n)]
+    return pa.table({
+        "k": list(range(n)), "kt": [P - i for i in range(n)], "kb": [bytes([i % 256, 7]) for i in range(n)],
+        "ms": pa.array([None if s is None else s // 1_000_000 for s in stamps], pa.timestamp("ms")),
+        "us": pa.array([None if s is None else s // 1000 for s in stamps], pa.timestamp("us", tz="UTC")),
+        "ns": pa.array(stamps, NANOS), "ltz": pa.array(stamps[::-1], LTZ),
+        "b4": [None if i % 5 == 0 else bytes([i % 256, 0, 1, 2]) for i in range(n)],
+        "bytes": [bytes(i % 9) for i in range(n)],
+        "l": [None if i % 6 == 0 else [s for s in stamps[i:i + i % 4]] for i in range(n)],
+        "s": [None if i % 8 == 0 else {"t": stamps[i], "b": b"ab", "u": 5} for i in range(n)],
+        "m": [None if i % 9 == 0 else [(b"m" + bytes([j]), stamps[j]) for j in range(i % 3)] for i in range(n)],
+    }, schema=NESTED)
+
+
+@pytest.mark.parametrize("thin", [False, True])
+def test_nanoseconds_are_int96_and_fixed_binary_is_byte_array_in_every_column(tmp_path: Path, thin: bool) -> None:
+    """Keys, values and the leaves of lists, structs and maps: TIMESTAMP(9) and
+    TIMESTAMP_LTZ(9) are INT96, BINARY(n) BYTE_ARRAY, TIMESTAMP(3)/(6) INT64, in files written
+    from sliced batches, flushed and compacted, thin or not; every value reads back exact."""
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", NESTED, primary_keys=["k", "kt", "kb"],
+        options={"bucket": "2", "data-file.thin-mode": str(thin).lower(), "changelog-producer": "input"})
+    rows = _nested_rows(300)
+    table.write(rows.slice(17, 150))
+    table.write(rows.slice(167))
+    table.write(rows.slice(0, 17))
+    expected = sorted(_exact(rows), key=lambda r: r["k"])
+    assert sorted(_exact(table.scan().to_arrow()), key=lambda r: r["k"]) == expected
+    table.compact(full=True)
+    assert sorted(_exact(table.scan().to_arrow()), key=lambda r: r["k"]) == expected
+    files = sorted(Path(tmp_path, "db.db", "t").glob("**/*.parquet"))
+    assert any(f.name.startswith("changelog-") for f in files)
+    int96 = {"ns", "ltz", "l.list.element", "s.t", "m.key_value.value"} | (set() if thin else {"_KEY_kt"})
+    byte_array = {"bytes", "b4", "s.b", "m.key_value.key"} | (set() if thin else {"_KEY_kb"})
+    for path in files:
+        leaves = _leaves(path)
+        assert {c for c, t in leaves.items() if t == "INT96"} == int96 | {"kt"}, path.name
+        assert {c for c, t in leaves.items() if t == "BYTE_ARRAY"} == byte_array | {"kb"}, path.name
+        assert {leaves[c] for c in ("ms", "us", "s.u")} == {"INT64"}
+        assert "FIXED_LEN_BYTE_ARRAY" not in leaves.values()
+
+
+def _old_layout(path: Path, schema: pa.Schema) -> None:
+    """Rewrite a data file as changelake wrote it before Paimon's layout: nanoseconds as
+    INT64, BINARY(n) as FIXED_LEN_BYTE_ARRAY, the Arrow schema stored."""
+    data = pq.read_table(path)
+    types = {f.name: f.type for f in schema} | {f"_KEY_{f.name}": f.type for f in schema}
+    data = data.cast(pa.schema([f.with_type(types.get(f.name, f.type)) for f in data.schema]))
+    pq.write_table(data, path, compression="zstd", write_statistics=False, store_schema=True)
+
+
+def test_files_of_the_earlier_layout_still_read(tmp_path: Path) -> None:
+    """Files with INT64 nanoseconds and FIXED_LEN_BYTE_ARRAY (changelake's before) read as
+    before, merge with files of Paimon's layout, and compact into Paimon's layout."""
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", NESTED, primary_keys=["k", "kt", "kb"],
+                                                   options={"bucket": "2"})
+    rows = _nested_rows(120)
+    table.write(rows.slice(0, 80))
+    table_dir = Path(tmp_path, "db.db", "t")
+    for path in _data_files(table_dir):
+        _old_layout(path, NESTED)
+        assert {_leaves(path)[c] for c in ("ns", "_KEY_kt", "l.list.element")} == {"INT64"}
+        assert {_leaves(path)[c] for c in ("b4", "_KEY_kb")} == {"FIXED_LEN_BYTE_ARRAY"}
+    assert sorted(_exact(table.scan().to_arrow()), key=lambda r: r["k"]) == \
+        sorted(_exact(rows.slice(0, 80)), key=lambda r: r["k"])
+    changed = rows.slice(60).set_column(NESTED.get_field_index("bytes"), "bytes", pa.array([b"new"] * 60))
+    table.write(changed)
+    expected = sorted(_exact(pa.concat_tables([rows.slice(0, 60), changed])), key=lambda r: r["k"])
+    assert sorted(_exact(table.scan().to_arrow()), key=lambda r: r["k"]) == expected
+    table.compact(full=True)
+    assert sorted(_exact(table.scan().to_arrow()), key=lambda r: r["k"]) == expected
+    live = {f["file_path"].rsplit("/", 1)[-1] for f in table.system("files").to_pylist()}
+    assert all(_leaves(path)["ns"] == "INT96" for path in _data_files(table_dir) if path.name in live)
 
 
 PARTED = pa.schema([pa.field("p", NANOS, nullable=False), pa.field("k", NANOS, nullable=False), ("v", pa.int64())])
