@@ -74,12 +74,14 @@ def _nested_rows(n: int) -> pa.Table:
 @pytest.mark.parametrize("thin", [False, True])
 def test_nanoseconds_are_int96_and_fixed_binary_is_byte_array_in_every_column(tmp_path: Path, thin: bool) -> None:
     """Keys, values and the leaves of lists, structs and maps: TIMESTAMP(9) and
-    TIMESTAMP_LTZ(9) are INT96, BINARY(n) BYTE_ARRAY, TIMESTAMP(3)/(6) INT64, in files written
-    from sliced batches, flushed and compacted, thin or not; every value reads back exact."""
+    TIMESTAMP_LTZ(9) are INT96, BINARY(n) BYTE_ARRAY, TIMESTAMP(3)/(6) INT64, in files of one
+    or several row groups written from sliced batches, flushed and compacted, thin or not;
+    every value reads back exact."""
     table = cl.Catalog(str(tmp_path)).create_table(
         "db.t", NESTED, primary_keys=["k", "kt", "kb"],
-        options={"bucket": "2", "data-file.thin-mode": str(thin).lower(), "changelog-producer": "input"})
-    rows = _nested_rows(300)
+        options={"bucket": "2", "data-file.thin-mode": str(thin).lower(), "changelog-producer": "input",
+                 "target-file-size": "64kb"})
+    rows = _nested_rows(6000)
     table.write(rows.slice(17, 150))
     table.write(rows.slice(167))
     table.write(rows.slice(0, 17))
@@ -89,6 +91,7 @@ def test_nanoseconds_are_int96_and_fixed_binary_is_byte_array_in_every_column(tm
     assert sorted(_exact(table.scan().to_arrow()), key=lambda r: r["k"]) == expected
     files = sorted(Path(tmp_path, "db.db", "t").glob("**/*.parquet"))
     assert any(f.name.startswith("changelog-") for f in files)
+    assert any(pq.ParquetFile(f).metadata.num_row_groups > 1 for f in files)
     int96 = {"ns", "ltz", "l.list.element", "s.t", "m.key_value.value"} | (set() if thin else {"_KEY_kt"})
     byte_array = {"bytes", "b4", "s.b", "m.key_value.key"} | (set() if thin else {"_KEY_kb"})
     for path in files:

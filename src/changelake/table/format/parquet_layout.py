@@ -113,14 +113,16 @@ def _stored(array: pa.Array, target: pa.DataType) -> pa.Array:
         fields = _children(target)
         return pa.StructArray.from_arrays([_stored(array.field(i), f.type) for i, f in enumerate(fields)],
                                           fields=fields, mask=mask)
+    # The offsets of a sliced list or map point into its whole values, which are kept whole;
+    # with a mask Arrow takes only offsets of their own buffer, so a slice's are copied.
+    offsets = array.offsets if mask is None or not array.offset else pa.array(array.offsets.to_numpy())
     if pa.types.is_map(array.type):
         assert isinstance(array, pa.MapArray)
         key, item = _children(target)
-        return pa.MapArray.from_arrays(array.offsets, _stored(array.keys, key.type), _stored(array.items, item.type),
+        return pa.MapArray.from_arrays(offsets, _stored(array.keys, key.type), _stored(array.items, item.type),
                                        type=target, mask=mask)
     assert isinstance(array, pa.ListArray | pa.LargeListArray)
-    # offsets of a sliced list point into its whole values array, which is kept whole
-    return type(array).from_arrays(array.offsets, _stored(array.values, target.value_type), type=target, mask=mask)
+    return type(array).from_arrays(offsets, _stored(array.values, target.value_type), type=target, mask=mask)
 
 
 def _int96(array: pa.Array) -> pa.Array:
