@@ -2,7 +2,8 @@
 Paimon's writers store them (INT96; BYTE_ARRAY), beside TIMESTAMP(3) and TIMESTAMP(6) as INT64
 millis and micros in the same files, in keys, values, partitions and changelog files: Java
 Paimon 0.9 (``java_paimon.py``) reads what changelake writes to the nanosecond, writes to the
-table and compacts it fully, and changelake reads that back; pypaimon 2.1 reads it too.
+table and compacts it fully, and changelake reads that back; pypaimon 2.1 and pypaimon-rust
+0.4 read it too.
 
 Java 0.9 writes a timestamp before the epoch with a negative nanosecond of the day (its
 ``timestampToInt96`` truncates towards zero), which its own reader then refuses when the
@@ -192,3 +193,22 @@ def test_pypaimon_reads_nanoseconds_and_fixed_binary(tmp_path: Path, thin: bool)
     theirs = pypaimon_read(warehouse, "db.t")
     assert theirs.schema.field("b5").type == pa.binary()
     assert _sorted(_exact(theirs)) == _sorted(list(model.rows.values())) == _sorted(_exact(table.scan().to_arrow()))
+
+
+def pypaimon_rust_read(warehouse: str, name: str) -> pa.Table:
+    """Every row of ``name`` as pypaimon-rust reads it."""
+    datafusion = pytest.importorskip("pypaimon_rust.datafusion")
+    builder = datafusion.PaimonCatalog({"warehouse": warehouse}).get_table(name).new_read_builder()
+    return pa.Table.from_batches(builder.new_read().read(builder.new_scan().plan().splits()))
+
+
+def test_pypaimon_rust_reads_nanoseconds_and_fixed_binary(tmp_path: Path) -> None:
+    """pypaimon-rust 0.4 reads the same columns, partitions named to the nanosecond too."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", SCHEMA, primary_keys=KEYS, partition_keys=["p"],
+                                               options={"bucket": "2"})
+    model = Model(seed=3)
+    _write_ours(table, model.commit(30, 0, 0))
+    _write_ours(table, model.commit(5, 5, 3))
+    table.compact(full=True)
+    assert _sorted(_exact(pypaimon_rust_read(warehouse, "db.t"))) == _sorted(list(model.rows.values()))
