@@ -11,7 +11,8 @@ snapshot, or as a stream of changes) by Java Paimon itself.
 Rows cross py4j one call a row: written through Paimon's ``BinaryRowWriter`` by type (py4j
 boxes a Python int as an Integer, which a BIGINT field of a ``GenericRow`` cannot take), read
 as each row's BinaryRow bytes, decoded here by type. Values are as changelake's scans give
-them, but DATE is days since the epoch and TIMESTAMP microseconds since the epoch (naive)."""
+them, but DATE is days since the epoch, TIMESTAMP(0..6) microseconds since the epoch (naive)
+and TIMESTAMP(7..9) nanoseconds since the epoch (written from such an int, or a datetime)."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ class JavaPaimon:
         """One batch commit of ``rows``: (row kind "+I"/"-U"/"+U"/"-D", values by column).
         ``full_compaction``: every bucket of the partitions written (of an unpartitioned
         table: every bucket) is fully compacted before the commit, as Paimon's Flink sink does
-        every ``full-compaction.delta-commits`` (one partition key, a STRING, at most)."""
+        every ``full-compaction.delta-commits``."""
         paimon = self.jvm.org.apache.paimon
         table = self.table(warehouse, name)
         fields = fields_of(table)
@@ -121,17 +122,15 @@ class JavaPaimon:
         commit = builder.newCommit()
         try:
             for kind, values in rows:
-                row = paimon.data.BinaryRow(len(fields))
-                writer = paimon.data.BinaryRowWriter(row)
-                for i, (column, root, params, _) in enumerate(fields):
-                    _set(paimon, writer, i, root, params, values.get(column))
-                writer.complete()
+                row = _binary_row(paimon, fields, values)
                 row.setRowKind(getattr(paimon.types.RowKind, ROW_KINDS[kind]))
                 write.write(row)
             if full_compaction:
                 keys = list(table.partitionKeys())
-                partitions = [paimon.data.BinaryRow.EMPTY_ROW] if not keys else \
-                    [paimon.data.BinaryRow.singleColumn(v) for v in sorted({values[keys[0]] for _, values in rows})]
+                key_fields = [next(f for f in fields if f[0] == key) for key in keys]
+                written = {tuple(values[key] for key in keys) for _, values in rows}
+                partitions = [_binary_row(paimon, key_fields, dict(zip(keys, partition, strict=True)))
+                              for partition in sorted(written, key=repr)]
                 for partition in partitions:
                     for bucket in range(int(table.options()["bucket"])):
                         write.compact(partition, bucket, True)
@@ -240,10 +239,21 @@ def _decode(data: bytes, fields: list[Field]) -> list[Any]:
                 values.append(int.from_bytes(slot, "little", signed=True) * 1000)
             else:  # epoch millis behind the slot, nanos of the millisecond in it
                 millis = int.from_bytes(data[word >> 32:(word >> 32) + 8], "little", signed=True)
-                values.append(millis * 1000 + (word & 0xFFFFFFFF) // 1000)
+                nanos = word & 0xFFFFFFFF
+                values.append(millis * 1_000_000 + nanos if params[0] > 6 else millis * 1000 + nanos // 1000)
         else:
             raise ValueError(f"{root} is not read here")
     return values
+
+
+def _binary_row(paimon: Any, fields: Sequence[Field], values: Row) -> Any:
+    """A BinaryRow of ``fields`` holding ``values`` (by column name; absent ones null)."""
+    row = paimon.data.BinaryRow(len(fields))
+    writer = paimon.data.BinaryRowWriter(row)
+    for i, (column, root, params, _) in enumerate(fields):
+        _set(paimon, writer, i, root, params, values.get(column))
+    writer.complete()
+    return row
 
 
 # BinaryRowWriter's method for each type whose Python value it takes as it is
@@ -271,8 +281,8 @@ def _set(paimon: Any, writer: Any, i: int, root: str, params: tuple[int, ...], v
     elif root in ("BINARY", "VARBINARY"):
         writer.writeBinary(i, bytearray(value))
     elif root.startswith("TIMESTAMP"):
-        micros = (value - EPOCH) // dt.timedelta(microseconds=1)
-        timestamp = paimon.data.Timestamp.fromEpochMillis(micros // 1000, (micros % 1000) * 1000)
+        nanos = value if isinstance(value, int) else (value - EPOCH) // dt.timedelta(microseconds=1) * 1000
+        timestamp = paimon.data.Timestamp.fromEpochMillis(nanos // 1_000_000, nanos % 1_000_000)
         writer.writeTimestamp(i, timestamp, params[0])
     else:
         raise ValueError(f"{root} is not written here")

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from changelake.table.io import paths
+
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _PRECISION = {"s": 0, "ms": 3, "us": 6, "ns": 9}
 
@@ -46,16 +48,10 @@ def java_floating(value: float, *, single: bool) -> str:
     return sign + _scientific(digits, len(digits) - 1 + int(exponent))
 
 
-def local_date_time(value: dt.datetime) -> str:
-    """``LocalDateTime.toString``: seconds only when not zero, fractions in groups of 3 digits."""
-    text = value.strftime("%Y-%m-%dT%H:%M")
-    nanos = value.microsecond * 1000
-    if value.second or nanos:
-        text += f":{value.second:02d}"
-    if nanos:
-        fraction = f"{nanos:09d}"
-        text += "." + (fraction[:3] if nanos % 1_000_000 == 0 else fraction[:6] if nanos % 1000 == 0 else fraction)
-    return text
+def local_date_time(value: dt.datetime | int) -> str:
+    """``LocalDateTime.toString`` of a timestamp (a datetime, or nanoseconds since the epoch):
+    seconds only when not zero, fractions in groups of 3 digits."""
+    return paths.local_date_time_text(value)
 
 
 def duration(value: dt.timedelta) -> str:
@@ -80,8 +76,8 @@ def internal_object(value: Any, data_type: pa.DataType) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return java_floating(value, single=pa.types.is_float32(data_type))
-    if isinstance(value, dt.datetime):
-        return local_date_time(value.replace(tzinfo=None))
+    if pa.types.is_timestamp(data_type) or isinstance(value, dt.datetime):
+        return local_date_time(value)
     if isinstance(value, dt.date):
         return str((value - _EPOCH_DATE).days)
     if isinstance(value, dt.time):
@@ -96,12 +92,8 @@ def internal_object(value: Any, data_type: pa.DataType) -> str:
 
 def cast_to_string(value: Any, data_type: pa.DataType) -> str:
     """Paimon's cast of a value to STRING (``CastExecutors.resolveToString``)."""
-    if isinstance(value, dt.datetime):
-        precision = _PRECISION[data_type.unit] if pa.types.is_timestamp(data_type) else 3
-        fraction = f"{value.microsecond * 1000:09d}"
-        while len(fraction) > precision and fraction.endswith("0"):
-            fraction = fraction[:-1]
-        return value.strftime("%Y-%m-%d %H:%M:%S") + (f".{fraction}" if fraction else "")
+    if pa.types.is_timestamp(data_type) or isinstance(value, dt.datetime):
+        return paths.timestamp_text(value, _PRECISION[data_type.unit] if pa.types.is_timestamp(data_type) else 3)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, dt.time):

@@ -59,6 +59,9 @@ VALUES = [
     (dt.datetime(2024, 1, 2, 3, 4, 5, 123000), pa.timestamp("ms")),
     (dt.datetime(1960, 1, 2, 3, 4, 5, 123456), pa.timestamp("us")),
     (dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC), pa.timestamp("us", tz="UTC")),
+    # nanoseconds since the epoch, exact (a datetime would stop at the microsecond)
+    (1_700_000_000_123_456_789, pa.timestamp("ns")),
+    (-1, pa.timestamp("ns", tz="UTC")),
     (decimal.Decimal("-12345.67"), pa.decimal128(10, 2)),
     (decimal.Decimal("-123456789012345678901234.567890"), pa.decimal128(38, 6)),
     (decimal.Decimal("0.000000"), pa.decimal128(38, 6)),

@@ -29,6 +29,8 @@ def test_partition_value_text_by_type() -> None:
     assert text(0.5, pa.float64()) == "0.5"
     stamp = dt.datetime(2024, 1, 2, 3, 4, 5)
     assert text(stamp, pa.timestamp("ms")) == "2024-01-02 03:04:05.000"
+    assert text(1_700_000_000_123_456_780, pa.timestamp("ns")) == "2023-11-14 22:13:20.123456780"
+    assert text(-1, pa.timestamp("ns", tz="UTC")) == "1969-12-31 23:59:59.999999999"
     assert text(" ", pa.string()) == "d"
 
 
@@ -40,4 +42,8 @@ def test_legacy_partition_names_are_paimons_default() -> None:
     assert text(dt.datetime(2024, 1, 2, 3, 4), pa.timestamp("ms")) == "2024-01-02T03:04"
     assert text(dt.datetime(2024, 1, 2, 3, 4, 5, 120000), pa.timestamp("us")) == "2024-01-02T03:04:05.120"
     assert text(dt.datetime(2024, 1, 2, 3, 4, 5, 123456), pa.timestamp("us")) == "2024-01-02T03:04:05.123456"
+    # TIMESTAMP(9) partitions decode as nanoseconds since the epoch
+    assert text(1_700_000_000_123_456_789, pa.timestamp("ns")) == "2023-11-14T22:13:20.123456789"
+    assert text(1_700_000_000_120_000_000, pa.timestamp("ns")) == "2023-11-14T22:13:20.120"
+    assert text(-60_000_000_000, pa.timestamp("ns")) == "1969-12-31T23:59"
     assert text(7, pa.int32()) == "7"

@@ -243,7 +243,10 @@ def to_bytes(values: Sequence[Any], arrow_types: Sequence[pa.DataType]) -> bytes
 
 
 def from_bytes(data: bytes, arrow_types: Sequence[pa.DataType]) -> tuple[Any, ...]:
-    """Python values of a BinaryRow (small metadata only)."""
+    """Python values of a BinaryRow (small metadata only). A nanosecond timestamp
+    (TIMESTAMP(7..9)) is an int, nanoseconds since the epoch: Python's datetime stops at
+    microseconds, and keys, partitions and bounds must compare, prune and be read back
+    exactly (``pa.scalar`` and :func:`to_bytes` take the int as it is)."""
     arity = len(arrow_types)
     head = header_size(arity)
     out: list[Any] = []
@@ -287,6 +290,8 @@ def _decode_value(row: bytes, slot: bytes, t: pa.DataType) -> Any:
             offset = word >> 32
             millis = struct.unpack("<q", row[offset : offset + 8])[0]
             nanos = word & 0xFFFFFFFF
+        if t.unit == "ns":
+            return millis * 1_000_000 + nanos
         value = _EPOCH + dt.timedelta(milliseconds=millis, microseconds=nanos // 1000)
         return value.replace(tzinfo=dt.UTC) if t.tz is not None else value
     if types.is_decimal(t):

@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from changelake.errors import CorruptMetadataError
-from changelake.table.format import binary_row, deletion_vector, kv
+from changelake.table.format import binary_row, deletion_vector, kv, parquet_layout
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
+from changelake.table.format.parquet_footer import Int96Sink
 from changelake.table.io import killpoints
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
@@ -80,19 +81,26 @@ class _OpenFile:
         self.dropped = [kv.key_column(k) for k in settings.key_names] if settings.thin else []
         key_types = [schema.field(kv.key_column(k)).type for k in settings.key_names]
         schema = pa.schema([f for f in schema if f.name not in self.dropped], metadata=schema.metadata)
+        # BINARY(n) and TIMESTAMP(7..9) columns are stored as Paimon stores them (parquet_layout)
+        self.int96 = parquet_layout.int96_leaves(schema)
+        schema = self.schema = parquet_layout.stored_schema(schema)
         compression = settings.compression_at(level)
         compression_level = settings.zstd_level if compression == "zstd" else None
         # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space.
         dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
                       or pa.types.is_large_string(f.type)] if settings.dictionary else False
-        self.sink = file_io.open_output(self.path)
+        self.target = file_io.open_output(self.path)
+        # INT96 columns go to pyarrow as FIXED_LEN_BYTE_ARRAY(12), and the sink retypes them in
+        # the footer; the Arrow schema pyarrow would store in the file names that stand-in
+        # type, so such a file stores none (as Paimon's files store none).
+        self.sink: pa.NativeFile | Int96Sink = Int96Sink(self.target, self.int96) if self.int96 else self.target
         try:
             self.writer = pq.ParquetWriter(self.sink, schema, compression=compression,
                                            compression_level=compression_level, write_statistics=False,
-                                           store_schema=True,
+                                           store_schema=not self.int96,
                                            use_dictionary=dictionary)
         except BaseException:
-            self.sink.close()
+            self.target.close()
             raise
         self.rows = 0
         self.deletes = 0
@@ -112,7 +120,8 @@ class _OpenFile:
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
         # Bookkeeping is per chunk and whole-column; BinaryRows are encoded once, at close
         # (a level-0 flush writes a small file per bucket, so per-file overhead counts).
-        self.writer.write_table(chunk.drop_columns(self.dropped), row_group_size=_ROW_GROUP_ROWS)
+        self.writer.write_table(parquet_layout.to_stored(chunk.drop_columns(self.dropped), self.schema),
+                                row_group_size=_ROW_GROUP_ROWS)
         if self.keep:
             self.pieces.append(chunk)
         if self.first is None:
@@ -153,9 +162,14 @@ class _OpenFile:
     def close(self, settings: FileSettings, level: int, file_source: FileSource) -> DataFileMeta:
         # The crash test's point: the row groups are on disk, the footer is not (a partial file).
         killpoints.reached(settings.kill_point, before_kill=self.sink.flush)
-        self.writer.close()
-        size = self.sink.tell()
-        self.sink.close()
+        if isinstance(self.sink, Int96Sink):
+            self.sink.hold()
+            self.writer.close()
+            self.sink.release()
+        else:
+            self.writer.close()
+        size = self.target.tell()
+        self.target.close()
         min_key, max_key, key_stats = self._key_rows(settings)
         return DataFileMeta(
             file_name=self.name,
@@ -180,7 +194,7 @@ class _OpenFile:
         with contextlib.suppress(Exception):
             self.writer.close()
         with contextlib.suppress(Exception):
-            self.sink.close()
+            self.target.close()
         file_io.delete(self.path)
 
 

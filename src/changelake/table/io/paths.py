@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 _ESCAPED = set("\"#%'*/:=?\\{}[]^")
+_EPOCH = dt.datetime(1970, 1, 1)
 
 
 def escape(text: str) -> str:
@@ -38,20 +39,38 @@ def _java_float(value: float) -> str:
     return f"{mantissa}E{int(exponent)}"
 
 
-def _timestamp_text(value: dt.datetime, precision: int) -> str:
-    fraction = f"{value.microsecond * 1000:09d}"
+def timestamp_parts(value: dt.datetime | int) -> tuple[dt.datetime, int]:
+    """A timestamp (a datetime, or nanoseconds since the epoch, as TIMESTAMP(7..9) values
+    decode) as its date and time to the second, zone-less (UTC for a zoned one), and its
+    nanosecond of the second."""
+    if isinstance(value, int):
+        seconds, nanos = divmod(value, 1_000_000_000)
+        return _EPOCH + dt.timedelta(seconds=seconds), nanos
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value.replace(microsecond=0), value.microsecond * 1000
+
+
+def timestamp_text(value: dt.datetime | int, precision: int) -> str:
+    """Paimon's cast of a timestamp to STRING: ``2024-01-02 03:04:05.123``, the fraction's
+    trailing zeros cut down to ``precision`` digits."""
+    moment, nanos = timestamp_parts(value)
+    fraction = f"{nanos:09d}"
     while len(fraction) > precision and fraction.endswith("0"):
         fraction = fraction[:-1]
-    text = value.strftime("%Y-%m-%d %H:%M:%S")
+    text = moment.isoformat(sep=" ", timespec="seconds")
     return f"{text}.{fraction}" if fraction else text
 
 
-def _legacy_timestamp_text(value: dt.datetime) -> str:
-    """Java's ``LocalDateTime.toString``: seconds and fraction only when non-zero."""
-    if value.microsecond:
-        text = value.isoformat(timespec="microseconds")
-        return text[:-3] if value.microsecond % 1000 == 0 else text
-    return value.isoformat(timespec="seconds" if value.second else "minutes")
+def local_date_time_text(value: dt.datetime | int) -> str:
+    """Java's ``LocalDateTime.toString``: seconds only when not zero, the fraction in groups
+    of 3 digits."""
+    moment, nanos = timestamp_parts(value)
+    if not nanos:
+        return moment.isoformat(timespec="seconds" if moment.second else "minutes")
+    fraction = f"{nanos:09d}"
+    digits = 3 if nanos % 1_000_000 == 0 else 6 if nanos % 1000 == 0 else 9
+    return f"{moment.isoformat(timespec='seconds')}.{fraction[:digits]}"
 
 
 def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str, *, legacy: bool = True) -> str:
@@ -63,11 +82,11 @@ def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str,
     """
     if value is None:
         return default_name
+    if pa.types.is_timestamp(arrow_type):
+        if legacy:
+            return local_date_time_text(value)
+        return timestamp_text(value, {"s": 0, "ms": 3, "us": 6, "ns": 9}[arrow_type.unit])
     if legacy:
-        if isinstance(value, dt.datetime):
-            if value.tzinfo is not None:
-                value = value.astimezone(dt.UTC).replace(tzinfo=None)
-            return _legacy_timestamp_text(value)
         if isinstance(value, dt.date):
             return str((value - dt.date(1970, 1, 1)).days)
         if isinstance(value, dt.time):
@@ -76,11 +95,6 @@ def partition_value_text(value: Any, arrow_type: pa.DataType, default_name: str,
         return "true" if value else "false"
     if isinstance(value, float):
         return _java_float(value)
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        precision = {"s": 0, "ms": 3, "us": 6, "ns": 9}[arrow_type.unit]
-        return _timestamp_text(value, precision)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, bytes):
