@@ -351,6 +351,37 @@ def test_spark_streams_the_changelog_in_bounded_batches_and_restarts(spark: Any,
         failing.awaitTermination()
 
 
+def test_an_available_now_run_that_read_only_the_first_full_read_holds_what_the_next_run_reads(
+        spark: Any, tmp_path: Path) -> None:
+    register(spark)
+    table = cl.Catalog(str(tmp_path / "wh")).create_table(
+        "db.t", SCHEMA, primary_keys=["p", "k"],
+        options={"bucket": "1", "snapshot.num-retained.min": "1", "snapshot.num-retained.max": "2"})
+    _commit(table, [("a", k, f"v{k}", "+I") for k in range(4)])
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def run() -> Rows:
+        batches: list[Rows] = []
+        query = (spark.readStream.format("changelake")
+                 .options(**{"read.changelog": "true", "consumer-id": "nightly"}).load(table.location)
+                 .writeStream.foreachBatch(lambda df, _: batches.append([tuple(r) for r in df.collect()]))
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        return sorted(r for b in batches for r in b)
+
+    # The first run reads the one snapshot in full (latest-full): Spark commits that batch's
+    # offsets only when it plans the next, in the next run.
+    assert run() == [("+I", *r) for r in _rows(table.scan().to_arrow())]
+    # Expiry after each commit retains two snapshots, but the consumer holds snapshot 1 on: the
+    # next run reads exactly the changes committed since.
+    for n in range(3):
+        _commit(table, [("a", n, None, "-D"), ("b", n, f"w{n}", "+I")])
+    assert run() == _changes(table, 1)
+    assert [s.id for s in table.snapshots()] == [1, 2, 3, 4]
+    consumer = json.loads((Path(table.location) / "consumer" / "consumer-nightly").read_text())
+    assert consumer == {"nextSnapshot": 2}  # the first run's batch, committed by this run
+
+
 def test_system_tables_read_in_batch_only(tmp_path: Path) -> None:
     table = _lookup_table(tmp_path)
     source = ChangelakeDataSource({"path": f"{table.location}$tags"})

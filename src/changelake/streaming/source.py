@@ -30,6 +30,8 @@ configured one applies whenever Spark passes that default back; ``ReadAllAvailab
 all. ``Trigger.AvailableNow`` records the latest snapshot when it starts and plans no further.
 When Spark commits a batch, the consumer (``consumer-id``) records the offset; Spark commits a
 batch when it plans the next one (or the next run's first), so the consumer trails by a batch.
+A consumer without a record is created at the query's initial offset (the snapshot a first full
+read reads), so that expiry keeps everything the query, or its next run, still reads.
 
 A table on S3 is opened with Paimon's S3 options among the read's options (``s3.endpoint``,
 ``s3.access-key``, ``s3.secret-key``, ``s3.session-token``, ``s3.region``,
@@ -394,8 +396,14 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset_of(value, table=self.source.context.name)
 
     def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts. With ``consumer-id``, a consumer without a record is made
+        to hold this start: Spark commits a batch's offsets only when it plans the next one, so
+        a run that reads only the initial full read would otherwise leave nothing that keeps
+        expiry off the snapshots the next run reads."""
         if self._start is None:
             self._start = self.source.initial_offset()
+            if self.source.consumer_id is not None:
+                self.source.hold(self._start)
         return offset_dict(self._start)
 
     def getDefaultReadLimit(self) -> SparkReadLimit:
