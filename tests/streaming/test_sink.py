@@ -1,10 +1,13 @@
 """The Spark sink: exactly-once micro-batches written on the executors, with the table's merge
-engine, compaction and lookup changelog, and clear errors that commit nothing."""
+engine, compaction and lookup changelog, timestamps cast as Spark casts them, and clear errors
+that commit nothing."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +162,44 @@ def test_an_evolved_table_is_written_and_read_through_spark(spark: Any, tmp_path
     # The old file is read by field id: its name under the new label, no score.
     assert got == [{"dt": "d0", "id": 1, "v": 1, "label": "a", "score": None},
                    {"dt": "d0", "id": 2, "v": 2, "label": "b", "score": 0.5}]
+
+
+@pytest.fixture
+def new_york(spark: Any) -> Iterator[None]:
+    """The session time zone America/New_York for one test, restored after it."""
+    key = "spark.sql.session.timeZone"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "America/New_York")
+    yield
+    spark.conf.set(key, before)
+
+
+def test_timestamps_cross_flavours_in_the_session_time_zone(spark: Any, tmp_path: Path, new_york: None) -> None:
+    schema = pa.schema([
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("ntz", pa.timestamp("us")),  # Paimon TIMESTAMP: a wall-clock time
+        pa.field("ltz", pa.timestamp("us", tz="UTC")),  # Paimon TIMESTAMP_LTZ: an instant
+        pa.field("ntzs", pa.list_(pa.timestamp("us"))),
+        pa.field("event", pa.struct([pa.field("at", pa.timestamp("us")), pa.field("seen", pa.timestamp("us", "UTC"))])),
+    ])
+    table = cl.Catalog(str(tmp_path)).create_table("db.ts", schema, primary_keys=["id"], options={"bucket": "2"})
+    # Spark's TIMESTAMP is an instant shown in the session zone, TIMESTAMP_NTZ a wall-clock time:
+    # written across, each is cast as Spark's CAST does, in the session zone (EST in January,
+    # EDT in July).
+    df = spark.sql("""
+        SELECT id, TIMESTAMP '2024-01-15 12:00:00' AS ntz, TIMESTAMP_NTZ '2024-07-15 12:00:00' AS ltz,
+               array(TIMESTAMP '2024-07-15 12:00:00') AS ntzs,
+               named_struct('at', TIMESTAMP '2024-01-15 12:00:00', 'seen', TIMESTAMP_NTZ '2024-01-15 12:00:00') AS event
+        FROM range(3)""")
+    streaming.write(df, table)
+    january, july = dt.datetime(2024, 1, 15, 12), dt.datetime(2024, 7, 15, 12)
+    expected = {"ntz": january, "ltz": dt.datetime(2024, 7, 15, 16, tzinfo=dt.UTC), "ntzs": [july],
+                "event": {"at": january, "seen": dt.datetime(2024, 1, 15, 17, tzinfo=dt.UTC)}}
+    assert table.scan().to_arrow().sort_by("id").to_pylist() == [{"id": i, **expected} for i in range(3)]
+    # Read back through Spark: the same wall-clock times (TIMESTAMP columns in the session zone).
+    streaming.register(spark)
+    back = spark.read.format("changelake").load(table.location).selectExpr(
+        "CAST(ntz AS STRING)", "CAST(ltz AS STRING)", "CAST(ntzs[0] AS STRING)", "CAST(event.at AS STRING)",
+        "CAST(event.seen AS STRING)").distinct().collect()
+    assert [tuple(r) for r in back] == [("2024-01-15 12:00:00", "2024-07-15 12:00:00", "2024-07-15 12:00:00",
+                                         "2024-01-15 12:00:00", "2024-01-15 12:00:00")]

@@ -322,6 +322,17 @@ class ChangeSource:
 
     # -- consumers --------------------------------------------------------------------------
 
+    def hold(self, start: StreamOffset) -> None:
+        """Make the consumer (``consumer-id``) hold ``start``'s snapshot when it has no record
+        yet, so that expiry keeps what a stream from ``start`` reads, a first full read
+        included, before the stream commits anything. A consumer that has a record keeps it:
+        it protects what a stream resumed from a checkpoint still reads."""
+        if self.consumer_id is None:
+            raise OffsetError("the stream has no consumer-id to hold snapshots under", table=self.context.name,
+                              option="consumer-id")
+        if consumers.next_snapshot(self.context, self.consumer_id) is None:
+            consumers.record(self.context, self.consumer_id, self.check(start).snapshot_id)
+
     def commit(self, offset: StreamOffset) -> None:
         """Record ``offset`` as the consumer's progress (``consumer-id``): its snapshot is the
         next one to read, so a snapshot read in part is read again from its start. An offset

@@ -27,7 +27,9 @@ from changelake.api.table import Table
 from changelake.changelog import producers
 from changelake.errors import StreamingError
 from changelake.streaming import write_tasks
+from changelake.streaming.spark_schema import with_table_timestamps
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
+from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
@@ -87,6 +89,23 @@ def write(df: DataFrame, table: Table | str) -> Snapshot | None:
     return landed[0] if landed else None
 
 
+def as_table_timestamps(df: DataFrame, ctx: TableContext) -> DataFrame:
+    """``df`` with each timestamp column of the other flavour than the table column's cast in
+    Spark, in the session time zone as Spark's CAST does: a TIMESTAMP written into a zone-less
+    column keeps its wall-clock time there, a TIMESTAMP_NTZ written into a zoned one is read as
+    a time in the session zone. (The Arrow batches ``mapInArrow`` hands over carry instants, so
+    a cast in the tasks would go through UTC instead.)"""
+    table = ctx.arrow_schema
+    casts = {}
+    for field in df.schema.fields:
+        if field.name in table.names:
+            target = with_table_timestamps(field.dataType, table.field(field.name).type)
+            if target != field.dataType:
+                quoted = field.name.replace("`", "``")
+                casts[field.name] = F.col(f"`{quoted}`").cast(target)
+    return df.withColumns(casts) if casts else df
+
+
 def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int) -> list[Snapshot]:
     """Write ``df`` on the executors and commit it once as (``commit_user``, ``identifier``):
     the snapshots that landed ([] when that identifier was committed already)."""
@@ -96,6 +115,7 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
         return []
     # A clear error on the driver, before any task runs (the tasks check the values).
     conform.check_columns(ctx, df.columns)
+    df = as_table_timestamps(df, ctx)
     write_groups = functools.partial(write_tasks.write_groups, ctx, commit_user)
     if df.rdd.getNumPartitions() == 1:
         # One task holds every row (a small micro-batch, typically): each bucket is whole in

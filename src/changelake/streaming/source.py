@@ -4,9 +4,18 @@ changelog, as a Python data source (``changelake.streaming.register(spark)`` fir
 Batch: ``spark.read.format("changelake").load(path)`` reads the latest snapshot, or the one
 ``scan.snapshot-id``, ``scan.tag-name`` or ``scan.timestamp-millis`` (``scan.timestamp``)
 names, merged (one row per key; with ``read.changelog``, each a +I). One Spark partition per
-planner split; comparisons, ``IN`` and null tests on partition and primary-key columns are
-pushed down (see :mod:`.filters`). A schema the user gives may name fewer columns, in any
-order: the read then carries those only (Spark's Python data sources get no column pruning).
+planner split. A schema the user gives may name fewer columns, in any order: the read then
+carries those only (Spark's Python data sources get no column pruning).
+
+The reader takes no pushed filters; Spark evaluates every filter. Spark 4.3 keeps the plan a
+Python data source makes while taking pushed filters (its read function and partitions) on the
+``PythonDataSourceV2`` of the DataFrame's ``load()``, and a later query of the same DataFrame
+with no filter Python is offered (none, one Python cannot take such as ``OR``, or one Spark
+drops such as ``k IS NOT NULL`` on a NOT NULL column) runs that plan again without calling
+Python at all: files skipped for the earlier query's filter would be missing from its rows.
+Nothing the reader gets tells the two queries apart (the same pickled reader and partitions
+run, the tasks differ only in Spark's execution id), so a reader that skips files for a pushed
+filter cannot be right for the DataFrames users reuse.
 
 Streaming: ``spark.readStream.format("changelake").load(path)`` reads the changes from where
 ``scan.mode`` says (or where ``consumer-id`` last got to), every mode of :class:`ChangeSource`;
@@ -30,6 +39,8 @@ configured one applies whenever Spark passes that default back; ``ReadAllAvailab
 all. ``Trigger.AvailableNow`` records the latest snapshot when it starts and plans no further.
 When Spark commits a batch, the consumer (``consumer-id``) records the offset; Spark commits a
 batch when it plans the next one (or the next run's first), so the consumer trails by a batch.
+A consumer without a record is created at the query's initial offset (the snapshot a first full
+read reads), so that expiry keeps everything the query, or its next run, still reads.
 
 A table on S3 is opened with Paimon's S3 options among the read's options (``s3.endpoint``,
 ``s3.access-key``, ``s3.secret-key``, ``s3.session-token``, ``s3.region``,
@@ -53,7 +64,6 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
-    Filter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -78,22 +88,16 @@ from changelake.errors import OffsetError, OptionError, ScanError, SchemaError
 from changelake.option_values import ScanMode
 from changelake.options import TableOptions, canonical_key
 from changelake.streaming import storage_options
-from changelake.streaming.filters import push as push_filters
 from changelake.streaming.spark_schema import arrow_schema, check_requested, struct_type
 from changelake.table.format.kv import RowKind
 from changelake.table.read.planner import Split
 
 FORMAT = "changelake"
-# Spark refuses Python data sources that take pushed filters unless this is on (default off).
-_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 _UPSERTS = pa.array([RowKind.INSERT.symbol, RowKind.UPDATE_AFTER.symbol])
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("changelake")`` available in ``spark`` (again is harmless). Turns on
-    ``spark.sql.python.filterPushdown.enabled``, without which Spark refuses batch reads of a
-    Python data source that takes pushed filters."""
-    spark.conf.set(_PUSHDOWN_CONF, "true")
+    """Make ``format("changelake")`` available in ``spark`` (again is harmless)."""
     spark.dataSource.register(ChangelakeDataSource)
 
 
@@ -196,8 +200,7 @@ class ChangelakeDataSource(DataSource):
             return SystemTableReader(request.table, request.system, Output(arrow_schema(schema)))
         scan = batch_scan(request.table, request.options, read_optimized=request.read_optimized)
         scan = scan.select(*request.columns(schema))
-        searchable = frozenset((*request.table.partition_keys, *request.table.primary_keys))
-        return BatchReader(scan, searchable, Output(arrow_schema(schema)), kinds=request.options.read_changelog)
+        return BatchReader(scan, Output(arrow_schema(schema)), kinds=request.options.read_changelog)
 
     def streamReader(self, schema: StructType) -> ChangeStreamReader:
         request = self.request
@@ -239,21 +242,13 @@ class SplitPartition(InputPartition):
 
 class BatchReader(DataSourceReader):
     """Reads one snapshot: a Spark partition per split, merged rows as Arrow batches (with
-    ``kinds``, after a ``rowkind`` column of +I: the rows of a snapshot are inserts)."""
+    ``kinds``, after a ``rowkind`` column of +I: the rows of a snapshot are inserts). It takes
+    no pushed filters (see the module's docstring): every row of the snapshot is read."""
 
-    def __init__(self, scan: Scan, searchable: frozenset[str], output: Output, *, kinds: bool) -> None:
+    def __init__(self, scan: Scan, output: Output, *, kinds: bool) -> None:
         self.scan = scan
-        self.searchable = searchable
         self.output = output
         self.kinds = kinds
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Keeps the filters on partition and primary-key columns that translate; returns the
-        others for Spark to apply."""
-        pushed, left = push_filters(filters, self.scan.context.arrow_schema, self.searchable)
-        if pushed is not None:
-            self.scan = self.scan.filter(pushed)
-        return left
 
     def partitions(self) -> list[InputPartition]:
         return [SplitPartition(split) for split in self.scan.plan()]
@@ -394,8 +389,14 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset_of(value, table=self.source.context.name)
 
     def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts. With ``consumer-id``, a consumer without a record is made
+        to hold this start: Spark commits a batch's offsets only when it plans the next one, so
+        a run that reads only the initial full read would otherwise leave nothing that keeps
+        expiry off the snapshots the next run reads."""
         if self._start is None:
             self._start = self.source.initial_offset()
+            if self.source.consumer_id is not None:
+                self.source.hold(self._start)
         return offset_dict(self._start)
 
     def getDefaultReadLimit(self) -> SparkReadLimit:

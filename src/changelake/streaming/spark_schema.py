@@ -1,5 +1,6 @@
-"""Spark schemas of changelake reads: the Spark type of each Arrow type a table holds, the check
-of a schema a user gives, and the Arrow schema Spark holds a Python data source's batches to."""
+"""Spark schemas of changelake reads and writes: the Spark type of each Arrow type a table holds,
+the check of a schema a user gives, the Arrow schema Spark holds a Python data source's batches
+to, and the timestamp flavour a written column takes."""
 
 from __future__ import annotations
 
@@ -102,3 +103,23 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark checks a Python data source's record batches against (it reads
     TIMESTAMP values as UTC instants)."""
     return to_arrow_schema(schema, timezone="UTC")
+
+
+def with_table_timestamps(data_type: DataType, table_type: pa.DataType) -> DataType:
+    """``data_type`` (of a column Spark writes) with each timestamp turned into the flavour of
+    the table's type in its place, nested ones included: TIMESTAMP into a zone-less (Paimon
+    TIMESTAMP) column is TIMESTAMP_NTZ, TIMESTAMP_NTZ into a zoned (TIMESTAMP_LTZ) one is
+    TIMESTAMP. Anything else is left as it is (the write checks it)."""
+    if isinstance(data_type, (TimestampType, TimestampNTZType)) and pa.types.is_timestamp(table_type):
+        return TimestampNTZType() if table_type.tz is None else TimestampType()
+    if isinstance(data_type, ArrayType) and (pa.types.is_list(table_type) or pa.types.is_large_list(table_type)):
+        return ArrayType(with_table_timestamps(data_type.elementType, table_type.value_type), data_type.containsNull)
+    if isinstance(data_type, MapType) and pa.types.is_map(table_type):
+        return MapType(with_table_timestamps(data_type.keyType, table_type.key_type),
+                       with_table_timestamps(data_type.valueType, table_type.item_type), data_type.valueContainsNull)
+    if isinstance(data_type, StructType) and pa.types.is_struct(table_type):
+        return StructType([
+            StructField(f.name, with_table_timestamps(f.dataType, table_type.field(f.name).type), f.nullable,
+                        f.metadata) if table_type.get_field_index(f.name) >= 0 else f
+            for f in data_type.fields])
+    return data_type
