@@ -106,23 +106,38 @@ def partition_path(
 
 @dataclass(frozen=True)
 class TablePaths:
-    """The directory layout of one table."""
+    """The directory layout of one table, or of one of its branches.
+
+    A branch (Paimon's ``BranchManager.branchPath``) keeps its own snapshots, schemas, tags,
+    changelogs and consumers under ``branch/branch-<name>/``; its manifests, index files and
+    data files live with the table's, in the table's directories."""
 
     root: str
+    branch: str | None = None
+
+    @property
+    def metadata_root(self) -> str:
+        """Where the snapshots, schemas, tags, changelogs and consumers live."""
+        return self.root if self.branch is None else f"{self.branch_dir}/branch-{self.branch}"
+
+    @property
+    def branch_dir(self) -> str:
+        """The directory of the table's branches (``branch-<name>`` each)."""
+        return f"{self.root}/branch"
 
     @property
     def snapshot_dir(self) -> str:
-        return f"{self.root}/snapshot"
+        return f"{self.metadata_root}/snapshot"
 
     def snapshot(self, snapshot_id: int) -> str:
-        return f"{self.root}/snapshot/snapshot-{snapshot_id}"
+        return f"{self.snapshot_dir}/snapshot-{snapshot_id}"
 
     @property
     def schema_dir(self) -> str:
-        return f"{self.root}/schema"
+        return f"{self.metadata_root}/schema"
 
     def schema(self, schema_id: int) -> str:
-        return f"{self.root}/schema/schema-{schema_id}"
+        return f"{self.schema_dir}/schema-{schema_id}"
 
     @property
     def manifest_dir(self) -> str:
@@ -141,25 +156,25 @@ class TablePaths:
 
     @property
     def tag_dir(self) -> str:
-        return f"{self.root}/tag"
+        return f"{self.metadata_root}/tag"
 
     def tag(self, name: str) -> str:
-        return f"{self.root}/tag/tag-{name}"
+        return f"{self.tag_dir}/tag-{name}"
 
     @property
     def changelog_dir(self) -> str:
-        return f"{self.root}/changelog"
+        return f"{self.metadata_root}/changelog"
 
     def changelog(self, snapshot_id: int) -> str:
         """A decoupled changelog: the JSON of an expired snapshot whose changelog is kept."""
-        return f"{self.root}/changelog/changelog-{snapshot_id}"
+        return f"{self.changelog_dir}/changelog-{snapshot_id}"
 
     @property
     def consumer_dir(self) -> str:
-        return f"{self.root}/consumer"
+        return f"{self.metadata_root}/consumer"
 
     def consumer(self, consumer_id: str) -> str:
-        return f"{self.root}/consumer/consumer-{consumer_id}"
+        return f"{self.consumer_dir}/consumer-{consumer_id}"
 
     def bucket_dir(self, partition: str, bucket: int) -> str:
         return f"{self.root}/{partition}/bucket-{bucket}" if partition else f"{self.root}/bucket-{bucket}"

@@ -5,9 +5,9 @@ Order, so that a crash anywhere leaves a readable table: a rollback record first
 it to refuse offsets from the abandoned history), then later tags and changelogs, then
 ``LATEST`` moves back and the later snapshot files are deleted newest first (every state in
 between is a contiguous history ending at some snapshot), and only then the files nothing
-retained names any more. A crash before those files are gone leaves them as orphans for
-:func:`~changelake.table.maintenance.orphans.remove_orphan_files`. Writers must be stopped
-while a table rolls back (as in Paimon).
+retained names any more (what a branch names is retained). A crash before those files are
+gone leaves them as orphans for :func:`~changelake.table.maintenance.orphans.remove_orphan_files`.
+Writers must be stopped while a table rolls back (as in Paimon).
 
 Unlike Paimon, the record ``rollback/rollback-N`` (N counting from 0) lets a stream tell an
 offset taken before a rollback from one taken after: snapshot ids past the target are reused
