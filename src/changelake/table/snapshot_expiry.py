@@ -23,7 +23,6 @@ as the table's own tags do.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
 from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
+from changelake.table.format import consumer
 from changelake.table.format import snapshot as snapshots
 from changelake.table.format.manifest import FileKind, FileSource, ManifestEntry
 from changelake.table.format.snapshot import Snapshot
@@ -38,8 +38,6 @@ from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.maintenance import references
 from changelake.table.read import deletion_vectors, live_files
-
-_CONSUMER_PREFIX = "consumer-"
 
 
 @dataclass(frozen=True)
@@ -297,26 +295,18 @@ def _delete(ctx: TableContext, paths: Iterable[str], progress: Callable[[int, in
 # -- consumers --------------------------------------------------------------------------------
 
 
-def _consumer_ids(ctx: TableContext) -> list[str]:
-    return sorted(n[len(_CONSUMER_PREFIX):] for n in ctx.file_io.list_names(ctx.paths.consumer_dir)
-                  if n.startswith(_CONSUMER_PREFIX) and not n.endswith(".tmp"))
-
-
 def min_next_snapshot(ctx: TableContext) -> int | None:
     """The oldest snapshot a consumer still has to read (Paimon's
     ``ConsumerManager.minNextSnapshot``), or None without consumers. A consumer file that
     cannot be read protects everything: expiry must not guess."""
     found: int | None = None
-    for consumer_id in _consumer_ids(ctx):
+    for consumer_id in consumer.ids(ctx.file_io, ctx.paths):
         try:
-            value = json.loads(ctx.file_io.read_text(ctx.paths.consumer(consumer_id)))["nextSnapshot"]
-        except FileNotFoundError:
-            continue  # dropped meanwhile
-        except (ValueError, KeyError, TypeError):
+            value = consumer.read(ctx.file_io, ctx.paths, consumer_id, ctx.name)
+        except CorruptMetadataError:
             return 0
-        if not isinstance(value, int) or isinstance(value, bool):
-            return 0
-        found = value if found is None else min(found, value)
+        if value is not None:  # else dropped meanwhile
+            found = value if found is None else min(found, value)
     return found
 
 
@@ -328,7 +318,7 @@ def expire_consumers(ctx: TableContext) -> tuple[str, ...]:
         return ()
     threshold = time.time() * 1000 - expiration
     dropped = []
-    for consumer_id in _consumer_ids(ctx):
+    for consumer_id in consumer.ids(ctx.file_io, ctx.paths):
         path = ctx.paths.consumer(consumer_id)
         try:
             stale = ctx.file_io.modified_ms(path) < threshold
