@@ -13,8 +13,9 @@ fresh child first verifies the table against that log:
   missing before the newest landed one, and no logged result disagrees with the table;
 * every snapshot reads as the model of exactly the commits that landed up to it;
 * no file referenced by any snapshot is missing (files nobody references are counted: orphans);
-  with expiry (mode ``expire``) the snapshots left run without a gap up to the newest, and the
-  commits before the oldest one matched count as landed;
+  with expiry (mode ``expire``) the snapshots left run without a gap up to the newest, the
+  commits before the oldest one matched count as landed, and the long-lived writer's last
+  commit in the expired snapshots is recorded (so a replay of it never lands again);
 * no consumer points past the snapshot after the latest (a rollback moves them back);
 * with ``changelog-producer=input``: each APPEND snapshot's changelog is exactly the rows of its
   commit (row kinds included), other snapshots carry none, and the changelog folded from the
@@ -49,6 +50,7 @@ import workload
 from workload import MODES, Diff, Log, Mode
 
 import changelake as cl
+from changelake.table.commit import last_commits
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 
@@ -69,6 +71,7 @@ REACH = {
     KillPoint.ORPHAN_FILE: 2,
     KillPoint.ROLLBACK: 3,
     KillPoint.ROLLBACK_CONSUMER: 2,
+    KillPoint.EXPIRE_RECORDED: 4,
     KillPoint.EXPIRE_SNAPSHOTS: 4,
     KillPoint.EXPIRE_FILES: 8,
 }
@@ -88,6 +91,8 @@ def points_of(mode: Mode) -> list[str]:
     reaches = {KillPoint.SPILL_RUN: "write-buffer-size" in mode.options, KillPoint.CHANGELOG_FILE: mode.input_changelog,
                KillPoint.ORPHAN_FILE: mode.name == MAINTAINED, KillPoint.ROLLBACK: mode.name == MAINTAINED,
                KillPoint.ROLLBACK_CONSUMER: mode.name == MAINTAINED,
+               # only commits with an identifier are recorded: the long-lived writer's
+               KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
                KillPoint.INDEX_FILE: "deletion-vectors.enabled" in mode.options}
     points = [p.value for p in KillPoint if p not in SPARK_SINK and reaches.get(p, True)]
@@ -166,6 +171,11 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
         landed_before = min(assigned) if assigned else max(
             (r["commit"] for r in results if r["snapshots"]), default=0) + 1
     report.landed = sorted({*assigned, *range(1, landed_before)})
+    if mode.expires and not mode.one_shot and landed_before > 1:
+        recorded = last_commits.read(table.context, WRITER_USER)
+        if recorded is None or not landed_before - 1 <= recorded.commit_identifier <= max(report.landed):
+            errors.append(f"commits up to {landed_before - 1} expired, but the writer's last commit recorded is "
+                          f"{recorded and recorded.commit_identifier}")
     for consumer_id, next_snapshot in zip(*table.system("consumers").to_pydict().values(), strict=True):
         if next_snapshot > (latest.id if latest else 0) + 1:
             errors.append(f"consumer {consumer_id} reads snapshot {next_snapshot} next, past the latest {latest}")

@@ -32,7 +32,7 @@ PLANS = {
     "aggregation": [KillPoint.SNAPSHOT_BEFORE_LATEST, KillPoint.DATA_FILE, crashtest.RANDOM],
     "first-row": [KillPoint.COMPACTION, KillPoint.MANIFEST, crashtest.RANDOM],
     "changelog": [KillPoint.CHANGELOG_FILE, KillPoint.SPILL_RUN, crashtest.RANDOM],
-    "expire": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
+    "expire": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, KillPoint.EXPIRE_RECORDED, crashtest.RANDOM],
     "decoupled": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
     "lookup": [KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.CHANGELOG_FILE, crashtest.RANDOM],
     "deletion-vectors": [KillPoint.INDEX_FILE, KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.EXPIRE_FILES],

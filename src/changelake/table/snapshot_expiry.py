@@ -10,10 +10,12 @@ because it merely looks unreferenced: files of commits still in flight are refer
 snapshot, and are left alone. Files live in the first retained snapshot or in a tagged
 snapshot are kept, and so are the manifests those snapshots list.
 
-The order differs from Paimon's, to make a crash harmless: the expired snapshot files go first
-(oldest first, so the snapshots left stay contiguous), then ``EARLIEST``, and only then the
-files they alone referenced. A crash leaves unreferenced files (orphans, which orphan cleanup
-removes), never a snapshot that names a deleted file.
+The order differs from Paimon's, to make a crash harmless: the last commit of each commit user
+of the expired snapshots is recorded first (``last_commits``: exactly-once outlives the
+snapshots), then the expired snapshot files go (oldest first, so the snapshots left stay
+contiguous), then ``EARLIEST``, and only then the files they alone referenced. A crash leaves
+unreferenced files (orphans, which orphan cleanup removes), never a snapshot that names a
+deleted file.
 
 Unlike Paimon's expiry, nothing a branch (``branch/branch-<name>``, which shares the table's
 manifests and data files) names is deleted: its snapshots, tags and changelogs keep their files
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
 from changelake.table import decoupled_changelog, metadata
+from changelake.table.commit import last_commits
 from changelake.table.context import TableContext
 from changelake.table.format import consumer
 from changelake.table.format import snapshot as snapshots
@@ -258,6 +261,10 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
 
     if keep_changelog:
         decoupled_changelog.keep(ctx, expired)
+    # A replay of a commit must not land again once its snapshot is gone: its user's last
+    # commit is on disk before any snapshot file goes.
+    last_commits.record(ctx, expired)
+    killpoints.reached(KillPoint.EXPIRE_RECORDED)
     # Metadata first: once the snapshot files are gone, nothing names the files below.
     for position, s in enumerate(expired):
         ctx.file_io.delete(ctx.paths.snapshot(s.id))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,6 +176,17 @@ class TablePaths:
 
     def consumer(self, consumer_id: str) -> str:
         return f"{self.consumer_dir}/consumer-{consumer_id}"
+
+    @property
+    def commit_user_dir(self) -> str:
+        """changelake's own (other engines ignore it): the last commit of each commit user
+        whose snapshots expired, ``commit-user/user-<quoted user>/snapshot-<id>``."""
+        return f"{self.metadata_root}/commit-user"
+
+    def commit_user(self, commit_user: str) -> str:
+        """The directory of one commit user's record (the name quoted whole: any user is one
+        directory name)."""
+        return f"{self.commit_user_dir}/user-{urllib.parse.quote(commit_user, safe='')}"
 
     def bucket_dir(self, partition: str, bucket: int) -> str:
         return f"{self.root}/{partition}/bucket-{bucket}" if partition else f"{self.root}/bucket-{bucket}"

@@ -4,10 +4,10 @@ older than a threshold.
 
 What is listed: the manifest directory, every bucket directory (under the partition
 directories), and non-metadata files in ``snapshot/`` and ``changelog/`` of the table and of
-each branch (temp files; Paimon's rule), plus our own temp files in ``schema/``, ``tag/`` and
-``consumer/``, and the index files in ``index/`` that no index manifest names.
-``statistics/`` is left alone: changelake does not write it. Directories are left in place
-(removing an empty bucket directory races with a writer about to create a file in it).
+each branch (temp files; Paimon's rule), plus our own temp files in ``schema/``, ``tag/``,
+``consumer/`` and ``commit-user/``, and the index files in ``index/`` that no index manifest
+names. ``statistics/`` is left alone: changelake does not write it. Directories are left in
+place (removing an empty bucket directory races with a writer about to create a file in it).
 
 Branches (``branch/branch-<name>/``, made by Paimon or pypaimon) share the table's manifest,
 index and bucket directories: whatever a branch's snapshots, tags and changelogs name is in
@@ -102,6 +102,8 @@ def _candidates(ctx: TableContext, used: set[str],
         ctx.paths.schema_dir: _not_our_temp,
         ctx.paths.tag_dir: _not_our_temp,
         ctx.paths.consumer_dir: _not_our_temp,
+        **{f"{ctx.paths.commit_user_dir}/{_name(i)}": _not_our_temp
+           for i in _listing(ctx, ctx.paths.commit_user_dir) if _is_dir(i)},
     }
     for paths in [ctx.paths, *(branch.paths for branch in metadata.branches(ctx))]:
         keep_metadata[paths.snapshot_dir] = lambda n: n.startswith("snapshot-") or n in ("EARLIEST", "LATEST")

@@ -5,8 +5,8 @@ Order, so that a crash anywhere leaves a readable table: a rollback record first
 it to refuse offsets from the abandoned history), then the consumers that read past the target
 move back to the snapshot after it, then later tags and changelogs, then ``LATEST`` moves back
 and the later snapshot files are deleted newest first (every state in between is a contiguous
-history ending at some snapshot), and only then the files nothing retained names any more
-(what a branch names is retained). A crash
+history ending at some snapshot), then the commit user records of the dropped snapshots, and
+only then the files nothing retained names any more (what a branch names is retained). A crash
 before those files are gone leaves them as orphans for
 :func:`~changelake.table.maintenance.orphans.remove_orphan_files`; running the same rollback
 again completes it. Writers must be stopped while a table rolls back (as in Paimon).
@@ -17,7 +17,9 @@ by the next commits, so such an offset would otherwise silently read different d
 same reason a consumer (``consumer/consumer-<id>``) past the target is moved back to the
 snapshot after it: a stream resumed from it reads every commit made after the rollback
 (Paimon leaves it where it was, and the stream skips the commits that reuse those ids). The
-changes it had read from the abandoned snapshots are not undone for it.
+changes it had read from the abandoned snapshots are not undone for it. And a commit user's
+last commit recorded by expiry in a dropped snapshot goes (``table.commit.last_commits``), so
+a replay of a rolled-back commit lands again, as it does while the snapshot is retained.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from changelake.table import metadata
+from changelake.table.commit import last_commits
 from changelake.table.context import TableContext
 from changelake.table.format import consumer
 from changelake.table.format import snapshot as snapshots
@@ -114,6 +117,8 @@ def rollback_to(ctx: TableContext, target: Snapshot) -> Snapshot:
         ctx.file_io.create_if_absent(ctx.paths.snapshot(target.id), target.to_json().encode("utf-8"))
         ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(target.id))
         ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/LATEST", str(target.id))
+    for path in last_commits.after(ctx, target.id):
+        _delete(ctx, path)
     if removed:
         for path in sorted(removed - references.files_in_use(ctx)):
             _delete(ctx, path)
