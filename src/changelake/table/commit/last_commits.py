@@ -62,12 +62,14 @@ def record(ctx: TableContext, expiring: Sequence[Snapshot]) -> None:
 def read(ctx: TableContext, commit_user: str) -> LastCommit | None:
     """The newest recorded commit of ``commit_user`` (None: none recorded)."""
     directory = ctx.paths.commit_user(commit_user)
-    while ids := _ids(ctx, directory):
+    gone: set[int] = set()
+    while ids := [i for i in _ids(ctx, directory) if i not in gone]:
         path = f"{directory}/snapshot-{ids[-1]}"
         try:
             data = ctx.file_io.read_bytes(path)
-        except FileNotFoundError:
-            continue  # replaced by a newer record, or dropped by a rollback, meanwhile: list again
+        except FileNotFoundError:  # replaced by a newer record, or dropped by a rollback, meanwhile
+            gone.add(ids[-1])
+            continue
         try:
             return LastCommit.model_validate_json(data)
         except ValidationError as exc:
