@@ -277,10 +277,10 @@ class Table:
     def remove_orphan_files(self, *, older_than: dt.datetime | dt.timedelta | None = None,
                             dry_run: bool = False, progress: Progress | None = None) -> list[str]:
         """Delete the files no snapshot, tag, changelog or schema of the table or of any of its
-        branches names (left by crashed writers) that were modified before ``older_than`` (a time, or an age; default one day,
-        as Paimon's); with ``dry_run`` only list them. Returns their paths. The threshold must
-        exceed the longest commit of any concurrent writer: newer files are never touched.
-        ``progress`` gets (directories searched, directories)."""
+        branches names (left by crashed writers) that were modified before ``older_than`` (a
+        time, or an age; default one day, as Paimon's); with ``dry_run`` only list them. Returns
+        their paths. The threshold must exceed the longest commit of any concurrent writer:
+        newer files are never touched. ``progress`` gets (directories searched, directories)."""
         return orphans.remove_orphan_files(self._context, older_than, dry_run=dry_run, progress=progress)
 
     def rollback_to(self, *, snapshot_id: int | None = None, tag: str | None = None) -> Snapshot:
