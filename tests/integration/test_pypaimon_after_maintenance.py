@@ -1,11 +1,13 @@
 """pypaimon reads a table changelake rolled back, wrote on and swept of orphans: every snapshot
-and tag as changelake reads it."""
+and tag as changelake reads it; and a branch pypaimon made and wrote on stays whole through the
+table's orphan cleanup, expiry and rollback."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 pytest.importorskip("pypaimon")
 
 from paimon_oracle import paimon_table
+from pypaimon import CatalogFactory
 
 import changelake as cl
 
@@ -48,3 +51,72 @@ def test_pypaimon_reads_a_rolled_back_and_swept_table(tmp_path: Path) -> None:
     for snapshot in table.snapshots():
         assert _paimon_rows(warehouse, {"scan.snapshot-id": str(snapshot.id)}) == _ours(table, snapshot_id=snapshot.id)
     assert _paimon_rows(warehouse, {"scan.tag-name": "at3"}) == _ours(table, tag="at3")
+
+
+# -- branches (pypaimon calls stay in the pypaimon_* functions: plain values in and out) -----
+
+
+def pypaimon_create_branch(warehouse: str, name: str, branch: str, tag: str) -> None:
+    """pypaimon's ``FileSystemBranchManager.create_branch(branch, tag)``."""
+    CatalogFactory.create({"warehouse": warehouse}).get_table(name).branch_manager().create_branch(branch, tag)
+
+
+def pypaimon_commit(warehouse: str, name: str, data: pa.Table) -> None:
+    """One pypaimon batch commit of ``data`` into ``name`` (``db.t$branch_b`` for a branch)."""
+    builder = CatalogFactory.create({"warehouse": warehouse}).get_table(name).new_batch_write_builder()
+    write = builder.new_write()
+    commit = builder.new_commit()
+    try:
+        write.write_arrow(data)
+        commit.commit(write.prepare_commit())
+    finally:
+        write.close()
+        commit.close()
+
+
+def pypaimon_rows(warehouse: str, name: str, options: dict[str, str]) -> list[dict[str, Any]]:
+    """What pypaimon reads of ``name`` with ``options`` (time travel), sorted by key."""
+    table = CatalogFactory.create({"warehouse": warehouse}).get_table(name)
+    builder = (table.copy(options) if options else table).new_read_builder()
+    return sorted(builder.new_read().to_arrow(builder.new_scan().plan().splits()).to_pylist(), key=lambda r: r["k"])
+
+
+def _nothing_more(table: cl.Table) -> None:
+    """Orphan cleanup alone: the branch's own commits name files the table does not."""
+
+
+def _expire(table: cl.Table) -> None:
+    table.delete_tag("t2")  # the branch's snapshot 2 is now held by the branch alone
+    table.write(pa.table({"k": [1, 2, 3], "v": ["m", "m", "m"]}))
+    table.compact(full=True)
+    table.expire_snapshots(retain_min=1, retain_max=1, older_than_ms=2**62)
+
+
+def _rollback(table: cl.Table) -> None:
+    table.rollback_to(snapshot_id=1)
+
+
+@pytest.mark.parametrize("maintain", [_nothing_more, _expire, _rollback])
+def test_a_branch_pypaimon_made_survives_the_tables_maintenance(tmp_path: Path,
+                                                                maintain: Callable[[cl.Table], None]) -> None:
+    warehouse = str(tmp_path)
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    table = cl.Catalog(warehouse).create_table("db.t", schema, primary_keys=["k"],
+                                               options={"bucket": "2", "num-sorted-run.compaction-trigger": "50"})
+    for i in range(3):
+        table.write(pa.table({"k": [i, i + 1], "v": [f"a{i}", f"b{i}"]}))
+    table.create_tag("t2", 2)
+    pypaimon_create_branch(warehouse, "db.t", "b1", "t2")
+    branch = "db.t$branch_b1"
+    pypaimon_commit(warehouse, branch, pa.table({"k": [2, 50], "v": ["br", "br"]}, schema=schema))
+    pypaimon_commit(warehouse, branch, pa.table({"k": [0, 51], "v": ["br2", "br2"]}, schema=schema))
+    reads: list[dict[str, str]] = [{}, {"scan.snapshot-id": "2"}, {"scan.snapshot-id": "3"},
+                                   {"scan.snapshot-id": "4"}, {"scan.tag-name": "t2"}]
+    expected = [pypaimon_rows(warehouse, branch, options) for options in reads]
+    assert expected[1] == expected[4] != expected[0]  # the branch moved on from its tag
+
+    maintain(table)
+    assert [pypaimon_rows(warehouse, branch, options) for options in reads] == expected
+    table.remove_orphan_files(older_than=dt.timedelta(0))
+    assert [pypaimon_rows(warehouse, branch, options) for options in reads] == expected
+    assert pypaimon_rows(warehouse, "db.t", {}) == _ours(table)

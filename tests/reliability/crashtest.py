@@ -13,8 +13,10 @@ fresh child first verifies the table against that log:
   missing before the newest landed one, and no logged result disagrees with the table;
 * every snapshot reads as the model of exactly the commits that landed up to it;
 * no file referenced by any snapshot is missing (files nobody references are counted: orphans);
-  with expiry (mode ``expire``) the snapshots left run without a gap up to the newest, and the
-  commits before the oldest one matched count as landed;
+  with expiry (mode ``expire``) the snapshots left run without a gap up to the newest, the
+  commits before the oldest one matched count as landed, and the long-lived writer's last
+  commit in the expired snapshots is recorded (so a replay of it never lands again);
+* no consumer points past the snapshot after the latest (a rollback moves them back);
 * with ``changelog-producer=input``: each APPEND snapshot's changelog is exactly the rows of its
   commit (row kinds included), other snapshots carry none, and the changelog folded from the
   first snapshot equals the table at every snapshot (nothing emitted twice, nothing lost);
@@ -48,6 +50,7 @@ import workload
 from workload import MODES, Diff, Log, Mode
 
 import changelake as cl
+from changelake.table.commit import last_commits
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 
@@ -67,13 +70,18 @@ REACH = {
     KillPoint.BEFORE_COMPACT_SNAPSHOT: 3,
     KillPoint.ORPHAN_FILE: 2,
     KillPoint.ROLLBACK: 3,
+    KillPoint.ROLLBACK_CONSUMER: 2,
+    KillPoint.EXPIRE_RECORDED: 4,
     KillPoint.EXPIRE_SNAPSHOTS: 4,
     KillPoint.EXPIRE_FILES: 8,
 }
 # The mode whose children maintain the table before writing: remove orphans (two strays made
 # for the purpose, and whatever a kill left) and roll back a full compaction made for the
-# purpose (which changes no row, so the model holds).
+# purpose (which changes no row, so the model holds), which moves back two consumers that had
+# read it.
 MAINTAINED = "compaction"
+ROLLBACK_TARGET = "before-maintenance"  # the tag of the snapshot the maintenance rolls back to
+READERS = ("reader-1", "reader-2")  # consumers that read the compaction the maintenance rolls back
 # Reached only by the Spark sink's driver: spark_crashtest.py kills there.
 SPARK_SINK = frozenset({KillPoint.SINK_WRITTEN, KillPoint.SINK_COMMITTED})
 
@@ -82,6 +90,9 @@ def points_of(mode: Mode) -> list[str]:
     """The kill points a mode reaches, and random kills."""
     reaches = {KillPoint.SPILL_RUN: "write-buffer-size" in mode.options, KillPoint.CHANGELOG_FILE: mode.input_changelog,
                KillPoint.ORPHAN_FILE: mode.name == MAINTAINED, KillPoint.ROLLBACK: mode.name == MAINTAINED,
+               KillPoint.ROLLBACK_CONSUMER: mode.name == MAINTAINED,
+               # only commits with an identifier are recorded: the long-lived writer's
+               KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
                KillPoint.INDEX_FILE: "deletion-vectors.enabled" in mode.options}
     points = [p.value for p in KillPoint if p not in SPARK_SINK and reaches.get(p, True)]
@@ -160,6 +171,14 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
         landed_before = min(assigned) if assigned else max(
             (r["commit"] for r in results if r["snapshots"]), default=0) + 1
     report.landed = sorted({*assigned, *range(1, landed_before)})
+    if mode.expires and not mode.one_shot and landed_before > 1:
+        recorded = last_commits.read(table.context, WRITER_USER)
+        if recorded is None or not landed_before - 1 <= recorded.commit_identifier <= max(report.landed):
+            errors.append(f"commits up to {landed_before - 1} expired, but the writer's last commit recorded is "
+                          f"{recorded and recorded.commit_identifier}")
+    for consumer_id, next_snapshot in zip(*table.system("consumers").to_pydict().values(), strict=True):
+        if next_snapshot > (latest.id if latest else 0) + 1:
+            errors.append(f"consumer {consumer_id} reads snapshot {next_snapshot} next, past the latest {latest}")
     gaps = [i for i in range(landed_before, last + 1) if i not in assigned]
     if gaps:
         errors.append(f"commits {gaps} were lost (commit {last} landed)")
@@ -320,16 +339,30 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
 
 
 def maintain(table: cl.Table) -> None:
-    """Orphan cleanup (with two stray files, as a crashed writer leaves), then a full
-    compaction rolled back; no writer runs meanwhile, so no threshold is needed."""
+    """A rollback a kill interrupted is run again, which completes it; then orphan cleanup (with
+    two stray files, as a crashed writer leaves), then a full compaction that two consumers
+    read, rolled back; no writer runs meanwhile, so no threshold is needed."""
+    if ROLLBACK_TARGET in table.tags():
+        table.rollback_to(tag=ROLLBACK_TARGET)
+        table.delete_tag(ROLLBACK_TARGET)
     os.makedirs(os.path.join(table.location, "manifest"), exist_ok=True)
     for name in ("manifest-stray-1", "manifest-stray-2"):
         with open(os.path.join(table.location, "manifest", name), "wb"):
             pass
     table.remove_orphan_files(older_than=timedelta(0))
     before = table.latest_snapshot()
-    if before is not None and table.compact(full=True) is not None:
-        table.rollback_to(snapshot_id=before.id)
+    if before is None:
+        return
+    table.create_tag(ROLLBACK_TARGET, before.id)
+    if table.compact(full=True) is not None:
+        for consumer_id in READERS:  # both read the compaction
+            read_all = table.stream(mode="latest", consumer_id=consumer_id,
+                                    options={"consumer.ignore-progress": "true"})
+            read_all.commit()
+        table.rollback_to(tag=ROLLBACK_TARGET)
+        if {table.stream(consumer_id=c).offset.snapshot_id for c in READERS} != {before.id + 1}:
+            sys.exit(5)  # a consumer resumed after the rollback would skip the next commits
+    table.delete_tag(ROLLBACK_TARGET)
 
 
 # -- the driver -------------------------------------------------------------------------------
@@ -523,11 +556,14 @@ def crashtest(
     timeout: float = 120.0,
     verbose: bool = False,
 ) -> Totals:
-    """``kills`` kills spread over the modes."""
+    """``kills`` kills spread over the modes; a mode with a plan gets one kill per point of its
+    plan instead (so every planned point is reached)."""
     totals = Totals()
     names = list(modes or MODES)
     for position, name in enumerate(names):
         share = kills // len(names) + (1 if position < kills % len(names) else 0)
+        if plans is not None and name in plans:
+            share = len(plans[name])
         if share:
             run_mode(MODES[name], root, share, totals, seed=seed, commits=commits,
                      plans=(plans or {}).get(name), timeout=timeout, verbose=verbose)

@@ -20,18 +20,19 @@ from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import live_files
 
-# Three kills per mode, every named point at least once (killed the first or second time the
+# Three or four kills per mode, every named point at least once (killed the first or second time the
 # point is reached, so that a short episode surely reaches it), and random kills.
 PLANS = {
     "writer": [KillPoint.MANIFEST, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "write": [KillPoint.MANIFEST_LIST, KillPoint.COMPACTION, crashtest.RANDOM],
     "spill": [KillPoint.SPILL_RUN, KillPoint.DATA_FILE, crashtest.RANDOM],
-    "compaction": [KillPoint.ROLLBACK, KillPoint.ORPHAN_FILE, KillPoint.MANIFEST_COMPACTION],
+    "compaction": [KillPoint.ORPHAN_FILE, KillPoint.MANIFEST_COMPACTION, KillPoint.ROLLBACK_CONSUMER,
+                   KillPoint.ROLLBACK],
     "partial-update": [KillPoint.COMPACTION, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "aggregation": [KillPoint.SNAPSHOT_BEFORE_LATEST, KillPoint.DATA_FILE, crashtest.RANDOM],
     "first-row": [KillPoint.COMPACTION, KillPoint.MANIFEST, crashtest.RANDOM],
     "changelog": [KillPoint.CHANGELOG_FILE, KillPoint.SPILL_RUN, crashtest.RANDOM],
-    "expire": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
+    "expire": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, KillPoint.EXPIRE_RECORDED, crashtest.RANDOM],
     "decoupled": [KillPoint.EXPIRE_SNAPSHOTS, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
     "lookup": [KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.CHANGELOG_FILE, crashtest.RANDOM],
     "deletion-vectors": [KillPoint.INDEX_FILE, KillPoint.BEFORE_COMPACT_SNAPSHOT, KillPoint.EXPIRE_FILES],

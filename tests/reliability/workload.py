@@ -380,9 +380,11 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
     for directory, _, names in os.walk(table.location):
         for name in names:
             full = os.path.join(directory, name)
-            if directory in (ctx.paths.schema_dir, ctx.paths.changelog_dir) or (
-                    directory == ctx.paths.snapshot_dir and (name in _HINTS or name.startswith("snapshot-"))):
-                continue
+            if directory in (ctx.paths.schema_dir, ctx.paths.changelog_dir, ctx.paths.consumer_dir,
+                             ctx.paths.tag_dir, f"{ctx.paths.root}/rollback") or (
+                    directory == ctx.paths.snapshot_dir and (name in _HINTS or name.startswith("snapshot-"))) or (
+                    os.path.dirname(directory) == ctx.paths.commit_user_dir and name.startswith("snapshot-")):
+                continue  # metadata no snapshot names: schemas, changelogs, consumers, tags, records
             present.add(full)
     missing += sorted(p for p in needed if not os.path.exists(p))
     return FileCheck(missing=sorted(set(missing)), orphans=sorted(present - referenced))

@@ -117,6 +117,22 @@ def test_a_replayed_batch_commits_nothing(spark: Any, tmp_path: Path) -> None:
     assert rows_of(table) == model(2)
 
 
+def test_a_batch_replayed_after_its_snapshot_expired_commits_nothing(spark: Any, tmp_path: Path) -> None:
+    """A crash after our commit, before Spark's commit log; other writers' commits expire the
+    batch's snapshot; the restarted query replays the batch, which lands nothing."""
+    table = make_table(tmp_path, **{"snapshot.num-retained.min": "1", "snapshot.num-retained.max": "1",
+                                    "merge-engine": "aggregation", "fields.v.aggregate-function": "sum"})
+    sink = streaming.ForeachBatchSink(table, commit_user="job")
+    sink(spark.createDataFrame(events(0), SPARK_SCHEMA), 7)
+    for i in range(3):
+        table.write(pa.table({"dt": ["d9"], "id": [i], "v": [1], "name": ["other"]}))
+    assert "job" not in {s.commit_user for s in table.snapshots()}
+    before, rows = table.latest_snapshot(), rows_of(table)
+    sink(spark.createDataFrame(events(0), SPARK_SCHEMA), 7)
+    assert table.latest_snapshot() == before
+    assert rows_of(table) == rows  # landing again would have doubled every sum
+
+
 def test_spark_writes_continue_the_sequence_of_other_writers(spark: Any, tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"merge-engine": "partial-update"})
     table.write(pa.table({"dt": ["d0", "d1"], "id": [1, 2], "v": [10, 20], "name": ["a", "b"]}))

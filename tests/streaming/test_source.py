@@ -386,6 +386,35 @@ def test_an_available_now_run_that_read_only_the_first_full_read_holds_what_the_
     assert consumer == {"nextSnapshot": 2}  # the first run's batch, committed by this run
 
 
+def test_spark_resumes_a_consumer_after_a_rollback_at_the_new_commits(spark: Any, tmp_path: Path) -> None:
+    """A consumer that had read past a rollback's target is moved back to the snapshot after
+    it: a Spark query resumed from it (a new checkpoint, the same ``consumer-id``) reads the
+    commits made after the rollback, whose snapshot ids the consumer had read before."""
+    register(spark)
+    table = cl.Catalog(str(tmp_path / "wh")).create_table(
+        "db.t", SCHEMA, primary_keys=["p", "k"], partition_keys=["p"],
+        options={"bucket": "2", "changelog-producer": "lookup"})
+    _commit(table, [("a", k, f"v{k}", "+I") for k in range(4)])
+    target = table.latest_snapshot()
+    assert target is not None
+    _commit(table, [("a", 1, "v1x", "+I"), ("b", 2, "w2", "+I")])
+    _commit(table, [("a", 3, None, "-D")])
+    consumed = table.stream(mode="from-snapshot", snapshot_id=1, consumer_id="spark")
+    list(consumed)
+    consumed.commit()  # the consumer read everything
+    table.rollback_to(snapshot_id=target.id)
+    _commit(table, [("a", 0, "new", "+I"), ("c", 9, "new", "+I")])
+
+    batches: list[Rows] = []
+    query = (spark.readStream.format("changelake").options(**{"consumer-id": "spark", "read.changelog": "true"})
+             .load(table.location)
+             .writeStream.foreachBatch(lambda df, _: batches.append([tuple(r) for r in df.collect()]))
+             .option("checkpointLocation", str(tmp_path / "fresh-checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    got = sorted(r for b in batches for r in b)
+    assert got == _changes(table, target.id) == [("+I", "c", 9, "new"), ("+U", "a", 0, "new"), ("-U", "a", 0, "v0")]
+
+
 def test_system_tables_read_in_batch_only(tmp_path: Path) -> None:
     table = _lookup_table(tmp_path)
     source = ChangelakeDataSource({"path": f"{table.location}$tags"})

@@ -17,7 +17,7 @@ from changelake.changelog import consumers
 from changelake.errors import ScanError
 from changelake.table import metadata
 from changelake.table.context import TableContext
-from changelake.table.format import kv
+from changelake.table.format import consumer, kv
 
 _TS = system_files.TS
 
@@ -109,8 +109,7 @@ def _tags(ctx: TableContext) -> pa.Table:
 
 
 def _consumers(ctx: TableContext) -> pa.Table:
-    ids = sorted(n.removeprefix("consumer-") for n in ctx.file_io.list_names(ctx.paths.consumer_dir)
-                 if n.startswith("consumer-") and not n.endswith(".tmp"))
+    ids = consumer.ids(ctx.file_io, ctx.paths)
     nexts = [consumers.next_snapshot(ctx, i) for i in ids]
     return pa.table({"consumer_id": pa.array(ids, pa.string()), "next_snapshot_id": pa.array(nexts, pa.int64())})
 

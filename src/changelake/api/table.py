@@ -172,8 +172,10 @@ class Table:
         (``snapshot.num-retained.max``) snapshots, and between the two those committed at or
         after ``older_than_ms`` (default: now minus ``snapshot.time-retained``); expire at most
         ``max_deletes`` (``snapshot.expire.limit``). Consumers hold back the snapshots they
-        have yet to read; tags keep their snapshots' files. Returns what was removed.
-        ``progress`` gets (files deleted, files to delete)."""
+        have yet to read; tags and branches keep their snapshots' files; the last commit of
+        each commit user of the expired snapshots is recorded first, so replays of it stay
+        skipped (docs/maintenance.md). Returns what was removed. ``progress`` gets (files
+        deleted, files to delete)."""
         retention = Retention.of(self._context, older_than_ms=older_than_ms, retain_min=retain_min,
                                  retain_max=retain_max, max_deletes=max_deletes)
         return snapshot_expiry.expire_alongside_others(self._context, retention, progress=progress)
@@ -240,7 +242,9 @@ class Table:
         return Changes.of(ChangeSource.of(self._context, None, columns, filter), start_snapshot, end_snapshot)
 
     def writer(self, commit_user: str | None = None) -> TableWriter:
-        """A writer whose ``commit(identifier)`` lands each identifier at most once per user."""
+        """A writer whose ``commit(identifier)`` lands each identifier at most once per user,
+        also once expiry deleted the user's snapshots (docs/maintenance.md has the exact
+        guarantee). Give a stable ``commit_user`` to keep that across restarts."""
         return TableWriter(TableWrite(self._context, commit_user or str(uuid.uuid4()),
                                       changelog=producers.for_table(self._context)))
 
@@ -272,17 +276,19 @@ class Table:
 
     def remove_orphan_files(self, *, older_than: dt.datetime | dt.timedelta | None = None,
                             dry_run: bool = False, progress: Progress | None = None) -> list[str]:
-        """Delete the files no snapshot, tag, changelog or schema names (left by crashed
-        writers) that were modified before ``older_than`` (a time, or an age; default one day,
-        as Paimon's); with ``dry_run`` only list them. Returns their paths. The threshold must
-        exceed the longest commit of any concurrent writer: newer files are never touched.
-        ``progress`` gets (directories searched, directories)."""
+        """Delete the files no snapshot, tag, changelog or schema of the table or of any of its
+        branches names (left by crashed writers) that were modified before ``older_than`` (a
+        time, or an age; default one day, as Paimon's); with ``dry_run`` only list them. Returns
+        their paths. The threshold must exceed the longest commit of any concurrent writer:
+        newer files are never touched. ``progress`` gets (directories searched, directories)."""
         return orphans.remove_orphan_files(self._context, older_than, dry_run=dry_run, progress=progress)
 
     def rollback_to(self, *, snapshot_id: int | None = None, tag: str | None = None) -> Snapshot:
         """Make a snapshot (by id, or a tag's) the latest again: later snapshots and tags go,
-        then the files only they named. Stop writers first. Stream offsets past the target
-        then raise RolledBackOffsetError."""
+        then the files only they named (not those a branch names). Stop writers first. Stream
+        offsets past the target then raise RolledBackOffsetError; consumers past it read the
+        snapshot after it next; commits after it may land again. After a crash, run it again
+        to complete it (docs/maintenance.md)."""
         if (snapshot_id is None) == (tag is None):
             raise ValueError("rollback_to takes exactly one of snapshot_id and tag")
         target = self._context.snapshot(snapshot_id) if snapshot_id is not None else self.tag(str(tag))

@@ -1,12 +1,13 @@
 """Consumers: a named stream's progress in ``consumer/consumer-<id>``, Paimon's format
-``{"nextSnapshot": N}`` (the next snapshot whose changes the consumer has not read)."""
+``{"nextSnapshot": N}`` (the next snapshot whose changes the consumer has not read).
+A rollback moves the consumers past its target back to the snapshot after it (see
+:mod:`changelake.table.maintenance.rollback`)."""
 
 from __future__ import annotations
 
-import json
-
-from changelake.errors import CorruptMetadataError, OptionError
+from changelake.errors import OptionError
 from changelake.table.context import TableContext
+from changelake.table.format import consumer
 
 
 def check_id(ctx: TableContext, consumer_id: str) -> None:
@@ -20,23 +21,11 @@ def check_id(ctx: TableContext, consumer_id: str) -> None:
 def next_snapshot(ctx: TableContext, consumer_id: str) -> int | None:
     """The snapshot the consumer reads next (None: no such consumer yet)."""
     check_id(ctx, consumer_id)
-    path = ctx.paths.consumer(consumer_id)
-    try:
-        text = ctx.file_io.read_text(path)
-    except FileNotFoundError:
-        return None
-    try:
-        value = json.loads(text)["nextSnapshot"]
-    except (ValueError, KeyError, TypeError):
-        raise CorruptMetadataError("consumer file is corrupt", table=ctx.name, file=path) from None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise CorruptMetadataError(f"consumer file has nextSnapshot {value!r}", table=ctx.name, file=path)
-    return value
+    return consumer.read(ctx.file_io, ctx.paths, consumer_id, ctx.name)
 
 
 def record(ctx: TableContext, consumer_id: str, snapshot_id: int) -> None:
     """Record that the consumer reads snapshot ``snapshot_id`` next (replacing the file whole,
     so a reader never sees half of it)."""
     check_id(ctx, consumer_id)
-    ctx.file_io.makedirs(ctx.paths.consumer_dir)
-    ctx.file_io.overwrite_hint(ctx.paths.consumer(consumer_id), json.dumps({"nextSnapshot": snapshot_id}))
+    consumer.write(ctx.file_io, ctx.paths, consumer_id, snapshot_id)

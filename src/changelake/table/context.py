@@ -1,7 +1,7 @@
 """The table context: the small frozen value the storage engine works on.
 
 It holds what the engine needs of one table (file IO, paths, schema, parsed options, key codec,
-merge engine) and nothing of the user-facing facade. It pickles as its name, file IO, location
+merge engine) and nothing of the user-facing facade. It pickles as its name, file IO, paths
 and schema JSON, so Spark tasks get it by value and rebuild the derived parts lazily.
 """
 
@@ -41,7 +41,7 @@ class TableContext:
     schema: TableSchema
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.name, self.file_io, self.paths.root, self.schema.to_json()))
+        return (_rebuild, (self.name, self.file_io, self.paths, self.schema.to_json()))
 
     @cached_property
     def options(self) -> TableOptions:
@@ -186,5 +186,5 @@ class TableContext:
         return snapshot.read(self.file_io, self.paths, snapshot_id, self.name)
 
 
-def _rebuild(name: str, file_io: FileIO, root: str, schema_json: str) -> TableContext:
-    return TableContext(name, file_io, TablePaths(root), TableSchema.model_validate_json(schema_json))
+def _rebuild(name: str, file_io: FileIO, paths: TablePaths, schema_json: str) -> TableContext:
+    return TableContext(name, file_io, paths, TableSchema.model_validate_json(schema_json))

@@ -35,6 +35,7 @@ from changelake.table.merge.parse import check_deletion_vectors, merge_engine
 _DEFAULT_BUCKETS = "1"
 _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
 _TAG_FILE = re.compile(r"^tag-(.+)$")
+_BRANCH_DIR = re.compile(r"^branch-(.+)$")
 
 
 def latest_schema_id(file_io: FileIO, paths: TablePaths, name: str) -> int:
@@ -100,6 +101,25 @@ def open_context(file_io: FileIO, root: str, name: str) -> TableContext:
     """The context of the table at ``root``, at its newest schema."""
     paths = TablePaths(root)
     return TableContext(name, file_io, paths, read_latest_schema(file_io, paths, name))
+
+
+def branches(ctx: TableContext) -> list[TableContext]:
+    """The table's branches (``branch/branch-<name>``, Paimon's ``FileSystemBranchManager``),
+    each as a context that reads the branch's snapshots, tags and changelogs, at the branch's
+    newest schema; at the table's when the branch has none (Paimon copies a branch's schemas
+    last, so a creation that crashed leaves snapshots and tags without them)."""
+    found = []
+    for directory in sorted(ctx.file_io.list_names(ctx.paths.branch_dir)):
+        match = _BRANCH_DIR.match(directory)
+        if match is None:
+            continue
+        paths = TablePaths(ctx.paths.root, match.group(1))
+        try:
+            branch_schema = read_latest_schema(ctx.file_io, paths, ctx.name)
+        except TableNotFoundError:
+            branch_schema = ctx.schema
+        found.append(TableContext(f"{ctx.name}$branch_{match.group(1)}", ctx.file_io, paths, branch_schema))
+    return found
 
 
 def identity(ctx: TableContext) -> str:

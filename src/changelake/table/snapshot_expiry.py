@@ -10,31 +10,37 @@ because it merely looks unreferenced: files of commits still in flight are refer
 snapshot, and are left alone. Files live in the first retained snapshot or in a tagged
 snapshot are kept, and so are the manifests those snapshots list.
 
-The order differs from Paimon's, to make a crash harmless: the expired snapshot files go first
-(oldest first, so the snapshots left stay contiguous), then ``EARLIEST``, and only then the
-files they alone referenced. A crash leaves unreferenced files (orphans, which orphan cleanup
-removes), never a snapshot that names a deleted file.
+The order differs from Paimon's, to make a crash harmless: the last commit of each commit user
+of the expired snapshots is recorded first (``last_commits``: exactly-once outlives the
+snapshots), then the expired snapshot files go (oldest first, so the snapshots left stay
+contiguous), then ``EARLIEST``, and only then the files they alone referenced. A crash leaves
+unreferenced files (orphans, which orphan cleanup removes), never a snapshot that names a
+deleted file.
+
+Unlike Paimon's expiry, nothing a branch (``branch/branch-<name>``, which shares the table's
+manifests and data files) names is deleted: its snapshots, tags and changelogs keep their files
+as the table's own tags do.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
 from changelake.table import decoupled_changelog, metadata
+from changelake.table.commit import last_commits
 from changelake.table.context import TableContext
+from changelake.table.format import consumer
 from changelake.table.format import snapshot as snapshots
 from changelake.table.format.manifest import FileKind, FileSource, ManifestEntry
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
+from changelake.table.maintenance import references
 from changelake.table.read import deletion_vectors, live_files
-
-_CONSUMER_PREFIX = "consumer-"
 
 
 @dataclass(frozen=True)
@@ -132,12 +138,15 @@ def _expire_changelogs(ctx: TableContext, result: ExpireResult) -> ExpireResult:
                                                            if t.id < earliest.id])
         files |= _removed(ctx, with_data) - kept_paths
         manifests |= {n for c in with_data for n in _manifest_names(ctx, c)} - kept_manifests
+    branched = references.files_of_branches(ctx)
+    files -= branched
+    manifest_paths = sorted({ctx.paths.manifest(name) for name in manifests} - branched)
     decoupled_changelog.drop(ctx, gone)
     _delete(ctx, sorted(files))
-    _delete(ctx, [ctx.paths.manifest(name) for name in sorted(manifests)])
+    _delete(ctx, manifest_paths)
     return dataclasses.replace(result, changelogs=tuple(c.id for c in gone),
                                changelog_files=result.changelog_files + len(files),
-                               manifests=result.manifests + len(manifests))
+                               manifests=result.manifests + len(manifest_paths))
 
 
 def _end(ctx: TableContext, retention: Retention, earliest: int, latest: int) -> int:
@@ -235,9 +244,10 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
     # without a producer, their appended files and data manifests (the changes a stream reads).
     keep_changelog = decoupled_changelog.decoupled(ctx)
     keep_deltas = decoupled_changelog.keeps_deltas(ctx)
-    data_files = sorted(_removed(ctx, [*expired[1:], retained], keep_appended=keep_deltas) - kept_paths)
+    branched = references.files_of_branches(ctx)
+    data_files = sorted(_removed(ctx, [*expired[1:], retained], keep_appended=keep_deltas) - kept_paths - branched)
     changelog_files = [] if keep_changelog else sorted(
-        {_data_path(ctx, e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)} - kept_paths)
+        {_data_path(ctx, e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)} - kept_paths - branched)
     manifests: set[str] = set()
     for s in expired:
         if not keep_deltas:
@@ -245,11 +255,16 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
         if s.changelog_manifest_list is not None and not keep_changelog:
             manifests.add(s.changelog_manifest_list)
             manifests.update(m.file_name for m in live_files.manifest_list(ctx, s.changelog_manifest_list))
-    manifests -= kept_manifests
-    index = _unused_index(ctx, expired, [retained, *(t for t in metadata.tags(ctx).values() if t.id < end)])
+    manifest_paths = sorted({ctx.paths.manifest(name) for name in manifests - kept_manifests} - branched)
+    index = [p for p in _unused_index(ctx, expired, [retained, *(t for t in metadata.tags(ctx).values() if t.id < end)])
+             if p not in branched]
 
     if keep_changelog:
         decoupled_changelog.keep(ctx, expired)
+    # A replay of a commit must not land again once its snapshot is gone: its user's last
+    # commit is on disk before any snapshot file goes.
+    last_commits.record(ctx, expired)
+    killpoints.reached(KillPoint.EXPIRE_RECORDED)
     # Metadata first: once the snapshot files are gone, nothing names the files below.
     for position, s in enumerate(expired):
         ctx.file_io.delete(ctx.paths.snapshot(s.id))
@@ -257,12 +272,12 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
             killpoints.reached(KillPoint.EXPIRE_SNAPSHOTS)
     ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(end))
     files = [*data_files, *changelog_files]
-    manifest_paths = [ctx.paths.manifest(name) for name in sorted(manifests)]
     total = len(files) + len(manifest_paths) + len(index)
     _delete(ctx, files, progress, done=0, total=total)
     _delete(ctx, manifest_paths, progress, done=len(files), total=total)
     _delete(ctx, index, progress, done=len(files) + len(manifest_paths), total=total)
-    return ExpireResult(tuple(s.id for s in expired), len(data_files), len(changelog_files), len(manifests), dropped)
+    return ExpireResult(tuple(s.id for s in expired), len(data_files), len(changelog_files), len(manifest_paths),
+                        dropped)
 
 
 def _present(ctx: TableContext, snapshot_id: int) -> Snapshot | None:
@@ -287,26 +302,18 @@ def _delete(ctx: TableContext, paths: Iterable[str], progress: Callable[[int, in
 # -- consumers --------------------------------------------------------------------------------
 
 
-def _consumer_ids(ctx: TableContext) -> list[str]:
-    return sorted(n[len(_CONSUMER_PREFIX):] for n in ctx.file_io.list_names(ctx.paths.consumer_dir)
-                  if n.startswith(_CONSUMER_PREFIX) and not n.endswith(".tmp"))
-
-
 def min_next_snapshot(ctx: TableContext) -> int | None:
     """The oldest snapshot a consumer still has to read (Paimon's
     ``ConsumerManager.minNextSnapshot``), or None without consumers. A consumer file that
     cannot be read protects everything: expiry must not guess."""
     found: int | None = None
-    for consumer_id in _consumer_ids(ctx):
+    for consumer_id in consumer.ids(ctx.file_io, ctx.paths):
         try:
-            value = json.loads(ctx.file_io.read_text(ctx.paths.consumer(consumer_id)))["nextSnapshot"]
-        except FileNotFoundError:
-            continue  # dropped meanwhile
-        except (ValueError, KeyError, TypeError):
+            value = consumer.read(ctx.file_io, ctx.paths, consumer_id, ctx.name)
+        except CorruptMetadataError:
             return 0
-        if not isinstance(value, int) or isinstance(value, bool):
-            return 0
-        found = value if found is None else min(found, value)
+        if value is not None:  # else dropped meanwhile
+            found = value if found is None else min(found, value)
     return found
 
 
@@ -318,7 +325,7 @@ def expire_consumers(ctx: TableContext) -> tuple[str, ...]:
         return ()
     threshold = time.time() * 1000 - expiration
     dropped = []
-    for consumer_id in _consumer_ids(ctx):
+    for consumer_id in consumer.ids(ctx.file_io, ctx.paths):
         path = ctx.paths.consumer(consumer_id)
         try:
             stale = ctx.file_io.modified_ms(path) < threshold
@@ -336,16 +343,18 @@ def expire_consumers(ctx: TableContext) -> tuple[str, ...]:
 def release_tag(ctx: TableContext, tagged: Snapshot) -> ExpireResult:
     """After a tag was deleted: when its snapshot has expired, delete the data files and
     manifests only it still held (Paimon's ``TagManager.deleteTag`` with ``TagDeletion``),
-    keeping those of the earliest snapshot and of the other tags."""
+    keeping those of the earliest snapshot, of the other tags and of the branches."""
     earliest_id = snapshots.earliest_id(ctx.file_io, ctx.paths)
     if earliest_id is None or tagged.id >= earliest_id:
         return ExpireResult()  # the snapshot is still there: its own expiry deletes its files
     earliest = ctx.snapshot(earliest_id)
     kept_paths, kept_manifests = _kept(ctx, earliest, metadata.tags(ctx).values())
     kept_paths |= {_data_path(ctx, e) for e in live_files.live_entries(ctx, earliest)}
-    data_files = sorted({_data_path(ctx, e) for e in live_files.live_entries(ctx, tagged)} - kept_paths)
-    manifests = sorted(_manifest_names(ctx, tagged) - kept_manifests)
+    branched = references.files_of_branches(ctx)
+    data_files = sorted({_data_path(ctx, e) for e in live_files.live_entries(ctx, tagged)} - kept_paths - branched)
+    manifests = sorted({ctx.paths.manifest(name) for name in _manifest_names(ctx, tagged) - kept_manifests} - branched)
     _delete(ctx, data_files)
-    _delete(ctx, [ctx.paths.manifest(name) for name in manifests])
-    _delete(ctx, _unused_index(ctx, [tagged], [earliest, *metadata.tags(ctx).values()]))
+    _delete(ctx, manifests)
+    _delete(ctx, [p for p in _unused_index(ctx, [tagged], [earliest, *metadata.tags(ctx).values()])
+                  if p not in branched])
     return ExpireResult(data_files=len(data_files), manifests=len(manifests))

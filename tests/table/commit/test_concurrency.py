@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import multiprocessing
 import os
 import re
@@ -327,6 +328,60 @@ def test_replay_is_skipped_after_other_commits(tmp_path: Path) -> None:
     replay.write(_batch(0, 0))
     assert replay.commit(identifier=7) == []
     assert _state(table) == before
+
+
+def _commit_as(table: cl.Table, user: str, identifier: int, rows: pa.Table) -> list[cl.Snapshot]:
+    with table.writer(commit_user=user) as writer:
+        writer.write(rows)
+        return writer.commit(identifier=identifier)
+
+
+def _expiring(tmp_path: Path) -> cl.Table:
+    """Writers keep the newest two snapshots only."""
+    return cl.Catalog(str(tmp_path)).create_table(
+        "db.t", schema=SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+        options={**OPTIONS, "snapshot.num-retained.min": "1", "snapshot.num-retained.max": "2"})
+
+
+def test_a_replay_is_skipped_after_its_snapshots_expired(tmp_path: Path) -> None:
+    """job-1 commits 7 and 8, then other writers' commits expire every snapshot of job-1: a
+    replay of 8 (or of an earlier identifier) still lands nothing (Paimon's filterCommitted,
+    which looks at retained snapshots only, would land it again); 9 lands."""
+    table = _expiring(tmp_path)
+    assert len(_commit_as(table, "job-1", 7, _batch(0, 0))) == 1
+    assert len(_commit_as(table, "job-1", 8, _batch(0, 1))) == 1
+    for b in range(3):
+        table.write(_batch(1, b))
+    assert "job-1" not in {s.commit_user for s in table.snapshots()}
+    before = _state(table)
+    for identifier in (8, 7, 2):
+        assert _commit_as(table, "job-1", identifier, _batch(0, 1)) == [], identifier
+        assert _state(table) == before
+    # A slower expiry run that expired only 7's snapshot may record it after 8's record: the
+    # newest record still counts.
+    records = Path(table.location) / "commit-user" / "user-job-1"
+    (newest,) = records.iterdir()
+    older = json.loads(newest.read_text()) | {"commitIdentifier": 7, "snapshotId": 1}
+    (records / "snapshot-1").write_text(json.dumps(older))
+    assert _commit_as(table, "job-1", 8, _batch(0, 1)) == []
+    assert _state(table) == before
+    assert [s.commit_identifier for s in _commit_as(table, "job-1", 9, _batch(0, 2))] == [9]
+    assert len(_rows(table)) == 6 * ROWS_PER_BATCH
+
+
+def test_a_rollback_lets_the_commits_it_drops_land_again(tmp_path: Path) -> None:
+    """A rollback to a tag of an expired snapshot drops what expiry recorded of the commits
+    after it: their replay lands again, as when their snapshots are still there."""
+    table = _expiring(tmp_path)
+    table.write(_batch(1, 0))
+    table.create_tag("base", 1)
+    assert len(_commit_as(table, "job-1", 7, _batch(0, 0))) == 1
+    for b in range(1, 4):
+        table.write(_batch(1, b))
+    assert _commit_as(table, "job-1", 7, _batch(0, 0)) == []
+    table.rollback_to(tag="base")
+    assert [s.commit_identifier for s in _commit_as(table, "job-1", 7, _batch(0, 0))] == [7]
+    assert {(r["writer"], r["batch"]) for r in _rows(table)} == {(1, 0), (0, 0)}
 
 
 def test_replay_skipped_after_files_were_written_leaves_no_orphans(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ the system tables of a small table."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from pathlib import Path
 
 import pyarrow as pa
@@ -61,3 +62,26 @@ def test_system_tables(tmp_path: Path) -> None:
     assert audit.column_names == ["rowkind", "k", "v"] and audit["rowkind"].to_pylist() == ["+I", "+I"]
     with pytest.raises(ScanError, match="audit_log"):
         table.system("nope")
+
+
+def test_a_consumer_past_the_rollback_resumes_at_the_commits_after_it(tmp_path: Path) -> None:
+    """A consumer that read past the target is moved back to the snapshot after it: a stream
+    resumed from it reads every commit made after the rollback (whose snapshot ids are those it
+    had read before); a consumer at or before that snapshot keeps its place."""
+    table = _table(tmp_path)
+    for i in range(5):
+        table.write(pa.table({"k": [i], "v": [f"v{i}"]}))
+    ahead = table.stream(mode="from-snapshot", snapshot_id=1, consumer_id="ahead")
+    assert [b.snapshot_id for b in ahead] == [1, 2, 3, 4, 5]
+    ahead.commit()  # past the end
+    behind = table.stream(mode="from-snapshot", snapshot_id=1, consumer_id="behind")
+    assert [b.snapshot_id for b in itertools.islice(behind, 2)] == [1, 2]
+    behind.commit()  # next: 3, the snapshot after the target
+    table.rollback_to(snapshot_id=2)
+    assert dict(zip(*table.system("consumers").to_pydict().values(), strict=True)) == {"ahead": 3, "behind": 3}
+    table.write(pa.table({"k": [7], "v": ["new"]}))
+    table.write(pa.table({"k": [8], "v": ["newer"]}))
+
+    resumed = [(b.snapshot_id, b.data.to_pylist()) for b in table.stream(consumer_id="ahead")]
+    assert resumed == [(3, [{"rowkind": "+I", "k": 7, "v": "new"}]), (4, [{"rowkind": "+I", "k": 8, "v": "newer"}])]
+    assert [b.snapshot_id for b in table.stream(consumer_id="behind")] == [3, 4]

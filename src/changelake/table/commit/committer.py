@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from changelake.errors import CommitConflictError, SnapshotNotFoundError
 from changelake.table import metadata
-from changelake.table.commit import manifest_merge, renumber
+from changelake.table.commit import last_commits, manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, index_manifest, manifest, snapshot
@@ -40,11 +40,18 @@ class _Attempt:
 
 def already_committed(ctx: TableContext, commit_user: str, identifier: int, latest: Snapshot | None) -> bool:
     """Whether ``commit_user`` already committed ``identifier`` (or a later one): the one
-    exactly-once check. Batch commits (``BATCH_COMMIT_IDENTIFIER``) always land."""
+    exactly-once check, against the user's newest snapshot (Paimon's ``filterCommitted``) or,
+    when expiry deleted all of them, the last commit it recorded for the user (which Paimon
+    does not keep). Batch commits (``BATCH_COMMIT_IDENTIFIER``) always land."""
     if identifier == snapshot.BATCH_COMMIT_IDENTIFIER:
         return False
     mine = latest_of_user(ctx, commit_user, latest)
-    return mine is not None and mine.commit_identifier >= identifier
+    if mine is not None:
+        return mine.commit_identifier >= identifier
+    # Expiry records a user's last commit before it deletes the snapshot: no snapshot found
+    # means the record is on disk now.
+    expired = last_commits.read(ctx, commit_user)
+    return expired is not None and expired.commit_identifier >= identifier
 
 
 def latest_of_user(ctx: TableContext, commit_user: str, latest: Snapshot | None) -> Snapshot | None:

@@ -31,7 +31,9 @@ class KillPoint(enum.StrEnum):
     BEFORE_COMPACT_SNAPSHOT = "before-compact-snapshot"  # a commit's APPEND landed, its COMPACT not yet
     MANIFEST_COMPACTION = "manifest-compaction"  # manifest compaction wrote some of its manifests
     ORPHAN_FILE = "orphan-file"  # orphan cleanup is about to delete its next orphan
-    ROLLBACK = "rollback"  # a rollback is about to delete its next tag, snapshot or file
+    ROLLBACK = "rollback"  # a rollback is about to delete its next tag, snapshot, commit user record or file
+    ROLLBACK_CONSUMER = "rollback-consumer"  # a rollback is about to move its next consumer back to the target
+    EXPIRE_RECORDED = "expire-recorded"  # expiry recorded its commit users' last commits, no snapshot deleted yet
     EXPIRE_SNAPSHOTS = "expire-snapshots"  # expiry deleted some expired snapshot files, EARLIEST not updated
     EXPIRE_FILES = "expire-files"  # expiry deleted some files only expired snapshots referenced
     # The Spark sink's driver (changelake.streaming.sink.commit_batch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,23 +121,38 @@ def partition_path(
 
 @dataclass(frozen=True)
 class TablePaths:
-    """The directory layout of one table."""
+    """The directory layout of one table, or of one of its branches.
+
+    A branch (Paimon's ``BranchManager.branchPath``) keeps its own snapshots, schemas, tags,
+    changelogs and consumers under ``branch/branch-<name>/``; its manifests, index files and
+    data files live with the table's, in the table's directories."""
 
     root: str
+    branch: str | None = None
+
+    @property
+    def metadata_root(self) -> str:
+        """Where the snapshots, schemas, tags, changelogs and consumers live."""
+        return self.root if self.branch is None else f"{self.branch_dir}/branch-{self.branch}"
+
+    @property
+    def branch_dir(self) -> str:
+        """The directory of the table's branches (``branch-<name>`` each)."""
+        return f"{self.root}/branch"
 
     @property
     def snapshot_dir(self) -> str:
-        return f"{self.root}/snapshot"
+        return f"{self.metadata_root}/snapshot"
 
     def snapshot(self, snapshot_id: int) -> str:
-        return f"{self.root}/snapshot/snapshot-{snapshot_id}"
+        return f"{self.snapshot_dir}/snapshot-{snapshot_id}"
 
     @property
     def schema_dir(self) -> str:
-        return f"{self.root}/schema"
+        return f"{self.metadata_root}/schema"
 
     def schema(self, schema_id: int) -> str:
-        return f"{self.root}/schema/schema-{schema_id}"
+        return f"{self.schema_dir}/schema-{schema_id}"
 
     @property
     def manifest_dir(self) -> str:
@@ -155,25 +171,36 @@ class TablePaths:
 
     @property
     def tag_dir(self) -> str:
-        return f"{self.root}/tag"
+        return f"{self.metadata_root}/tag"
 
     def tag(self, name: str) -> str:
-        return f"{self.root}/tag/tag-{name}"
+        return f"{self.tag_dir}/tag-{name}"
 
     @property
     def changelog_dir(self) -> str:
-        return f"{self.root}/changelog"
+        return f"{self.metadata_root}/changelog"
 
     def changelog(self, snapshot_id: int) -> str:
         """A decoupled changelog: the JSON of an expired snapshot whose changelog is kept."""
-        return f"{self.root}/changelog/changelog-{snapshot_id}"
+        return f"{self.changelog_dir}/changelog-{snapshot_id}"
 
     @property
     def consumer_dir(self) -> str:
-        return f"{self.root}/consumer"
+        return f"{self.metadata_root}/consumer"
 
     def consumer(self, consumer_id: str) -> str:
-        return f"{self.root}/consumer/consumer-{consumer_id}"
+        return f"{self.consumer_dir}/consumer-{consumer_id}"
+
+    @property
+    def commit_user_dir(self) -> str:
+        """changelake's own (other engines ignore it): the last commit of each commit user
+        whose snapshots expired, ``commit-user/user-<quoted user>/snapshot-<id>``."""
+        return f"{self.metadata_root}/commit-user"
+
+    def commit_user(self, commit_user: str) -> str:
+        """The directory of one commit user's record (the name quoted whole: any user is one
+        directory name)."""
+        return f"{self.commit_user_dir}/user-{urllib.parse.quote(commit_user, safe='')}"
 
     def bucket_dir(self, partition: str, bucket: int) -> str:
         return f"{self.root}/{partition}/bucket-{bucket}" if partition else f"{self.root}/bucket-{bucket}"

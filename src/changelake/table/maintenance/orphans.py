@@ -3,11 +3,15 @@ long-lived changelog or schema names, left by writers that crashed or gave up, o
 older than a threshold.
 
 What is listed: the manifest directory, every bucket directory (under the partition
-directories), and non-metadata files in ``snapshot/`` and ``changelog/`` (temp files; Paimon's
-rule), plus our own temp files in ``schema/``, ``tag/`` and ``consumer/``, and the index files
-in ``index/`` that no index manifest names. ``statistics/`` is left alone: changelake does not
-write it. Directories are left in place (removing an empty bucket
-directory races with a writer about to create a file in it).
+directories), and non-metadata files in ``snapshot/`` and ``changelog/`` of the table and of
+each branch (temp files; Paimon's rule), plus our own temp files in ``schema/``, ``tag/``,
+``consumer/`` and ``commit-user/``, and the index files in ``index/`` that no index manifest
+names. ``statistics/`` is left alone: changelake does not write it. Directories are left in
+place (removing an empty bucket directory races with a writer about to create a file in it).
+
+Branches (``branch/branch-<name>/``, made by Paimon or pypaimon) share the table's manifest,
+index and bucket directories: whatever a branch's snapshots, tags and changelogs name is in
+use, as in Paimon's ``OrphanFilesClean``, which collects the used files of every branch.
 
 Concurrent writers: a file newer than the threshold is never deleted, so a writer's files are
 safe while its commit takes less time than the threshold (the default, one day, as Paimon's).
@@ -21,6 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from changelake.table import metadata
 from changelake.table.context import TableContext
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
@@ -62,6 +67,10 @@ def _listing(ctx: TableContext, directory: str) -> list[dict[str, Any]]:
     return entries
 
 
+def _not_our_temp(name: str) -> bool:
+    return not _OUR_TEMP.search(name)
+
+
 def _name(info: dict[str, Any]) -> str:
     return str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
 
@@ -90,12 +99,15 @@ def _candidates(ctx: TableContext, used: set[str],
     (directories listed, directories)."""
     root = ctx.paths.root
     keep_metadata: dict[str, Callable[[str], bool]] = {
-        ctx.paths.snapshot_dir: lambda n: n.startswith("snapshot-") or n in ("EARLIEST", "LATEST"),
-        ctx.paths.changelog_dir: lambda n: n.startswith("changelog-") or n in ("EARLIEST", "LATEST"),
-        ctx.paths.schema_dir: lambda n: not _OUR_TEMP.search(n),
-        ctx.paths.tag_dir: lambda n: not _OUR_TEMP.search(n),
-        ctx.paths.consumer_dir: lambda n: not _OUR_TEMP.search(n),
+        ctx.paths.schema_dir: _not_our_temp,
+        ctx.paths.tag_dir: _not_our_temp,
+        ctx.paths.consumer_dir: _not_our_temp,
+        **{f"{ctx.paths.commit_user_dir}/{_name(i)}": _not_our_temp
+           for i in _listing(ctx, ctx.paths.commit_user_dir) if _is_dir(i)},
     }
+    for paths in [ctx.paths, *(branch.paths for branch in metadata.branches(ctx))]:
+        keep_metadata[paths.snapshot_dir] = lambda n: n.startswith("snapshot-") or n in ("EARLIEST", "LATEST")
+        keep_metadata[paths.changelog_dir] = lambda n: n.startswith("changelog-") or n in ("EARLIEST", "LATEST")
     data_dirs = [ctx.paths.manifest_dir, ctx.paths.index_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))]
     total = len(keep_metadata) + len(data_dirs)
     found: list[tuple[str, int | None]] = []

@@ -1,6 +1,8 @@
 """Which files a table still needs: everything named by a snapshot, tag or long-lived changelog
-(Paimon's ``OrphanFilesClean.collectWithoutDataFile`` plus the data and changelog files of
-every manifest entry, ADD or DELETE)."""
+of the table or of any of its branches (Paimon's ``OrphanFilesClean``: its
+``collectWithoutDataFile`` for every valid branch, plus the data and changelog files of every
+manifest entry, ADD or DELETE). A branch shares the table's manifest and bucket directories, so
+the files its snapshots name are the table's files too."""
 
 from __future__ import annotations
 
@@ -20,11 +22,26 @@ def long_lived_changelogs(ctx: TableContext) -> list[Snapshot]:
 
 
 def files_in_use(ctx: TableContext) -> set[str]:
-    """The files of every snapshot, tag and long-lived changelog, read while writers may
-    expire snapshots and changelogs: one whose metadata vanishes while it is read has been
-    expired meanwhile, and what it alone named is being deleted with it (or is an orphan
-    already), so it is passed over. Tags are never passed over: a tag whose metadata is
-    missing is an error."""
+    """The files of every snapshot, tag and long-lived changelog of the table and of its
+    branches."""
+    return _files_of_history(ctx) | files_of_branches(ctx)
+
+
+def files_of_branches(ctx: TableContext) -> set[str]:
+    """The files the snapshots, tags and long-lived changelogs of the table's branches name
+    (empty without branches): expiry, rollback and orphan cleanup of the table keep them."""
+    used: set[str] = set()
+    for branch in metadata.branches(ctx):
+        used |= _files_of_history(branch)
+    return used
+
+
+def _files_of_history(ctx: TableContext) -> set[str]:
+    """The files of every snapshot, tag and long-lived changelog of ``ctx`` (the table, or a
+    branch), read while writers may expire snapshots and changelogs: one whose metadata
+    vanishes while it is read has been expired meanwhile, and what it alone named is being
+    deleted with it (or is an orphan already), so it is passed over. Tags are never passed
+    over: a tag whose metadata is missing is an error."""
     used = files_of_all(ctx, metadata.tags(ctx).values())
     for snap in metadata.snapshots(ctx):
         try:

@@ -2,16 +2,24 @@
 snapshots, tags and long-lived changelogs go, then the files only they named.
 
 Order, so that a crash anywhere leaves a readable table: a rollback record first (streams use
-it to refuse offsets from the abandoned history), then later tags and changelogs, then
-``LATEST`` moves back and the later snapshot files are deleted newest first (every state in
-between is a contiguous history ending at some snapshot), and only then the files nothing
-retained names any more. A crash before those files are gone leaves them as orphans for
-:func:`~changelake.table.maintenance.orphans.remove_orphan_files`. Writers must be stopped
-while a table rolls back (as in Paimon).
+it to refuse offsets from the abandoned history), then the consumers that read past the target
+move back to the snapshot after it, then later tags and changelogs, then ``LATEST`` moves back
+and the later snapshot files are deleted newest first (every state in between is a contiguous
+history ending at some snapshot), then the commit user records of the dropped snapshots, and
+only then the files nothing retained names any more (what a branch names is retained). A crash
+before those files are gone leaves them as orphans for
+:func:`~changelake.table.maintenance.orphans.remove_orphan_files`; running the same rollback
+again completes it. Writers must be stopped while a table rolls back (as in Paimon).
 
 Unlike Paimon, the record ``rollback/rollback-N`` (N counting from 0) lets a stream tell an
 offset taken before a rollback from one taken after: snapshot ids past the target are reused
-by the next commits, so such an offset would otherwise silently read different data.
+by the next commits, so such an offset would otherwise silently read different data. For the
+same reason a consumer (``consumer/consumer-<id>``) past the target is moved back to the
+snapshot after it: a stream resumed from it reads every commit made after the rollback
+(Paimon leaves it where it was, and the stream skips the commits that reuse those ids). The
+changes it had read from the abandoned snapshots are not undone for it. And a commit user's
+last commit recorded by expiry in a dropped snapshot goes (``table.commit.last_commits``), so
+a replay of a rolled-back commit lands again, as it does while the snapshot is retained.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from changelake.table import metadata
+from changelake.table.commit import last_commits
 from changelake.table.context import TableContext
+from changelake.table.format import consumer
 from changelake.table.format import snapshot as snapshots
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import killpoints
@@ -64,6 +74,13 @@ def _delete(ctx: TableContext, path: str) -> None:
     ctx.file_io.delete(path)
 
 
+def _consumers_past(ctx: TableContext, next_snapshot: int) -> list[str]:
+    """The consumers whose next snapshot lies past ``next_snapshot`` (CorruptMetadataError,
+    before anything changed, when a consumer file is unreadable)."""
+    return [i for i in consumer.ids(ctx.file_io, ctx.paths)
+            if (consumer.read(ctx.file_io, ctx.paths, i, ctx.name) or 0) > next_snapshot]
+
+
 def rollback_to(ctx: TableContext, target: Snapshot) -> Snapshot:
     """Make ``target`` (a snapshot, or a tag's snapshot) the latest snapshot again."""
     # None: a rollback to a tag of an expired snapshot crashed before restoring the snapshot.
@@ -71,9 +88,13 @@ def rollback_to(ctx: TableContext, target: Snapshot) -> Snapshot:
     later = [ctx.snapshot(i) for i in snapshots.list_ids(ctx.file_io, ctx.paths) if i > target.id]
     later_tags = {name: snap for name, snap in metadata.tags(ctx).items() if snap.id > target.id}
     later_changelogs = [c for c in references.long_lived_changelogs(ctx) if c.id > target.id]
+    ahead = _consumers_past(ctx, target.id + 1)
     if later or later_tags or later_changelogs:
         _write_record(ctx, RollbackRecord(snapshotId=target.id, latestBefore=latest,
                                           timeMillis=int(time.time() * 1000)))
+    for consumer_id in ahead:
+        killpoints.reached(KillPoint.ROLLBACK_CONSUMER)
+        consumer.write(ctx.file_io, ctx.paths, consumer_id, target.id + 1)
     removed = references.files_of_all(ctx, [*later, *later_tags.values()])
     for changelog in later_changelogs:
         removed |= references.files_of_changelog(ctx, changelog)
@@ -96,6 +117,8 @@ def rollback_to(ctx: TableContext, target: Snapshot) -> Snapshot:
         ctx.file_io.create_if_absent(ctx.paths.snapshot(target.id), target.to_json().encode("utf-8"))
         ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(target.id))
         ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/LATEST", str(target.id))
+    for path in last_commits.after(ctx, target.id):
+        _delete(ctx, path)
     if removed:
         for path in sorted(removed - references.files_in_use(ctx)):
             _delete(ctx, path)
