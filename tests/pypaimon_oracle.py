@@ -114,7 +114,7 @@ class PypaimonWorker:
             process = subprocess.Popen(
                 [str(python()), "-u", pypaimon_worker.__file__, os.path.join(directory, "socket")],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                # the worker imports pypaimon_side beside it, never the tests' own modules
+                # PYTHONPATH points this python at changelake's sources, not pypaimon's python
                 env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         worker = cls(process, directory)
         worker._wait_until_ready()
@@ -128,8 +128,8 @@ class PypaimonWorker:
         reader.start()
         reader.join(STARTUP_SECONDS)
         if lines != [pypaimon_worker.READY + "\n"]:
+            stderr = Path(self.directory, "stderr").read_text()
             self.close()
-            stderr = Path(self.directory, "stderr").read_text() if os.path.isdir(self.directory) else ""
             raise RuntimeError(f"the pypaimon worker ({python()}) did not start: {stderr or lines}")
 
     def connect(self) -> Pypaimon:
