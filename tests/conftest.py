@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from changelake.table.commit import renumber
+from pypaimon_oracle import Pypaimon, PypaimonWorker, missing_reason
 from s3_support import S3Endpoint, moto_s3
 from spark_support import java_reason, session_builder
 
@@ -54,3 +55,15 @@ def s3() -> Iterator[S3Endpoint]:
 def s3_warehouse(s3: S3Endpoint) -> str:
     """A fresh ``s3://`` warehouse URL on the moto endpoint (storage options: ``s3.storage_options``)."""
     return s3.new_warehouse()
+
+
+@pytest.fixture(scope="session")
+def pypaimon() -> Iterator[Pypaimon]:
+    """pypaimon 2.1 in its own process, started once for the session: ``pypaimon.read(...)``
+    calls pypaimon_side.read there (see pypaimon_oracle.py). Skips, saying why, when pypaimon's
+    virtualenv is missing."""
+    reason = missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with PypaimonWorker.start() as worker, worker.connect() as connection:
+        yield connection

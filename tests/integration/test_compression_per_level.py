@@ -12,12 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("pypaimon")
-
-from paimon_oracle import paimon_table
-
 import changelake as cl
 from changelake.errors import OptionError
+from pypaimon_oracle import Pypaimon
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
@@ -36,12 +33,11 @@ def _live_codecs(table: cl.Table, table_dir: Path) -> dict[int, set[str]]:
     return by_level
 
 
-def _pypaimon_rows(warehouse: str) -> list[dict[str, Any]]:
-    builder = paimon_table(warehouse, "db.t").new_read_builder()
-    return sorted(builder.new_read().to_arrow(builder.new_scan().plan().splits()).to_pylist(), key=lambda r: r["id"])
+def _pypaimon_rows(pypaimon: Pypaimon, warehouse: str) -> list[dict[str, Any]]:
+    return sorted(pypaimon.read(warehouse, "db.t").to_pylist(), key=lambda r: r["id"])
 
 
-def test_data_files_are_compressed_by_level(tmp_path: Path) -> None:
+def test_data_files_are_compressed_by_level(tmp_path: Path, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
     table = cl.Catalog(warehouse).create_table(
         "db.t", SCHEMA, primary_keys=["id"],
@@ -52,12 +48,12 @@ def test_data_files_are_compressed_by_level(tmp_path: Path) -> None:
     assert _live_codecs(table, table_dir) == {0: {"LZ4"}}
     assert _codecs(table_dir, "changelog") == {"ZSTD"}
     expected = [{"id": 1, "v": "a"}, {"id": 2, "v": "B"}, {"id": 3, "v": "c"}, {"id": 4, "v": "d"}]
-    assert _pypaimon_rows(warehouse) == expected
+    assert _pypaimon_rows(pypaimon, warehouse) == expected
 
     table.compact(full=True)
     assert _live_codecs(table, table_dir) == {5: {"UNCOMPRESSED"}}
     assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
-    assert _pypaimon_rows(warehouse) == expected
+    assert _pypaimon_rows(pypaimon, warehouse) == expected
 
 
 @pytest.mark.parametrize(("key", "value"), [("file.compression.per.level", "0-lz4"),

@@ -5,23 +5,15 @@ wrote, row kinds included, and skips the COMPACT snapshots (they carry no change
 
 from __future__ import annotations
 
-import queue
 import random
-import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
 
-pypaimon = pytest.importorskip("pypaimon")
-
-from paimon_oracle import paimon_table  # noqa: E402
-from pypaimon.consumer.consumer import Consumer  # noqa: E402
-from pypaimon.consumer.consumer_manager import ConsumerManager  # noqa: E402
-
-import changelake as cl  # noqa: E402
+import changelake as cl
+from pypaimon_oracle import Pypaimon
 
 SCHEMA = pa.schema([
     pa.field("p", pa.string(), nullable=False),
@@ -45,38 +37,14 @@ def _arrow(rows: list[Row]) -> pa.Table:
                                  pa.array(n, pa.float64()), pa.array(kind)], names=[*SCHEMA.names, "rowkind"])
 
 
-def paimon_changelog(warehouse: str, name: str, last_snapshot: int, timeout: float = 60.0) -> dict[int, list[Row]]:
+def paimon_changelog(pypaimon: Pypaimon, warehouse: str, name: str, last_snapshot: int) -> dict[int, list[Row]]:
     """What pypaimon's streaming read returns per snapshot, from snapshot 1 to ``last_snapshot``
-    (keep it under 10 snapshots: a consumer further behind gets pypaimon's diff catch-up, a
-    merged read, instead of the changelog)."""
-    table = paimon_table(warehouse, name)
-    ConsumerManager(table.file_io, table.table_path).reset_consumer("check", Consumer(next_snapshot=1))
-    builder = table.new_stream_read_builder().with_include_row_kind().with_consumer_id("check") \
-        .with_poll_interval_ms(50)
-    scan, read = builder.new_streaming_scan(), builder.new_read()
-    plans: queue.Queue[Any] = queue.Queue()
-
-    def stream() -> None:  # in a thread: the stream polls forever once it has caught up
-        try:
-            for plan in scan.stream_sync():
-                plans.put(plan)
-                if plan.snapshot_id >= last_snapshot:
-                    return
-        except BaseException as exc:  # handed to the test
-            plans.put(exc)
-
-    threading.Thread(target=stream, daemon=True).start()
+    (see pypaimon_side.stream_changelog), as (kind, p, k, v, n) rows."""
     out: dict[int, list[Row]] = {}
-    while True:
-        plan = plans.get(timeout=timeout)
-        if isinstance(plan, BaseException):
-            raise plan
-        data = read.to_arrow(plan.splits())
-        if data is not None and data.num_rows:
-            columns = [data.column(c).to_pylist() for c in ("_row_kind", *SCHEMA.names)]
-            out[plan.snapshot_id] = list(zip(*columns, strict=True))
-        if plan.snapshot_id >= last_snapshot:
-            return out
+    for snapshot_id, data in pypaimon.stream_changelog(warehouse, name, last_snapshot).items():
+        columns = [data.column(c).to_pylist() for c in ("_row_kind", *SCHEMA.names)]
+        out[snapshot_id] = list(zip(*columns, strict=True))
+    return out
 
 
 @pytest.mark.parametrize("options", [
@@ -84,7 +52,7 @@ def paimon_changelog(warehouse: str, name: str, last_snapshot: int, timeout: flo
     {"write-buffer-size": "4 kb"},
     {"write-buffer-size": "4 kb", "write-buffer-spillable": "false", "data-file.thin-mode": "true"},
 ], ids=["plain", "spill", "flushes-thin"])
-def test_pypaimon_streams_the_input_changelog(tmp_path: Path, options: dict[str, str]) -> None:
+def test_pypaimon_streams_the_input_changelog(tmp_path: Path, pypaimon: Pypaimon, options: dict[str, str]) -> None:
     warehouse = str(tmp_path)
     table = cl.Catalog(warehouse).create_table(
         "db.t", SCHEMA, primary_keys=["p", "k"], partition_keys=["p"],
@@ -104,7 +72,7 @@ def test_pypaimon_streams_the_input_changelog(tmp_path: Path, options: dict[str,
     commits[snap.id] = rows
     assert any(s.commit_kind is cl.CommitKind.COMPACT for s in table.snapshots())
 
-    got = paimon_changelog(warehouse, "db.t", snap.id)
+    got = paimon_changelog(pypaimon, warehouse, "db.t", snap.id)
     assert sorted(got) == sorted(commits)  # the APPEND snapshots, no COMPACT one
     for snapshot_id, written in commits.items():
         theirs = got[snapshot_id]
@@ -113,7 +81,7 @@ def test_pypaimon_streams_the_input_changelog(tmp_path: Path, options: dict[str,
             assert [r for r in theirs if r[1:3] == key] == [r for r in written if r[1:3] == key]
 
 
-def test_pypaimon_streams_the_lookup_changelog(tmp_path: Path) -> None:
+def test_pypaimon_streams_the_lookup_changelog(tmp_path: Path, pypaimon: Pypaimon) -> None:
     """With ``changelog-producer=lookup`` pypaimon's stream returns the changelog of each
     commit's COMPACT snapshot: before-images included, folding into the table."""
     warehouse = str(tmp_path)
@@ -125,7 +93,7 @@ def test_pypaimon_streams_the_lookup_changelog(tmp_path: Path) -> None:
     latest = table.latest_snapshot()
     assert latest is not None
     ours = table.changes(0, latest.id).to_arrow()
-    theirs = paimon_changelog(warehouse, "db.t", latest.id)
+    theirs = paimon_changelog(pypaimon, warehouse, "db.t", latest.id)
     compact = {s.id for s in table.snapshots() if s.changelog_manifest_list is not None}
     assert set(theirs) == compact
     mine = [tuple(r[c] for c in ("rowkind", *SCHEMA.names)) for r in ours.to_pylist()]

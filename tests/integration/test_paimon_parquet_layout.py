@@ -24,6 +24,7 @@ import pytest
 from java_paimon import EPOCH, JavaPaimon
 
 import changelake as cl
+from pypaimon_oracle import Pypaimon
 
 Row = dict[str, Any]
 Change = tuple[str, Row]
@@ -166,15 +167,8 @@ def test_java_paimon_reads_writes_and_compacts_nanoseconds_and_fixed_binary(tmp_
     assert sorted(((kind, _norm(row)) for kind, row in java.stream(warehouse, "db.t", 1)), key=repr) == ours_changes
 
 
-def pypaimon_read(warehouse: str, name: str) -> pa.Table:
-    """Every row of ``name`` as pypaimon reads it."""
-    oracle = pytest.importorskip("paimon_oracle")  # pypaimon may be absent; the Java test runs without it
-    builder = oracle.paimon_table(warehouse, name).new_read_builder()
-    return builder.new_read().to_arrow(builder.new_scan().plan().splits())
-
-
 @pytest.mark.parametrize("thin", [False, True])
-def test_pypaimon_reads_nanoseconds_and_fixed_binary(tmp_path: Path, thin: bool) -> None:
+def test_pypaimon_reads_nanoseconds_and_fixed_binary(tmp_path: Path, pypaimon: Pypaimon, thin: bool) -> None:
     """pypaimon reads the INT96 and BYTE_ARRAY columns changelake writes, of files with and
     without the ``_KEY_`` columns (``data-file.thin-mode``), to the nanosecond (BINARY(n) as
     variable-length bytes, as pypaimon types it). pypaimon 2.1 names a TIMESTAMP(9)
@@ -190,7 +184,7 @@ def test_pypaimon_reads_nanoseconds_and_fixed_binary(tmp_path: Path, thin: bool)
     files = _files(warehouse, "data")
     layout = {c: t for c, t in PAIMON_LAYOUT.items() if not (thin and c.startswith("_KEY_"))}
     assert files and all(_layout(f) == layout for f in files)
-    theirs = pypaimon_read(warehouse, "db.t")
+    theirs = pypaimon.read(warehouse, "db.t")
     assert theirs.schema.field("b5").type == pa.binary()
     assert _sorted(_exact(theirs)) == _sorted(list(model.rows.values())) == _sorted(_exact(table.scan().to_arrow()))
 

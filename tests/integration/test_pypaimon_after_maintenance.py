@@ -14,24 +14,21 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-pytest.importorskip("pypaimon")
-
-from paimon_oracle import paimon_table
-from pypaimon import CatalogFactory
-
 import changelake as cl
+from pypaimon_oracle import Pypaimon
 
 
-def _paimon_rows(warehouse: str, options: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    builder = paimon_table(warehouse, "db.t", options).new_read_builder()
-    return sorted(builder.new_read().to_arrow(builder.new_scan().plan().splits()).to_pylist(), key=lambda r: r["k"])
+def _paimon_rows(pypaimon: Pypaimon, warehouse: str, options: dict[str, str] | None = None, *,
+                 name: str = "db.t") -> list[dict[str, Any]]:
+    """What pypaimon reads of ``name`` (``db.t$branch_b1`` for a branch) with ``options``."""
+    return sorted(pypaimon.read(warehouse, name, options).to_pylist(), key=lambda r: r["k"])
 
 
 def _ours(table: cl.Table, **at: Any) -> list[dict[str, Any]]:
     return sorted(table.scan(**at).to_arrow().to_pylist(), key=lambda r: r["k"])
 
 
-def test_pypaimon_reads_a_rolled_back_and_swept_table(tmp_path: Path) -> None:
+def test_pypaimon_reads_a_rolled_back_and_swept_table(tmp_path: Path, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
     schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
     table = cl.Catalog(warehouse).create_table("db.t", schema, primary_keys=["k"],
@@ -47,38 +44,11 @@ def test_pypaimon_reads_a_rolled_back_and_swept_table(tmp_path: Path) -> None:
     shutil.copyfile(live, stray)
     os.utime(stray, (1_000_000_000, 1_000_000_000))  # from long ago
     assert table.remove_orphan_files(older_than=dt.timedelta(hours=1)) == [str(stray)]
-    assert _paimon_rows(warehouse) == _ours(table)
+    assert _paimon_rows(pypaimon, warehouse) == _ours(table)
     for snapshot in table.snapshots():
-        assert _paimon_rows(warehouse, {"scan.snapshot-id": str(snapshot.id)}) == _ours(table, snapshot_id=snapshot.id)
-    assert _paimon_rows(warehouse, {"scan.tag-name": "at3"}) == _ours(table, tag="at3")
-
-
-# -- branches (pypaimon calls stay in the pypaimon_* functions: plain values in and out) -----
-
-
-def pypaimon_create_branch(warehouse: str, name: str, branch: str, tag: str) -> None:
-    """pypaimon's ``FileSystemBranchManager.create_branch(branch, tag)``."""
-    CatalogFactory.create({"warehouse": warehouse}).get_table(name).branch_manager().create_branch(branch, tag)
-
-
-def pypaimon_commit(warehouse: str, name: str, data: pa.Table) -> None:
-    """One pypaimon batch commit of ``data`` into ``name`` (``db.t$branch_b`` for a branch)."""
-    builder = CatalogFactory.create({"warehouse": warehouse}).get_table(name).new_batch_write_builder()
-    write = builder.new_write()
-    commit = builder.new_commit()
-    try:
-        write.write_arrow(data)
-        commit.commit(write.prepare_commit())
-    finally:
-        write.close()
-        commit.close()
-
-
-def pypaimon_rows(warehouse: str, name: str, options: dict[str, str]) -> list[dict[str, Any]]:
-    """What pypaimon reads of ``name`` with ``options`` (time travel), sorted by key."""
-    table = CatalogFactory.create({"warehouse": warehouse}).get_table(name)
-    builder = (table.copy(options) if options else table).new_read_builder()
-    return sorted(builder.new_read().to_arrow(builder.new_scan().plan().splits()).to_pylist(), key=lambda r: r["k"])
+        assert _paimon_rows(pypaimon, warehouse, {"scan.snapshot-id": str(snapshot.id)}) == \
+            _ours(table, snapshot_id=snapshot.id)
+    assert _paimon_rows(pypaimon, warehouse, {"scan.tag-name": "at3"}) == _ours(table, tag="at3")
 
 
 def _nothing_more(table: cl.Table) -> None:
@@ -97,7 +67,7 @@ def _rollback(table: cl.Table) -> None:
 
 
 @pytest.mark.parametrize("maintain", [_nothing_more, _expire, _rollback])
-def test_a_branch_pypaimon_made_survives_the_tables_maintenance(tmp_path: Path,
+def test_a_branch_pypaimon_made_survives_the_tables_maintenance(tmp_path: Path, pypaimon: Pypaimon,
                                                                 maintain: Callable[[cl.Table], None]) -> None:
     warehouse = str(tmp_path)
     schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
@@ -106,17 +76,17 @@ def test_a_branch_pypaimon_made_survives_the_tables_maintenance(tmp_path: Path,
     for i in range(3):
         table.write(pa.table({"k": [i, i + 1], "v": [f"a{i}", f"b{i}"]}))
     table.create_tag("t2", 2)
-    pypaimon_create_branch(warehouse, "db.t", "b1", "t2")
+    pypaimon.create_branch(warehouse, "db.t", "b1", "t2")
     branch = "db.t$branch_b1"
-    pypaimon_commit(warehouse, branch, pa.table({"k": [2, 50], "v": ["br", "br"]}, schema=schema))
-    pypaimon_commit(warehouse, branch, pa.table({"k": [0, 51], "v": ["br2", "br2"]}, schema=schema))
+    pypaimon.write(warehouse, branch, pa.table({"k": [2, 50], "v": ["br", "br"]}, schema=schema))
+    pypaimon.write(warehouse, branch, pa.table({"k": [0, 51], "v": ["br2", "br2"]}, schema=schema))
     reads: list[dict[str, str]] = [{}, {"scan.snapshot-id": "2"}, {"scan.snapshot-id": "3"},
                                    {"scan.snapshot-id": "4"}, {"scan.tag-name": "t2"}]
-    expected = [pypaimon_rows(warehouse, branch, options) for options in reads]
+    expected = [_paimon_rows(pypaimon, warehouse, options, name=branch) for options in reads]
     assert expected[1] == expected[4] != expected[0]  # the branch moved on from its tag
 
     maintain(table)
-    assert [pypaimon_rows(warehouse, branch, options) for options in reads] == expected
+    assert [_paimon_rows(pypaimon, warehouse, options, name=branch) for options in reads] == expected
     table.remove_orphan_files(older_than=dt.timedelta(0))
-    assert [pypaimon_rows(warehouse, branch, options) for options in reads] == expected
-    assert pypaimon_rows(warehouse, "db.t", {}) == _ours(table)
+    assert [_paimon_rows(pypaimon, warehouse, options, name=branch) for options in reads] == expected
+    assert _paimon_rows(pypaimon, warehouse) == _ours(table)

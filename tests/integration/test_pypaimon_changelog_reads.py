@@ -11,14 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
-pypaimon = pytest.importorskip("pypaimon")
-
-from paimon_oracle import paimon_write  # noqa: E402
-from pypaimon import CatalogFactory, Schema  # noqa: E402
-
-import changelake as cl  # noqa: E402
+import changelake as cl
+from pypaimon_oracle import Pypaimon
 
 SCHEMA = pa.schema([
     pa.field("dt", pa.string(), nullable=False),
@@ -43,19 +38,12 @@ def _key(row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["dt"], row["id"], row["op"])
 
 
-def _create(warehouse: str) -> None:
-    catalog = CatalogFactory.create({"warehouse": warehouse})
-    catalog.create_database("db", True)
-    options = {"bucket": "2", "rowkind.field": "op", "changelog-producer": "input"}
-    catalog.create_table("db.t", Schema.from_pyarrow_schema(SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
-                                                            options=options), False)
-
-
-def test_changelake_streams_pypaimons_input_changelog(tmp_path: Path) -> None:
+def test_changelake_streams_pypaimons_input_changelog(tmp_path: Path, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
-    _create(warehouse)
+    pypaimon.create_table(warehouse, "db.t", SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
+                          options={"bucket": "2", "rowkind.field": "op", "changelog-producer": "input"})
     for rows in COMMITS:
-        paimon_write(warehouse, "db.t", rows, SCHEMA)
+        pypaimon.write(warehouse, "db.t", pa.Table.from_pylist(rows, schema=SCHEMA))
     table = cl.Catalog(warehouse).get_table("db.t")
     assert all(s.changelog_manifest_list is not None for s in table.snapshots())
 
@@ -79,7 +67,7 @@ def test_changelake_streams_pypaimons_input_changelog(tmp_path: Path) -> None:
     assert sorted((r["dt"], r["id"], r["v"]) for r in full) == sorted(
         (r["dt"], r["id"], r["v"]) for r in table.scan().to_arrow().to_pylist())
     later = [_row("a", 5, "a5-new", "+U"), _row("b", 6, None, "-D")]
-    paimon_write(warehouse, "db.t", later, SCHEMA)
+    pypaimon.write(warehouse, "db.t", pa.Table.from_pylist(later, schema=SCHEMA))
     assert sorted(({k: r[k] for k in SCHEMA.names} for b in stream for r in b.data.to_pylist()), key=_key) == \
         sorted(later, key=_key)
 

@@ -35,18 +35,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pypaimon = pytest.importorskip("pypaimon")
-
-from paimon_oracle import paimon_table as _paimon_table  # noqa: E402
-from paimon_oracle import paimon_write as _paimon_write  # noqa: E402
-from pypaimon import CatalogFactory, Schema  # noqa: E402
-from pypaimon.schema.table_schema import TableSchema as PaimonTableSchema  # noqa: E402
-from pypaimon.write.row_key_extractor import FixedBucketRowKeyExtractor, RowKeyExtractor  # noqa: E402
-
-import changelake as cl  # noqa: E402
-from changelake.table.format import binary_row  # noqa: E402
-from changelake.table.format.bucket import buckets, hash_rows  # noqa: E402
-from changelake.table.read.live_files import live_entries  # noqa: E402
+import changelake as cl
+from changelake.table.format import binary_row
+from changelake.table.format.bucket import buckets, hash_rows
+from changelake.table.read.live_files import live_entries
+from pypaimon_oracle import Pypaimon
 
 D = decimal.Decimal
 
@@ -64,41 +57,38 @@ def _sorted(rows: Iterable[dict[str, Any]], keys: Sequence[str] = ("dt", "id")) 
     return sorted(rows, key=lambda r: tuple(r[k] for k in keys))
 
 
-def _paimon_read(warehouse: str, name: str, options: dict[str, str] | None = None) -> pa.Table:
-    """What pypaimon reads (``options`` may time travel: scan.snapshot-id, scan.tag-name)."""
-    read_builder = _paimon_table(warehouse, name, options).new_read_builder()
-    splits = read_builder.new_scan().plan().splits()
-    return read_builder.new_read().to_arrow(splits)
+def _paimon_read_snapshot(pypaimon: Pypaimon, warehouse: str, name: str, snapshot_id: int) -> list[dict[str, Any]]:
+    return pypaimon.read(warehouse, name, {"scan.snapshot-id": str(snapshot_id)}).to_pylist()
 
 
-def _paimon_read_snapshot(warehouse: str, name: str, snapshot_id: int) -> list[dict[str, Any]]:
-    return _paimon_read(warehouse, name, {"scan.snapshot-id": str(snapshot_id)}).to_pylist()
+def _paimon_write(pypaimon: Pypaimon, warehouse: str, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+    pypaimon.write(warehouse, name, pa.Table.from_pylist(rows, schema=schema))
 
 
 RETRACTIONS = (1, 3)  # _VALUE_KIND of -U and -D
 
 
-def _assert_raw_splits_hold_no_retractions(warehouse: str, name: str, snapshot_id: int) -> None:
+def _assert_raw_splits_hold_no_retractions(pypaimon: Pypaimon, warehouse: str, name: str, snapshot_id: int) -> None:
     """Precondition for comparing with pypaimon (see the module docstring): every split that
     pypaimon reads as it is, without a merge, holds no -U/-D row."""
-    read_builder = _paimon_table(warehouse, name, {"scan.snapshot-id": str(snapshot_id)}).new_read_builder()
-    for split in read_builder.new_scan().plan().splits():
-        if not split.raw_convertible:
+    for split in pypaimon.splits(warehouse, name, {"scan.snapshot-id": str(snapshot_id)}):
+        if not split["raw_convertible"]:
             continue
-        for f in split.files:
-            kinds = pq.ParquetFile(f.file_path).read(columns=["_VALUE_KIND"]).column(0).to_pylist()
+        for f in split["files"]:
+            kinds = pq.ParquetFile(f["path"]).read(columns=["_VALUE_KIND"]).column(0).to_pylist()
             assert not set(kinds) & set(RETRACTIONS), (
-                f"snapshot {snapshot_id}: pypaimon reads {f.file_name} (level {f.level}) without merging "
+                f"snapshot {snapshot_id}: pypaimon reads {f['name']} (level {f['level']}) without merging "
                 "but it holds retractions"
             )
 
 
-def _assert_every_snapshot_matches(table: cl.Table, warehouse: str, expected: dict[int, list[dict[str, Any]]]) -> None:
+def _assert_every_snapshot_matches(pypaimon: Pypaimon, table: cl.Table, warehouse: str,
+                                   expected: dict[int, list[dict[str, Any]]]) -> None:
     """changelake and pypaimon both read every snapshot of db.t as the model says."""
     for snapshot_id, want in expected.items():
-        _assert_raw_splits_hold_no_retractions(warehouse, "db.t", snapshot_id)
+        _assert_raw_splits_hold_no_retractions(pypaimon, warehouse, "db.t", snapshot_id)
         ours = _sorted(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
-        theirs = _sorted(_paimon_read_snapshot(warehouse, "db.t", snapshot_id))
+        theirs = _sorted(_paimon_read_snapshot(pypaimon, warehouse, "db.t", snapshot_id))
         assert ours == want, f"changelake snapshot {snapshot_id} differs from the model"
         assert theirs == want, f"pypaimon snapshot {snapshot_id} differs from the model"
 
@@ -201,7 +191,7 @@ def _changelake_commits(seed: int, commits: int) -> list[list[dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("num_buckets", [2, 4])
-def test_pypaimon_reads_every_changelake_snapshot(tmp_path: Any, num_buckets: int) -> None:
+def test_pypaimon_reads_every_changelake_snapshot(tmp_path: Any, pypaimon: Pypaimon, num_buckets: int) -> None:
     warehouse = str(tmp_path)
     # With 2 buckets, compaction starts at 2 sorted runs (picks of every kind, many COMPACT
     # snapshots); with 4, at Paimon's default of 5.
@@ -222,12 +212,12 @@ def test_pypaimon_reads_every_changelake_snapshot(tmp_path: Any, num_buckets: in
     assert len(table.scan(snapshot_id=1).plan()) == len(PARTITIONS) * num_buckets
     assert [s.id for s in table.snapshots()] == list(range(1, len(expected) + 1))
     _assert_compacted(table)
-    _assert_every_snapshot_matches(table, warehouse, expected)
+    _assert_every_snapshot_matches(pypaimon, table, warehouse, expected)
     # The latest snapshot without time travel too.
-    assert _sorted(_paimon_read(warehouse, "db.t").to_pylist()) == expected[len(expected)]
+    assert _sorted(pypaimon.read(warehouse, "db.t").to_pylist()) == expected[len(expected)]
 
 
-def test_pypaimon_reads_changelake_tag(tmp_path: Any) -> None:
+def test_pypaimon_reads_changelake_tag(tmp_path: Any, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
     table = cl.Catalog(warehouse).create_table(
         "db.t", schema=CL_SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"], options={"bucket": "2"},
@@ -235,10 +225,10 @@ def test_pypaimon_reads_changelake_tag(tmp_path: Any) -> None:
     for batch in _changelake_commits(seed=11, commits=3):
         table.write(pa.Table.from_pylist(batch))
     table.create_tag("t1", snapshot_id=2)
-    _assert_raw_splits_hold_no_retractions(warehouse, "db.t", 2)
+    _assert_raw_splits_hold_no_retractions(pypaimon, warehouse, "db.t", 2)
     ours = _sorted(table.scan(tag="t1").to_arrow().to_pylist())
     assert ours == _sorted(table.scan(snapshot_id=2).to_arrow().to_pylist())
-    assert _sorted(_paimon_read(warehouse, "db.t", {"scan.tag-name": "t1"}).to_pylist()) == ours
+    assert _sorted(pypaimon.read(warehouse, "db.t", {"scan.tag-name": "t1"}).to_pylist()) == ours
 
 
 # -- pypaimon writes, changelake reads ----------------------------------------------------
@@ -252,18 +242,10 @@ PY_SCHEMA = pa.schema([
 ])
 
 
-def _create_paimon_table(warehouse: str, name: str = "db.t", num_buckets: int = 2,
+def _create_paimon_table(pypaimon: Pypaimon, warehouse: str, name: str = "db.t", num_buckets: int = 2,
                          options: dict[str, str] | None = None) -> None:
-    catalog = CatalogFactory.create({"warehouse": warehouse})
-    catalog.create_database(name.split(".")[0], True)
-    catalog.create_table(
-        name,
-        Schema.from_pyarrow_schema(
-            PY_SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
-            options={"bucket": str(num_buckets), "rowkind.field": "op", **(options or {})},
-        ),
-        False,
-    )
+    pypaimon.create_table(warehouse, name, PY_SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
+                          options={"bucket": str(num_buckets), "rowkind.field": "op", **(options or {})})
 
 
 def _op_commits() -> list[list[dict[str, Any]]]:
@@ -285,14 +267,14 @@ def _op_commits() -> list[list[dict[str, Any]]]:
     ]
 
 
-def test_changelake_reads_every_pypaimon_snapshot(tmp_path: Any) -> None:
+def test_changelake_reads_every_pypaimon_snapshot(tmp_path: Any, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
-    _create_paimon_table(warehouse)
+    _create_paimon_table(pypaimon, warehouse)
     commits = _op_commits()
     model: dict[tuple[Any, ...], dict[str, Any]] = {}
     expected = []
     for rows in commits:
-        _paimon_write(warehouse, "db.t", rows, PY_SCHEMA)
+        _paimon_write(pypaimon, warehouse, "db.t", rows, PY_SCHEMA)
         _apply(model, rows, "op", keep_kind=True)
         expected.append(_sorted(model.values()))
 
@@ -304,8 +286,8 @@ def test_changelake_reads_every_pypaimon_snapshot(tmp_path: Any) -> None:
     assert len(by_catalog.scan(snapshot_id=1).plan()) == len(PARTITIONS) * 2
     assert [s.id for s in by_catalog.snapshots()] == list(range(1, len(commits) + 1))
     for snapshot_id, want in enumerate(expected, start=1):
-        _assert_raw_splits_hold_no_retractions(warehouse, "db.t", snapshot_id)
-        theirs = _sorted(_paimon_read_snapshot(warehouse, "db.t", snapshot_id))
+        _assert_raw_splits_hold_no_retractions(pypaimon, warehouse, "db.t", snapshot_id)
+        theirs = _sorted(_paimon_read_snapshot(pypaimon, warehouse, "db.t", snapshot_id))
         assert theirs == want, f"pypaimon snapshot {snapshot_id} differs from the model"
         for table in (by_catalog, by_path):
             ours = _sorted(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
@@ -314,7 +296,7 @@ def test_changelake_reads_every_pypaimon_snapshot(tmp_path: Any) -> None:
 
 
 @pytest.mark.parametrize("creator", ["pypaimon", "changelake"])
-def test_alternating_writers(tmp_path: Any, creator: str) -> None:
+def test_alternating_writers(tmp_path: Any, pypaimon: Pypaimon, creator: str) -> None:
     """pypaimon and changelake commit in turn to one table; each continues the other's
     sequence numbers (changelake compacting files of both), and both read every snapshot
     the same way."""
@@ -322,7 +304,7 @@ def test_alternating_writers(tmp_path: Any, creator: str) -> None:
     # changelake compacts at 2 sorted runs (pypaimon 2.1.0 never compacts a primary-key table).
     trigger = {"num-sorted-run.compaction-trigger": "2"}
     if creator == "pypaimon":
-        _create_paimon_table(warehouse, options=trigger)
+        _create_paimon_table(pypaimon, warehouse, options=trigger)
         table = cl.Catalog(warehouse).get_table("db.t")
     else:
         table = cl.Catalog(warehouse).create_table(
@@ -340,7 +322,7 @@ def test_alternating_writers(tmp_path: Any, creator: str) -> None:
 
     for index, rows in enumerate(_op_commits()):
         if index % 2 == 0:
-            _paimon_write(warehouse, "db.t", rows, PY_SCHEMA)
+            _paimon_write(pypaimon, warehouse, "db.t", rows, PY_SCHEMA)
             _apply(model, rows, "op", keep_kind=True)
             latest = table.latest_snapshot()
             assert latest is not None and latest.id == len(expected) + 1
@@ -352,7 +334,7 @@ def test_alternating_writers(tmp_path: Any, creator: str) -> None:
 
     assert [s.id for s in table.snapshots()] == list(range(1, len(expected) + 1))
     _assert_compacted(table)
-    _assert_every_snapshot_matches(table, warehouse, expected)
+    _assert_every_snapshot_matches(pypaimon, table, warehouse, expected)
 
 
 # -- bucket numbers ------------------------------------------------------------------------
@@ -446,39 +428,22 @@ KEY_CASES: dict[str, Callable[[random.Random], pa.Array]] = {
 }
 
 
-def _pypaimon_schema(arrow_schema: pa.Schema, num_buckets: int) -> Any:
-    schema = Schema.from_pyarrow_schema(arrow_schema, primary_keys=list(arrow_schema.names),
-                                        options={"bucket": str(num_buckets)})
-    return PaimonTableSchema.from_schema(0, schema)
-
-
-def _pypaimon_buckets(batch: pa.RecordBatch, num_buckets: int) -> list[int]:
-    extractor = FixedBucketRowKeyExtractor(_pypaimon_schema(batch.schema, num_buckets))
-    return list(extractor.extract_partition_bucket_batch(batch)[1])
-
-
-def _pypaimon_hashes(batch: pa.RecordBatch) -> list[int]:
-    fields = _pypaimon_schema(batch.schema, 1).logical_bucket_key_fields
-    rows = zip(*(column.to_pylist() for column in batch.columns), strict=True)
-    return [RowKeyExtractor._binary_row_hash_code(tuple(row), fields) for row in rows]
-
-
 @pytest.mark.parametrize("case", sorted(KEY_CASES))
-def test_bucket_matches_pypaimon(case: str) -> None:
+def test_bucket_matches_pypaimon(pypaimon: Pypaimon, case: str) -> None:
     values = KEY_CASES[case](random.Random(case))
     assert len(values) >= 4
     batch = pa.record_batch([values], schema=pa.schema([pa.field("k", values.type, nullable=False)]))
     ours_hash = hash_rows(binary_row.encode([values])).view(np.uint32).tolist()
-    assert ours_hash == _pypaimon_hashes(batch), f"{case}: BinaryRow hash differs from pypaimon's"
+    assert ours_hash == pypaimon.hashes(batch), f"{case}: BinaryRow hash differs from pypaimon's"
     for n in BUCKET_COUNTS:
         ours = buckets([values], n).tolist()
-        theirs = _pypaimon_buckets(batch, n)
+        theirs = pypaimon.buckets(batch, n)
         diffs = [(v, o, t) for v, o, t in zip(values.to_pylist(), ours, theirs, strict=True) if o != t]
         assert not diffs, f"{case}, {n} buckets: (value, changelake, pypaimon) {diffs[:5]}"
         assert all(0 <= b < n for b in ours)
 
 
-def test_bucket_matches_pypaimon_composite_key() -> None:
+def test_bucket_matches_pypaimon_composite_key(pypaimon: Pypaimon) -> None:
     rng = random.Random(7)
     columns = {
         "a": pa.array(_ints(rng, 32), type=pa.int32()),
@@ -493,7 +458,7 @@ def test_bucket_matches_pypaimon_composite_key() -> None:
     batch = pa.record_batch(arrays, schema=pa.schema([pa.field(k, c.type, nullable=False)
                                                       for k, c in columns.items()]))
     for n in BUCKET_COUNTS:
-        assert buckets(arrays, n).tolist() == _pypaimon_buckets(batch, n), f"{n} buckets"
+        assert buckets(arrays, n).tolist() == pypaimon.buckets(batch, n), f"{n} buckets"
 
 
 def test_reference_bigint_buckets() -> None:
@@ -523,7 +488,7 @@ def test_high_precision_decimal_encoding_follows_java(unscaled: int) -> None:
     assert binary_row.from_bytes(row, [pa.decimal128(30, 2)]) == (_dec(unscaled, 2),)
 
 
-def test_written_rows_sit_in_pypaimon_buckets(tmp_path: Any) -> None:
+def test_written_rows_sit_in_pypaimon_buckets(tmp_path: Any, pypaimon: Pypaimon) -> None:
     """End to end: every row changelake writes sits in the bucket pypaimon computes for it
     from the table's own schema (partitioned, composite key, explicit bucket-key)."""
     schema = pa.schema([
@@ -539,13 +504,12 @@ def test_written_rows_sit_in_pypaimon_buckets(tmp_path: Any) -> None:
         table = catalog.create_table(name, schema=schema, primary_keys=["dt", "k1", "k2", "k3"],
                                      partition_keys=["dt"], options=options)
         table.write(pa.Table.from_pylist(rows, schema=schema))
-        extractor = FixedBucketRowKeyExtractor(_paimon_table(str(tmp_path), name).table_schema)
         scan = table.scan()
         seen = 0
         for split in scan.plan():
             part = scan.read_split(split)
             seen += part.num_rows
-            expected = set(extractor.extract_partition_bucket_batch(part.combine_chunks().to_batches()[0])[1])
+            expected = set(pypaimon.table_buckets(str(tmp_path), name, part.combine_chunks().to_batches()[0]))
             assert expected == {split.bucket}, f"{name}: rows of bucket {split.bucket} hash to {expected}"
         assert seen == len({(r["dt"], r["k1"], r["k2"], r["k3"]) for r in rows})
 
@@ -601,7 +565,7 @@ def _all_type_rows() -> list[dict[str, Any]]:
     return [full, nulls, zero, *more]
 
 
-def test_pypaimon_reads_every_column_type(tmp_path: Any) -> None:
+def test_pypaimon_reads_every_column_type(tmp_path: Any, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
     table = cl.Catalog(warehouse).create_table("db.all", schema=ALL_TYPES, primary_keys=["id"],
                                                options={"bucket": "2"})
@@ -614,7 +578,7 @@ def test_pypaimon_reads_every_column_type(tmp_path: Any) -> None:
     want = _sorted([updated, *rows[1:]], ("id",))
 
     ours = table.scan().to_arrow()
-    theirs = _paimon_read(warehouse, "db.all")
+    theirs = pypaimon.read(warehouse, "db.all")
     assert ours.schema.names == theirs.schema.names == ALL_TYPES.names
     for field in ALL_TYPES:
         assert theirs.schema.field(field.name).type.id == field.type.id, field.name
@@ -623,17 +587,14 @@ def test_pypaimon_reads_every_column_type(tmp_path: Any) -> None:
     assert _sorted(theirs.to_pylist(), ("id",)) == want
 
 
-def test_changelake_reads_every_column_type_written_by_pypaimon(tmp_path: Any) -> None:
+def test_changelake_reads_every_column_type_written_by_pypaimon(tmp_path: Any, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
-    catalog = CatalogFactory.create({"warehouse": warehouse})
-    catalog.create_database("db", True)
-    catalog.create_table("db.all", Schema.from_pyarrow_schema(ALL_TYPES, primary_keys=["id"],
-                                                              options={"bucket": "2"}), False)
+    pypaimon.create_table(warehouse, "db.all", ALL_TYPES, primary_keys=["id"], options={"bucket": "2"})
     rows = _all_type_rows()
-    _paimon_write(warehouse, "db.all", rows[:12], ALL_TYPES)
-    _paimon_write(warehouse, "db.all", rows[12:], ALL_TYPES)
+    _paimon_write(pypaimon, warehouse, "db.all", rows[:12], ALL_TYPES)
+    _paimon_write(pypaimon, warehouse, "db.all", rows[12:], ALL_TYPES)
     updated = {**rows[0], "s": "updated", "lst": [7], "st": {"a": -1, "b": None}}
-    _paimon_write(warehouse, "db.all", [updated], ALL_TYPES)
+    _paimon_write(pypaimon, warehouse, "db.all", [updated], ALL_TYPES)
     want = _sorted([updated, *rows[1:]], ("id",))
 
     table = cl.Catalog(warehouse).get_table("db.all")
@@ -642,10 +603,10 @@ def test_changelake_reads_every_column_type_written_by_pypaimon(tmp_path: Any) -
     ours = table.scan().to_arrow()
     assert ours.schema.names == ALL_TYPES.names
     assert _sorted(ours.to_pylist(), ("id",)) == want
-    assert _sorted(_paimon_read(warehouse, "db.all").to_pylist(), ("id",)) == want
+    assert _sorted(pypaimon.read(warehouse, "db.all").to_pylist(), ("id",)) == want
 
 
-def test_pypaimon_reads_typed_partitions(tmp_path: Any) -> None:
+def test_pypaimon_reads_typed_partitions(tmp_path: Any, pypaimon: Pypaimon) -> None:
     """Partition directories (int, bool, date under partition.legacy-name, escaped and empty
     strings) are where pypaimon looks."""
     warehouse = str(tmp_path)
@@ -662,4 +623,4 @@ def test_pypaimon_reads_typed_partitions(tmp_path: Any) -> None:
     keys = ("pi", "ps", "pb", "pd", "id")
     ours = _sorted(table.scan().to_arrow().to_pylist(), keys)
     assert ours == _sorted([{**rows[0], "v": "upd"}, *rows[1:]], keys)
-    assert _sorted(_paimon_read(warehouse, "db.p").to_pylist(), keys) == ours
+    assert _sorted(pypaimon.read(warehouse, "db.p").to_pylist(), keys) == ours

@@ -36,17 +36,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-pypaimon = pytest.importorskip("pypaimon")
-
-from paimon_oracle import paimon_table as _paimon_table  # noqa: E402
-from paimon_oracle import paimon_write as _paimon_write  # noqa: E402
-from pypaimon import CatalogFactory, Schema  # noqa: E402
-
-import changelake as cl  # noqa: E402
-from changelake.changelog import producers  # noqa: E402
-from changelake.table.commit import committer  # noqa: E402
-from changelake.table.read.live_files import live_entries  # noqa: E402
-from changelake.table.write.writer import TableWrite  # noqa: E402
+import changelake as cl
+from changelake.changelog import producers
+from changelake.table.commit import committer
+from changelake.table.read.live_files import live_entries
+from changelake.table.write.writer import TableWrite
+from pypaimon_oracle import Pypaimon
 
 D = decimal.Decimal
 PARTITIONS = ("2024-01-01", "2024-01-02")
@@ -62,21 +57,18 @@ def _sorted(rows: Iterable[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: tuple(r[k] for k in KEY))
 
 
-def _paimon_read(warehouse: str, name: str, snapshot_id: int | None = None) -> list[Row]:
+def _paimon_read(pypaimon: Pypaimon, warehouse: str, name: str, snapshot_id: int | None = None) -> list[Row]:
     options = {"scan.snapshot-id": str(snapshot_id)} if snapshot_id is not None else None
-    read_builder = _paimon_table(warehouse, name, options).new_read_builder()
-    splits = read_builder.new_scan().plan().splits()
-    return _sorted(read_builder.new_read().to_arrow(splits).to_pylist())
+    return _sorted(pypaimon.read(warehouse, name, options).to_pylist())
 
 
-def _create_paimon_table(warehouse: str, name: str, schema: pa.Schema, options: dict[str, str]) -> None:
-    catalog = CatalogFactory.create({"warehouse": warehouse})
-    catalog.create_database(name.split(".")[0], True)
-    catalog.create_table(
-        name,
-        Schema.from_pyarrow_schema(schema, partition_keys=["dt"], primary_keys=list(KEY), options=options),
-        False,
-    )
+def _paimon_write(pypaimon: Pypaimon, warehouse: str, name: str, rows: list[Row], schema: pa.Schema) -> None:
+    pypaimon.write(warehouse, name, pa.Table.from_pylist(rows, schema=schema))
+
+
+def _create_paimon_table(pypaimon: Pypaimon, warehouse: str, name: str, schema: pa.Schema,
+                         options: dict[str, str]) -> None:
+    pypaimon.create_table(warehouse, name, schema, partition_keys=["dt"], primary_keys=list(KEY), options=options)
 
 
 def _ours(table: cl.Table, snapshot_id: int | None = None) -> list[Row]:
@@ -134,20 +126,21 @@ def _changelake_writes(
     return table, expected
 
 
-def _assert_pypaimon_reads_every_snapshot(warehouse: str, table: cl.Table, expected: dict[int, list[Row]]) -> None:
+def _assert_pypaimon_reads_every_snapshot(pypaimon: Pypaimon, warehouse: str, table: cl.Table,
+                                          expected: dict[int, list[Row]]) -> None:
     for snapshot_id, want in expected.items():
         ours = _ours(table, snapshot_id)
         assert ours == want, f"changelake snapshot {snapshot_id} differs from the model"
-        theirs = _paimon_read(warehouse, "db.t", snapshot_id)
+        theirs = _paimon_read(pypaimon, warehouse, "db.t", snapshot_id)
         assert theirs == ours, f"pypaimon reads snapshot {snapshot_id} differently"
-    assert _paimon_read(warehouse, "db.t") == expected[max(expected)]
+    assert _paimon_read(pypaimon, warehouse, "db.t") == expected[max(expected)]
 
 
-def _assert_changelake_reads_every_snapshot(warehouse: str, expected: list[list[Row]]) -> cl.Table:
+def _assert_changelake_reads_every_snapshot(pypaimon: Pypaimon, warehouse: str, expected: list[list[Row]]) -> cl.Table:
     table = cl.Catalog(warehouse).get_table("db.t")
     assert [s.id for s in table.snapshots()] == list(range(1, len(expected) + 1))
     for snapshot_id, want in enumerate(expected, start=1):
-        theirs = _paimon_read(warehouse, "db.t", snapshot_id)
+        theirs = _paimon_read(pypaimon, warehouse, "db.t", snapshot_id)
         assert theirs == want, f"pypaimon snapshot {snapshot_id} differs from the model"
         assert _ours(table, snapshot_id) == theirs, f"changelake reads pypaimon snapshot {snapshot_id} differently"
     return table
@@ -204,7 +197,7 @@ def _partial_update_commits(rng: random.Random) -> list[list[Row] | str]:
     return commits
 
 
-def test_pypaimon_reads_changelake_partial_update_snapshots(tmp_path: Any) -> None:
+def test_pypaimon_reads_changelake_partial_update_snapshots(tmp_path: Any, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
     table, expected = _changelake_writes(
         warehouse,
@@ -214,26 +207,26 @@ def test_pypaimon_reads_changelake_partial_update_snapshots(tmp_path: Any) -> No
         _fold_partial_update,
     )
     assert max(_levels(table)) > 0
-    _assert_pypaimon_reads_every_snapshot(warehouse, table, expected)
+    _assert_pypaimon_reads_every_snapshot(pypaimon, warehouse, table, expected)
 
 
-def test_changelake_reads_pypaimon_partial_update_snapshots(tmp_path: Any) -> None:
+def test_changelake_reads_pypaimon_partial_update_snapshots(tmp_path: Any, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
-    _create_paimon_table(warehouse, "db.t", PU_SCHEMA, {"bucket": "2", "merge-engine": "partial-update"})
+    _create_paimon_table(pypaimon, warehouse, "db.t", PU_SCHEMA, {"bucket": "2", "merge-engine": "partial-update"})
     rng = random.Random(2)
     model = Model(_fold_partial_update)
     expected = []
     for step in range(6):
         rows = _partial_rows(rng, 40, 30, step + 1)
-        _paimon_write(warehouse, "db.t", rows, PU_SCHEMA)
+        _paimon_write(pypaimon, warehouse, "db.t", rows, PU_SCHEMA)
         model.add(rows)
         expected.append(model.view())
-    table = _assert_changelake_reads_every_snapshot(warehouse, expected)
+    table = _assert_changelake_reads_every_snapshot(pypaimon, warehouse, expected)
     # changelake compacts the table pypaimon wrote; pypaimon reads the result.
     table.compact(full=True)
     assert len(_levels(table)) == 1 and 0 not in _levels(table)
     assert _ours(table) == expected[-1]
-    assert _paimon_read(warehouse, "db.t") == expected[-1]
+    assert _paimon_read(pypaimon, warehouse, "db.t") == expected[-1]
 
 
 # -- aggregation ---------------------------------------------------------------------------
@@ -332,14 +325,14 @@ def _aggregation_commits(rng: random.Random) -> list[list[Row] | str]:
     return commits
 
 
-def test_pypaimon_reads_changelake_aggregation_snapshots(tmp_path: Any) -> None:
+def test_pypaimon_reads_changelake_aggregation_snapshots(tmp_path: Any, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
     options = {"merge-engine": "aggregation"} | {f"fields.{c}.aggregate-function": f for c, f in AGG_FUNCTIONS.items()}
     table, expected = _changelake_writes(
         warehouse, AGG_SCHEMA, options, _aggregation_commits(random.Random(3)), _aggregation_fold(AGG_FUNCTIONS)
     )
     assert max(_levels(table)) > 0
-    _assert_pypaimon_reads_every_snapshot(warehouse, table, expected)
+    _assert_pypaimon_reads_every_snapshot(pypaimon, warehouse, table, expected)
 
 
 PY_AGG_FUNCTIONS = {
@@ -348,23 +341,23 @@ PY_AGG_FUNCTIONS = {
 PY_AGG_SCHEMA = pa.schema([AGG_SCHEMA.field(n) for n in ("dt", "k", *PY_AGG_FUNCTIONS)])
 
 
-def test_changelake_reads_pypaimon_aggregation_snapshots(tmp_path: Any) -> None:
+def test_changelake_reads_pypaimon_aggregation_snapshots(tmp_path: Any, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
     options = {"bucket": "2", "merge-engine": "aggregation"}
     options |= {f"fields.{c}.aggregate-function": f for c, f in PY_AGG_FUNCTIONS.items()}
-    _create_paimon_table(warehouse, "db.t", PY_AGG_SCHEMA, options)
+    _create_paimon_table(pypaimon, warehouse, "db.t", PY_AGG_SCHEMA, options)
     rng = random.Random(4)
     model = Model(_aggregation_fold(PY_AGG_FUNCTIONS))
     expected = []
     for _ in range(6):
         rows = [{n: r[n] for n in PY_AGG_SCHEMA.names} for r in _aggregation_rows(rng, 40, 25)]
-        _paimon_write(warehouse, "db.t", rows, PY_AGG_SCHEMA)
+        _paimon_write(pypaimon, warehouse, "db.t", rows, PY_AGG_SCHEMA)
         model.add(rows)
         expected.append(model.view())
-    table = _assert_changelake_reads_every_snapshot(warehouse, expected)
+    table = _assert_changelake_reads_every_snapshot(pypaimon, warehouse, expected)
     table.compact(full=True)
     assert _ours(table) == expected[-1]
-    assert _paimon_read(warehouse, "db.t") == expected[-1]
+    assert _paimon_read(pypaimon, warehouse, "db.t") == expected[-1]
 
 
 # -- first-row -----------------------------------------------------------------------------
@@ -394,7 +387,8 @@ def _first_row_commits(steps: int) -> list[list[Row] | str]:
 FIRST_ROW = {"merge-engine": "first-row", "ignore-delete": "true"}
 
 
-def test_pypaimon_reads_changelake_first_row_snapshots_after_full_compactions(tmp_path: Any) -> None:
+def test_pypaimon_reads_changelake_first_row_snapshots_after_full_compactions(tmp_path: Any,
+                                                                              pypaimon: Pypaimon) -> None:
     """pypaimon, like Java Paimon (``batchScanSkipLevel0``), reads only the files above level 0
     of a first-row table (Java's writer compacts level 0 right away, with lookups), so the
     snapshots compared are those a full compaction left without level-0 files."""
@@ -408,12 +402,12 @@ def test_pypaimon_reads_changelake_first_row_snapshots_after_full_compactions(tm
         assert _ours(table, snapshot_id) == want, f"changelake snapshot {snapshot_id} differs from the model"
         if 0 in {e.file.level for e in live_entries(table.context, table.snapshot(snapshot_id))}:
             continue
-        assert _paimon_read(warehouse, "db.t", snapshot_id) == want, f"pypaimon reads snapshot {snapshot_id}"
+        assert _paimon_read(pypaimon, warehouse, "db.t", snapshot_id) == want, f"pypaimon reads snapshot {snapshot_id}"
         compared += 1
     assert compared >= 4
 
 
-def test_pypaimon_reads_changelake_first_row_compacted_below_the_top_level(tmp_path: Any) -> None:
+def test_pypaimon_reads_changelake_first_row_compacted_below_the_top_level(tmp_path: Any, pypaimon: Pypaimon) -> None:
     """pypaimon (like Java Paimon) reads the files of a first-row table above level 0 without
     merging them, so a key may sit in only one of them (Java's lookup compaction drops a later
     version of a key that a deeper level holds). Here two small runs over a big top level
@@ -429,23 +423,23 @@ def test_pypaimon_reads_changelake_first_row_compacted_below_the_top_level(tmp_p
     latest = max(expected)
     assert _levels(table) == {1, 2}, "the scenario needs a compaction into level 1"
     want = expected[latest]
-    reads = {"changelake": _ours(table, latest), "pypaimon": _paimon_read(warehouse, "db.t", latest)}
+    reads = {"changelake": _ours(table, latest), "pypaimon": _paimon_read(pypaimon, warehouse, "db.t", latest)}
     wrong = {who: len(rows) - len(want) for who, rows in reads.items() if rows != want}
     assert not wrong, f"extra rows read (keys read twice) of {len(want)}: {wrong}"
 
 
-def test_changelake_reads_pypaimon_first_row_snapshots(tmp_path: Any) -> None:
+def test_changelake_reads_pypaimon_first_row_snapshots(tmp_path: Any, pypaimon: Pypaimon) -> None:
     """pypaimon 2.1.0 cannot read its own first-row writes: its batch scans skip level 0 (as
     Java's do) but its writer never compacts. changelake reads every snapshot (merging level
     0); after changelake compacts the table, pypaimon reads it too."""
     warehouse = str(tmp_path)
-    _create_paimon_table(warehouse, "db.t", FR_SCHEMA, {"bucket": "2", "merge-engine": "first-row"})
+    _create_paimon_table(pypaimon, warehouse, "db.t", FR_SCHEMA, {"bucket": "2", "merge-engine": "first-row"})
     rng = random.Random(5)
     model = Model(lambda rows: rows[0])
     expected = []
     for step in range(5):
         rows = [{"dt": rng.choice(PARTITIONS), "k": rng.randrange(30), "v": f"{step}-{i}"} for i in range(30)]
-        _paimon_write(warehouse, "db.t", rows, FR_SCHEMA)
+        _paimon_write(pypaimon, warehouse, "db.t", rows, FR_SCHEMA)
         model.add(rows)
         expected.append(model.view())
     table = cl.Catalog(warehouse).get_table("db.t")
@@ -455,14 +449,15 @@ def test_changelake_reads_pypaimon_first_row_snapshots(tmp_path: Any) -> None:
     table.compact(full=True)
     assert 0 not in _levels(table)
     assert _ours(table) == expected[-1]
-    assert _paimon_read(warehouse, "db.t") == expected[-1]
+    assert _paimon_read(pypaimon, warehouse, "db.t") == expected[-1]
 
 
 # -- first-row: level 0 never reaches a snapshot ------------------------------------------
 
 
 @pytest.mark.parametrize("how", ["write", "writer", "writer-spill"])
-def test_first_row_snapshots_hold_no_level0_and_pypaimon_reads_them(tmp_path: Any, how: str) -> None:
+def test_first_row_snapshots_hold_no_level0_and_pypaimon_reads_them(tmp_path: Any, pypaimon: Pypaimon,
+                                                                    how: str) -> None:
     """Paimon's readers skip level 0 of first-row tables, so every writer compacts level 0 up
     before each commit, as Paimon's lookup compaction does: the commit's APPEND snapshot lists
     the new level-0 files and its COMPACT snapshot (same identifier) moves them up, so the
@@ -492,10 +487,10 @@ def test_first_row_snapshots_hold_no_level0_and_pypaimon_reads_them(tmp_path: An
             assert 0 not in _levels(table)
             expected = _sorted(model.values())
             assert _ours(table) == expected
-            assert _paimon_read(warehouse, "db.t") == expected
+            assert _paimon_read(pypaimon, warehouse, "db.t") == expected
 
 
-def test_first_row_replay_after_a_crash_between_append_and_compact(tmp_path: Any) -> None:
+def test_first_row_replay_after_a_crash_between_append_and_compact(tmp_path: Any, pypaimon: Pypaimon) -> None:
     """A crash after a first-row commit's APPEND snapshot (level 0) and before its COMPACT
     snapshot: the replay of the identifier is skipped, and moves level 0 up instead."""
     warehouse = str(tmp_path)
@@ -509,9 +504,9 @@ def test_first_row_replay_after_a_crash_between_append_and_compact(tmp_path: Any
     messages = lost.prepare()
     append_only = [dataclasses.replace(m, compact_before=(), compact_after=()) for m in messages]
     committer.commit(table.context, append_only, "job", 1)  # the process died before the COMPACT
-    assert 0 in _levels(table) and _paimon_read(warehouse, "db.t") == []
+    assert 0 in _levels(table) and _paimon_read(pypaimon, warehouse, "db.t") == []
     with table.writer(commit_user="job") as replay:
         replay.write(pa.Table.from_pylist(rows, schema=schema))
         assert replay.commit(identifier=1) == []
     assert 0 not in _levels(table)
-    assert _paimon_read(warehouse, "db.t") == _ours(table) == _sorted(rows)
+    assert _paimon_read(pypaimon, warehouse, "db.t") == _ours(table) == _sorted(rows)

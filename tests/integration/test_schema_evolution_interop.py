@@ -8,29 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
 import changelake
-
-pypaimon = pytest.importorskip("pypaimon")
-
-from paimon_oracle import paimon_table, paimon_write  # noqa: E402
-from pypaimon import CatalogFactory, Schema  # noqa: E402
-from pypaimon.schema.data_types import AtomicType  # noqa: E402
-from pypaimon.schema.schema_change import SchemaChange  # noqa: E402
+from pypaimon_oracle import Pypaimon
 
 
-def _paimon_rows(warehouse: str, name: str) -> list[dict[str, Any]]:
-    builder = paimon_table(warehouse, name).new_read_builder()
-    rows = builder.new_read().to_arrow(builder.new_scan().plan().splits()).to_pylist()
-    return sorted(rows, key=lambda r: r["id"])
+def _paimon_rows(pypaimon: Pypaimon, warehouse: str, name: str) -> list[dict[str, Any]]:
+    return sorted(pypaimon.read(warehouse, name).to_pylist(), key=lambda r: r["id"])
 
 
 def _ours(table: changelake.Table) -> list[dict[str, Any]]:
     return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
 
 
-def test_pypaimon_reads_a_table_changelake_evolved(tmp_path: Path) -> None:
+def test_pypaimon_reads_a_table_changelake_evolved(tmp_path: Path, pypaimon: Pypaimon) -> None:
     schema = pa.schema([("id", pa.int64()), ("a", pa.int32()), ("b", pa.string()), ("c", pa.float32())])
     table = changelake.Catalog(str(tmp_path)).create_table(
         "db.t", schema, primary_keys=["id"], options={"bucket": "2", "write-only": "true"})
@@ -46,37 +37,36 @@ def test_pypaimon_reads_a_table_changelake_evolved(tmp_path: Path) -> None:
     expected = _ours(table)
     assert expected[1] == {"id": 2, "e": "e2", "a": 2**40, "cc": 9.5}
     assert expected[0] == {"id": 1, "e": None, "a": 1, "cc": 0.5}
-    assert _paimon_rows(str(tmp_path), "db.t") == expected
+    assert _paimon_rows(pypaimon, str(tmp_path), "db.t") == expected
     table.compact(full=True)
-    assert _paimon_rows(str(tmp_path), "db.t") == expected == _ours(table)
+    assert _paimon_rows(pypaimon, str(tmp_path), "db.t") == expected == _ours(table)
 
 
-def test_changelake_reads_a_table_pypaimon_evolved(tmp_path: Path) -> None:
+def test_changelake_reads_a_table_pypaimon_evolved(tmp_path: Path, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
-    catalog = CatalogFactory.create({"warehouse": warehouse})
-    catalog.create_database("db", True)
     first = pa.schema([pa.field("id", pa.int64(), nullable=False), ("a", pa.int32()), ("b", pa.string()),
                        ("c", pa.float32())])
-    catalog.create_table("db.t", Schema.from_pyarrow_schema(first, primary_keys=["id"], options={"bucket": "1"}),
-                         False)
-    paimon_write(warehouse, "db.t", [{"id": i, "a": i, "b": str(i), "c": i + 0.5} for i in range(4)], first)
-    catalog.alter_table("db.t", [
-        SchemaChange.add_column("e", AtomicType("STRING")),
-        SchemaChange.drop_column("b"),
-        SchemaChange.rename_column("c", "cc"),
-        SchemaChange.update_column_type("a", AtomicType("BIGINT")),
+    pypaimon.create_table(warehouse, "db.t", first, primary_keys=["id"], options={"bucket": "1"})
+    pypaimon.write(warehouse, "db.t",
+                   pa.Table.from_pylist([{"id": i, "a": i, "b": str(i), "c": i + 0.5} for i in range(4)], schema=first))
+    pypaimon.alter_table(warehouse, "db.t", [
+        ("add_column", "e", "STRING"),
+        ("drop_column", "b"),
+        ("rename_column", "c", "cc"),
+        ("update_column_type", "a", "BIGINT"),
     ])
     second = pa.schema([pa.field("id", pa.int64(), nullable=False), ("a", pa.int64()), ("cc", pa.float32()),
                         ("e", pa.string())])
-    paimon_write(warehouse, "db.t", [{"id": 1, "a": 2**40, "cc": 7.5, "e": "e1"}], second)
+    pypaimon.write(warehouse, "db.t",
+                   pa.Table.from_pylist([{"id": 1, "a": 2**40, "cc": 7.5, "e": "e1"}], schema=second))
     table = changelake.Catalog(warehouse).get_table("db.t")
     assert table.schema.names == ["id", "a", "cc", "e"]
-    expected = _paimon_rows(warehouse, "db.t")
+    expected = _paimon_rows(pypaimon, warehouse, "db.t")
     assert expected[1] == {"id": 1, "a": 2**40, "cc": 7.5, "e": "e1"}
     assert expected[0] == {"id": 0, "a": 0, "cc": 0.5, "e": None}
     assert _ours(table) == expected
     # changelake writes on top and compacts the files of both schemas together
     table.write(pa.table({"id": [2], "a": [20], "cc": pa.array([1.0], pa.float32()), "e": ["e2"]}))
     table.compact(full=True)
-    assert _ours(table) == _paimon_rows(warehouse, "db.t")
+    assert _ours(table) == _paimon_rows(pypaimon, warehouse, "db.t")
     assert [r for r in _ours(table) if r["id"] == 2] == [{"id": 2, "a": 20, "cc": 1.0, "e": "e2"}]

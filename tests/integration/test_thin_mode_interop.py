@@ -23,11 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("pypaimon")
-
-from paimon_oracle import paimon_table
-
 import changelake as cl
+from pypaimon_oracle import Pypaimon
 
 THIN = "data-file.thin-mode"
 KEY = ("dt", "k")
@@ -75,9 +72,8 @@ def _compared_snapshots(table: cl.Table) -> list[int]:
     return [i for i in ids if all(f.level > 0 for split in table.scan(snapshot_id=i).plan() for f in split.files)]
 
 
-def _pypaimon_read(warehouse: str, name: str, snapshot_id: int) -> list[Row]:
-    builder = paimon_table(warehouse, name, {"scan.snapshot-id": str(snapshot_id)}).new_read_builder()
-    return _sorted(builder.new_read().to_arrow(builder.new_scan().plan().splits()).to_pylist())
+def _pypaimon_read(pypaimon: Pypaimon, warehouse: str, name: str, snapshot_id: int) -> list[Row]:
+    return _sorted(pypaimon.read(warehouse, name, {"scan.snapshot-id": str(snapshot_id)}).to_pylist())
 
 
 def _thin_files(location: str) -> set[bool]:
@@ -123,14 +119,15 @@ def _changelake_writes(warehouse: str, engine: str, layout: str) -> cl.Table:
 
 @pytest.mark.parametrize("layout", ["thin", "mixed"])
 @pytest.mark.parametrize("engine", list(ENGINES))
-def test_pypaimon_reads_changelake_thin_tables(tmp_path: Path, engine: str, layout: str) -> None:
+def test_pypaimon_reads_changelake_thin_tables(tmp_path: Path, pypaimon: Pypaimon, engine: str, layout: str) -> None:
     warehouse = str(tmp_path)
     table = _changelake_writes(warehouse, engine, layout)
     assert any(s.commit_kind is cl.CommitKind.COMPACT for s in table.snapshots())
     compared = _compared_snapshots(table)
     assert len(compared) >= 8
     for snapshot_id in compared:
-        assert _pypaimon_read(warehouse, "db.t", snapshot_id) == _ours(table, snapshot_id), f"snapshot {snapshot_id}"
+        assert _pypaimon_read(pypaimon, warehouse, "db.t", snapshot_id) == _ours(table, snapshot_id), \
+            f"snapshot {snapshot_id}"
     assert _ours(table)
 
 

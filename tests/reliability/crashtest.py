@@ -20,7 +20,8 @@ fresh child first verifies the table against that log:
 * with ``changelog-producer=input``: each APPEND snapshot's changelog is exactly the rows of its
   commit (row kinds included), other snapshots carry none, and the changelog folded from the
   first snapshot equals the table at every snapshot (nothing emitted twice, nothing lost);
-* pypaimon reads the latest snapshot as the model says.
+* pypaimon reads the latest snapshot as the model says (asked of one pypaimon worker process,
+  pypaimon_oracle.py, that every child connects to).
 
 Then it re-runs the commit whose result was lost: the long-lived writer always re-runs it with
 the same commit user and identifier, and it must land iff it had not landed; ``table.write()``
@@ -53,6 +54,7 @@ import changelake as cl
 from changelake.table.commit import last_commits
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
+from pypaimon_oracle import PypaimonWorker
 
 WRITER_USER = "crash-writer"
 RANDOM = "random"
@@ -123,7 +125,8 @@ class Report:
     level0_window: bool = False
 
 
-def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequence[dict[str, Any]]) -> Report:
+def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequence[dict[str, Any]], *,
+           pypaimon_address: str) -> Report:
     report = Report()
     errors = report.errors
     snapshots = table.snapshots()
@@ -265,7 +268,7 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
         errors.append(f"{len(files.missing)} referenced files are missing: {files.missing[:3]}")
 
     if oracle is not None:
-        theirs = Diff.of(oracle_view, workload.paimon_rows(warehouse, oracle.id))
+        theirs = Diff.of(oracle_view, workload.paimon_rows(pypaimon_address, warehouse, oracle.id))
         report.paimon_diff = asdict(theirs)
         if theirs.total:
             errors.append(f"pypaimon reads snapshot {oracle.id} differently from the model: {theirs}")
@@ -303,7 +306,8 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
     log = Log(spec["log"])
     try:
         table = cl.open_table(workload.table_location(spec["warehouse"]))
-        report = verify(table, spec["warehouse"], mode, spec["seed"], log.records())
+        report = verify(table, spec["warehouse"], mode, spec["seed"], log.records(),
+                        pypaimon_address=spec["pypaimon_address"])
     except Exception as exc:
         report = Report(errors=[f"verification failed: {exc!r}"])
     conn.send(asdict(report))
@@ -459,6 +463,7 @@ def run_mode(
     kills: int,
     totals: Totals,
     *,
+    pypaimon_address: str,
     seed: int = 0,
     commits: int = 8,
     kills_per_episode: int = 4,
@@ -478,7 +483,8 @@ def run_mode(
         warehouse = os.path.join(root, mode.name, f"episode-{episode}")
         workload.create_table(warehouse, mode.table_options)
         base = {"mode": mode.name, "warehouse": warehouse, "log": os.path.join(warehouse, "commits.jsonl"),
-                "tmpdir": os.path.join(warehouse, "tmp"), "seed": seed, "end": commits}
+                "tmpdir": os.path.join(warehouse, "tmp"), "seed": seed, "end": commits,
+                "pypaimon_address": pypaimon_address}
         kills_here = 0
         after_kill = False
         for run in itertools.count():
@@ -549,6 +555,7 @@ def crashtest(
     root: str,
     kills: int,
     *,
+    pypaimon_address: str,
     modes: Sequence[str] | None = None,
     seed: int = 0,
     commits: int = 8,
@@ -557,7 +564,8 @@ def crashtest(
     verbose: bool = False,
 ) -> Totals:
     """``kills`` kills spread over the modes; a mode with a plan gets one kill per point of its
-    plan instead (so every planned point is reached)."""
+    plan instead (so every planned point is reached). pypaimon is the worker at
+    ``pypaimon_address``."""
     totals = Totals()
     names = list(modes or MODES)
     for position, name in enumerate(names):
@@ -565,7 +573,7 @@ def crashtest(
         if plans is not None and name in plans:
             share = len(plans[name])
         if share:
-            run_mode(MODES[name], root, share, totals, seed=seed, commits=commits,
+            run_mode(MODES[name], root, share, totals, pypaimon_address=pypaimon_address, seed=seed, commits=commits,
                      plans=(plans or {}).get(name), timeout=timeout, verbose=verbose)
     return totals
 
@@ -589,11 +597,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="a line per writer process")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="changelake-crashtest-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="changelake-crashtest-") as scratch, PypaimonWorker.start() as worker:
         root = args.root or scratch
         print(f"crashtest: {args.kills} kills, seed {args.seed}, modes {args.modes}, tables in {root}", flush=True)
-        totals = crashtest(root, args.kills, modes=args.modes.split(","), seed=args.seed, commits=args.commits,
-                           verbose=args.verbose)
+        totals = crashtest(root, args.kills, pypaimon_address=worker.address, modes=args.modes.split(","),
+                           seed=args.seed, commits=args.commits, verbose=args.verbose)
         print(totals.summary(time.monotonic() - started))
     ok = not totals.failures and totals.rows.total + totals.paimon_rows.total + totals.changelog.total == 0
     return 0 if ok else 1

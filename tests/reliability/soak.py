@@ -7,7 +7,8 @@ Then a fresh process checks: every commit landed exactly once (each APPEND snaps
 to one logged commit by (commit user, identifier), or by the commit user ``table.write()``
 returned), snapshot ids have no gap, every snapshot reads as the model of the commits before
 it under "the commit that lands later wins" (each commit's values are unique to it), no
-referenced file is missing, and pypaimon reads the latest snapshot as changelake does.
+referenced file is missing, and pypaimon (its worker process, pypaimon_oracle.py) reads the
+latest snapshot as changelake does.
 
 Run as a script for the full figure: ``./dev soak`` (250 commits per writer).
 """
@@ -32,6 +33,7 @@ from workload import Diff, Log, Mode
 import changelake as cl
 from changelake.errors import CommitConflictError
 from changelake.table.format import snapshot as snapshot_format
+from pypaimon_oracle import PypaimonWorker
 
 MODE = Mode("soak", one_shot=False, engine="deduplicate", calls=1, rows=30, keys=150)
 OPTIONS = {
@@ -194,7 +196,7 @@ def verify(spec: dict[str, Any]) -> SoakReport:
     report.orphans = len(files.orphans)
     if files.missing:
         errors.append(f"{len(files.missing)} referenced files are missing: {files.missing[:3]}")
-    theirs = Diff.of(model.view(), workload.paimon_rows(spec["warehouse"]))
+    theirs = Diff.of(model.view(), workload.paimon_rows(spec["pypaimon_address"], spec["warehouse"]))
     report.paimon_diff = asdict(theirs)
     if theirs.total:
         errors.append(f"pypaimon reads the latest snapshot differently from the model: {theirs}")
@@ -210,12 +212,14 @@ def _verify_child(conn: Connection, spec: dict[str, Any]) -> None:
     conn.close()
 
 
-def soak(warehouse: str, commits: int, *, seed: int = 0, timeout: float = 600.0,
+def soak(warehouse: str, commits: int, *, pypaimon_address: str, seed: int = 0, timeout: float = 600.0,
          every_snapshot: bool = True) -> SoakReport:
-    """Run the soak in ``warehouse`` and check it from a fresh process."""
+    """Run the soak in ``warehouse`` and check it from a fresh process (pypaimon is the worker at
+    ``pypaimon_address``)."""
     workload.create_table(warehouse, OPTIONS)
     context = workload.process_context()
-    spec = {"warehouse": warehouse, "commits": commits, "seed": seed, "every_snapshot": every_snapshot}
+    spec = {"warehouse": warehouse, "commits": commits, "seed": seed, "every_snapshot": every_snapshot,
+            "pypaimon_address": pypaimon_address}
     stop = context.Event()
     writers = [
         context.Process(target=writer_main, daemon=True,
@@ -283,10 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=None, help="where the table goes (default: a temp directory, removed)")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="changelake-soak-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="changelake-soak-") as scratch, PypaimonWorker.start() as worker:
         root = args.root or scratch
         print(f"soak: {args.commits} commits per writer, seed {args.seed}, table in {root}", flush=True)
-        report = soak(root, args.commits, seed=args.seed, timeout=args.timeout)
+        report = soak(root, args.commits, pypaimon_address=worker.address, seed=args.seed, timeout=args.timeout)
         print(summary(report, args.commits, time.monotonic() - started))
     return 0 if not report.errors else 1
 

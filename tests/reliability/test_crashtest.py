@@ -9,16 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("pypaimon")
-
 import crashtest
+import pytest
 import workload
 
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import live_files
+from pypaimon_oracle import Pypaimon
 
 # Three or four kills per mode, every named point at least once (killed the first or second time the
 # point is reached, so that a short episode surely reaches it), and random kills.
@@ -44,9 +42,10 @@ PLANS = {
 KILLS = sum(len(p) for p in PLANS.values())
 
 
-def test_every_kill_point_is_survived(tmp_path: Path) -> None:
+def test_every_kill_point_is_survived(tmp_path: Path, pypaimon: Pypaimon) -> None:
     plans = {mode: [str(p) for p in points] for mode, points in PLANS.items()}
-    totals = crashtest.crashtest(str(tmp_path), KILLS, commits=5, plans=plans, timeout=60)
+    totals = crashtest.crashtest(str(tmp_path), KILLS, pypaimon_address=pypaimon.address, commits=5, plans=plans,
+                                 timeout=60)
     assert not totals.failures, totals.summary(0)
     assert totals.rows.total == 0 and totals.paimon_rows.total == 0 and totals.changelog.total == 0
     assert totals.changelog_rows > 0
@@ -92,7 +91,7 @@ def test_data_file_kill_leaves_its_row_groups_on_disk(tmp_path: Path) -> None:
     assert len(data) > 1000 and data.startswith(b"PAR1") and not data.endswith(b"PAR1")
 
 
-def test_the_model_and_the_orphan_count_see_damage(tmp_path: Path) -> None:
+def test_the_model_and_the_orphan_count_see_damage(tmp_path: Path, pypaimon: Pypaimon) -> None:
     """The checks are not vacuous: a deleted data file is reported missing, a stray file is an
     orphan, and a lost commit shows as rows missing from the model."""
     mode = workload.MODES["writer"]
@@ -105,12 +104,13 @@ def test_the_model_and_the_orphan_count_see_damage(tmp_path: Path) -> None:
             writer.commit(index)
     records = [{"event": "intent", "commit": i} for i in (1, 2, 3)]
     records.insert(1, {"event": "result", "commit": 1, "user": crashtest.WRITER_USER, "snapshots": [1]})
-    report = crashtest.verify(table, warehouse, mode, 0, records)
+    report = crashtest.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address)
     assert not report.errors, report.errors
     assert report.start == 2 and report.pending == 3 and not report.pending_landed
     # commit 2's result names a snapshot the table does not have; commit 9 never landed
     bad = [*records, {"event": "result", "commit": 9, "user": crashtest.WRITER_USER, "snapshots": []}]
-    assert any("commit 9 was skipped" in e for e in crashtest.verify(table, warehouse, mode, 0, bad).errors)
+    bad_report = crashtest.verify(table, warehouse, mode, 0, bad, pypaimon_address=pypaimon.address)
+    assert any("commit 9 was skipped" in e for e in bad_report.errors)
     snap = table.latest_snapshot()
     assert snap is not None
     live = next(iter(live_files.live_entries(table.context, snap)))
@@ -121,7 +121,8 @@ def test_the_model_and_the_orphan_count_see_damage(tmp_path: Path) -> None:
     assert any(p.endswith("stray.parquet") for p in files.orphans)
 
 
-def test_the_changelog_check_sees_a_lost_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_changelog_check_sees_a_lost_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                pypaimon: Pypaimon) -> None:
     """With an input changelog, a changelog that misses one row of its commit is reported."""
     mode = workload.MODES["changelog"]
     warehouse = str(tmp_path)
@@ -135,10 +136,10 @@ def test_the_changelog_check_sees_a_lost_change(tmp_path: Path, monkeypatch: pyt
             records += [{"event": "intent", "commit": index},
                         {"event": "result", "commit": index, "user": crashtest.WRITER_USER,
                          "snapshots": [s.id for s in landed]}]
-    report = crashtest.verify(table, warehouse, mode, 0, records)
+    report = crashtest.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address)
     assert not report.errors, report.errors
     assert report.changelog_rows == sum(len(c) for i in (1, 2) for c in workload.commit_rows(mode, 0, 0, i))
     real = workload.changelog_rows
     monkeypatch.setattr(workload, "changelog_rows", lambda t, s: real(t, s)[1:])
-    errors = crashtest.verify(table, warehouse, mode, 0, records).errors
+    errors = crashtest.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address).errors
     assert any("changelog rows" in e for e in errors) and any("folded" in e for e in errors), errors

@@ -29,8 +29,8 @@ from changelake.table.format import data_file, kv, manifest
 from changelake.table.format.manifest import ManifestEntry
 from changelake.table.read import deletion_vectors, live_files
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from paimon_oracle import paimon_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pypaimon_oracle import Pypaimon
 
 SCHEMA = pa.schema([
     pa.field("p", pa.string(), nullable=False),
@@ -290,12 +290,12 @@ def changelog_rows(table: cl.Table, snap: cl.Snapshot) -> list[Row]:
     return rows
 
 
-def paimon_rows(warehouse: str, snapshot_id: int | None = None) -> dict[Key, Row]:
-    """A snapshot (default the latest) as pypaimon reads it."""
+def paimon_rows(pypaimon_address: str, warehouse: str, snapshot_id: int | None = None) -> dict[Key, Row]:
+    """A snapshot (default the latest) as pypaimon reads it, asked of the pypaimon worker at
+    ``pypaimon_address`` (each process connects for itself)."""
     options = {"scan.snapshot-id": str(snapshot_id)} if snapshot_id is not None else None
-    read_builder = paimon_table(warehouse, TABLE_NAME, options).new_read_builder()
-    splits = read_builder.new_scan().plan().splits()
-    return keyed(read_builder.new_read().to_arrow(splits).to_pylist())
+    with Pypaimon(pypaimon_address) as pypaimon:
+        return keyed(pypaimon.read(warehouse, TABLE_NAME, options).to_pylist())
 
 
 _HINTS = ("LATEST", "EARLIEST")
@@ -397,8 +397,9 @@ HERE = str(Path(__file__).resolve().parent)
 
 
 def process_context() -> multiprocessing.context.BaseContext:
-    """Children fork from a server that imported changelake, pyarrow and pypaimon but never
-    touched a table: each starts fresh, in milliseconds."""
+    """Children fork from a server that imported changelake and pyarrow but never touched a
+    table: each starts fresh, in milliseconds. (pypaimon runs in a worker process of its own,
+    which children reach by its address: see paimon_rows.)"""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["workload", "crashtest", "soak"])
     # The server imports the preloaded modules before it applies the parent's sys.path (and

@@ -177,20 +177,25 @@ def from_numpy(values: np.ndarray, valid: np.ndarray, data_type: pa.DataType) ->
     return array.cast(data_type)
 
 
+def _dense_rank(array: pa.Array) -> np.ndarray:
+    """0 for nulls, 1..k for the k distinct values ascending, NaN above every number: how Paimon
+    compares sequence fields (``java.lang.Double.compare`` in GenerateUtils.generateCompare).
+    Arrow's own placement puts nulls and NaN last, then nulls are set apart here: pyarrow 25
+    deprecated ``null_placement`` for this, and pyarrow 19 ranked NaN and null alike."""
+    rank = np.asarray(pc.rank(array, sort_keys="ascending", tiebreaker="dense").to_numpy(), dtype=np.int64)
+    if array.null_count == 0:
+        return rank
+    return np.where(np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool), rank, 0)
+
+
 def sort_rank(column: pa.ChunkedArray | pa.Array, order: SortOrder) -> np.ndarray:
     """Integers ordering the values as Paimon orders sequence fields: nulls first, then the values
     ascending or descending; equal values get equal numbers."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    rank = np.asarray(
-        pc.rank(array, sort_keys="ascending", null_placement="at_start", tiebreaker="dense").to_numpy(),
-        dtype=np.int64,
-    )
+    rank = _dense_rank(array)
     if order is SortOrder.ASCENDING or len(rank) == 0:
         return rank
-    has_nulls = array.null_count > 0
-    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    top = int(rank.max())
-    return np.where(valid, top + 1 + int(has_nulls) - rank, rank)
+    return np.where(rank > 0, int(rank.max()) + 1 - rank, 0)
 
 
 def sequence_code(columns: Sequence[pa.ChunkedArray | pa.Array], frame: SortedFrame) -> np.ndarray:
@@ -200,14 +205,8 @@ def sequence_code(columns: Sequence[pa.ChunkedArray | pa.Array], frame: SortedFr
     all_null = np.ones(frame.n, dtype=bool)
     for column in columns:
         array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        rank = np.asarray(
-            pc.rank(array, sort_keys="ascending", null_placement="at_start", tiebreaker="dense").to_numpy(),
-            dtype=np.int64,
-        )[frame.order]
-        valid = frame.valid(array)
-        if array.null_count:
-            rank = np.where(valid, rank - 1, 0)  # nulls 0, values 1..k
-        all_null &= ~valid
+        rank = _dense_rank(array)[frame.order]  # nulls 0, values 1..k
+        all_null &= ~frame.valid(array)
         code = rank if code is None else np.unique(code * (int(rank.max()) + 1) + rank, return_inverse=True)[1]
     assert code is not None
     return np.where(all_null, -1, np.asarray(code, dtype=np.int64).reshape(-1))
