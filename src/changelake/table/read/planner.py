@@ -27,8 +27,9 @@ from changelake.table.read.deletion_vectors import DeletionFile
 class Split:
     """Files of one bucket that are read (and merged) together.
 
-    ``raw_convertible`` splits hold no overlapping keys and no delete rows, so their rows
-    are read as they are, without a merge. ``deletion_files`` (tables with deletion vectors)
+    ``raw_convertible`` splits hold no overlapping keys and, by their files' delete counts, no
+    retractions, so their rows are read as they are, without a merge (retraction rows are
+    dropped all the same: some writers count them wrong). ``deletion_files`` (tables with deletion vectors)
     gives each file's deletion vector (None: none), whose rows are left out.
     """
 

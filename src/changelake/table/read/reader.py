@@ -43,8 +43,8 @@ def read_split(
         return pa.concat_tables(parts) if parts else _empty(ctx, columns)
     wanted = _wanted(ctx, split, columns, expression)
     deletion_files = split.deletion_files or (None,) * len(split.files)
-    if split.raw_convertible and kv.VALUE_KIND in wanted:
-        # Not merged, and files may hold retractions: each file's live rows, in one filter.
+    if split.raw_convertible:
+        # Not merged: each file's live rows, in one filter.
         parts = [_live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted), d)
                  for f, d in zip(split.files, deletion_files, strict=True)]
     else:
@@ -92,20 +92,13 @@ def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression:
         ctx.merge_engine.required_columns(columns)
     if split.raw_convertible:
         # Raw splits are not merged: their rows need only their values, not the partition's
-        # columns (the split's partition gives them), and their kinds only where a file may
-        # hold retractions (as Paimon's raw-file reads trust a file's delete count), or where
-        # they are the only column read (Arrow drops the row count of column-less tables when
-        # concatenating them).
+        # columns (the split's partition gives them), and their kinds, to drop retractions.
+        # Paimon's raw-file reads trust a file's delete count, but some writers count wrong
+        # (pypaimon 2.1 records 0 for level-0 files holding -D rows): the one byte-wide
+        # column costs little against a deleted row read as live.
         constant = set(_partition_columns(ctx, columns, expression))
-        values = [c for c in value_columns if c not in constant]
-        return [kv.VALUE_KIND, *values] if _may_retract(split) or not values else values
+        return [kv.VALUE_KIND, *(c for c in value_columns if c not in constant)]
     return [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
-
-
-def _may_retract(split: Split) -> bool:
-    """Whether a raw split's files may hold retractions: some file's delete count is not 0
-    (unknown, for files of writers that do not record it)."""
-    return any(f.delete_row_count != 0 for f in split.files)
 
 
 def _partition_columns(ctx: TableContext, columns: Sequence[str], expression: pc.Expression | None) -> list[str]:
@@ -161,9 +154,8 @@ def _vector(ctx: TableContext, deletion_file: DeletionFile | None) -> BitMap | N
 
 
 def _live_rows(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
-    """The rows of a whole file of a raw split whose files may hold retractions (a delete
-    count not 0, or unknown) that are neither retractions nor marked by the file's deletion
-    vector (one mask, one filter)."""
+    """The rows of a whole file of a raw split that are neither retractions nor marked by the
+    file's deletion vector (one mask, one filter)."""
     keep = _kept_kinds(part)
     if deletion_file is not None:
         alive = deletion_vector.keep_mask(deletion_vectors.read_vector(ctx, deletion_file), part.num_rows)
@@ -175,17 +167,15 @@ def _live_rows(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | 
 def _without_retractions(rows: pa.Table) -> pa.Table:
     """The rows of a raw split's batch that are not retractions (see :func:`_live_rows`)."""
     keep = _kept_kinds(rows)
-    return rows if keep is None or keep.all() else rows.filter(keep)
+    return rows if keep is None else rows.filter(keep)
 
 
 def _kept_kinds(rows: pa.Table) -> np.ndarray | None:
-    """Which rows are inserts or update-afters (None: rows read without their kinds, from
-    files that hold no retractions)."""
-    if kv.VALUE_KIND not in rows.column_names:
-        return None
-    kinds = rows.column(kv.VALUE_KIND).to_numpy()
-    keep: np.ndarray = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
-    return keep
+    """Which rows are inserts or update-afters; None when all are."""
+    kinds = np.asarray(rows.column(kv.VALUE_KIND).to_numpy())
+    # -U (1) and -D (3) are the odd kinds: one pass finds them, and files hold none mostly.
+    retract = (kinds & 1).astype(bool)
+    return ~retract if retract.any() else None
 
 
 def apply_filter(ctx: TableContext, table: pa.Table, expression: pc.Expression | None) -> pa.Table:
