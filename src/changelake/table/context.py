@@ -161,6 +161,16 @@ class TableContext:
             return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
         return functools.lru_cache(maxsize=4096)(values)
 
+    def describe_partition(self, partition: bytes) -> str:
+        """A serialized partition as Paimon's messages name it: ``partition {dt=2024-01-01, hr=10}``,
+        or ``table`` for an unpartitioned table."""
+        if not self.partition_keys:
+            return "table"
+        default = self.options.partition_default_name
+        values = self.partition_values(partition)
+        return "partition {" + ", ".join(f"{k}={default if v is None else v}"
+                                         for k, v in zip(self.partition_keys, values, strict=True)) + "}"
+
     def bucket_dir(self, partition: bytes, bucket: int) -> str:
         """Directory of a bucket given its serialized partition BinaryRow."""
         return self.paths.bucket_dir(self._partition_dir(partition), bucket)

@@ -185,6 +185,26 @@ def _check_conflicts(ctx: TableContext, latest: Snapshot | None, entries: Sequen
                 )
 
 
+def _check_bucket_counts(ctx: TableContext, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
+    """The files this commit adds to a partition must have the number of buckets of the files
+    there (Paimon's ``ConflictDetection``: total buckets of a partition change only with an
+    overwrite); a writer that flushed before the table's ``bucket`` changed, or writers of two
+    numbers racing into a new partition, would otherwise put a key in two buckets."""
+    added: dict[bytes, int] = {}
+    for e in entries:
+        if e.kind == FileKind.ADD and added.setdefault(e.partition, e.total_buckets) != e.total_buckets:
+            raise CommitConflictError(f"this commit adds files of {added[e.partition]} and {e.total_buckets} "
+                                      f"buckets to {ctx.describe_partition(e.partition)}", table=ctx.name)
+    if not added or latest is None:
+        return
+    for e in live_files.live_entries(ctx, latest):
+        if added.get(e.partition, e.total_buckets) != e.total_buckets:
+            raise CommitConflictError(
+                f"total buckets of {ctx.describe_partition(e.partition)} would change from {e.total_buckets} "
+                f"to {added[e.partition]} without overwrite (the table's 'bucket' changed, or another writer wrote "
+                "the partition with another number); this commit is void", table=ctx.name)
+
+
 def _check_view(ctx: TableContext, view: int, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
     """A compaction that looked up the older levels of its buckets in snapshot ``view`` is void
     when a later compaction added files above level 0 to one of them: it did not look there
@@ -359,6 +379,7 @@ def _land(
             delta = _Delta.write(ctx, kind, messages, attempt)
         entries = delta.entries
         try:
+            _check_bucket_counts(ctx, latest, entries)
             _check_conflicts(ctx, latest, entries)
             if view is not None and kind is CommitKind.COMPACT:
                 _check_view(ctx, view, latest, entries)
