@@ -15,6 +15,7 @@ import pytest
 
 import changelake as cl
 from changelake import errors
+from changelake.table.read import live_files
 from changelake.table.read.live_files import live_entries
 
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
@@ -76,6 +77,16 @@ def test_a_write_into_a_partition_of_another_bucket_number_is_refused(tmp_path: 
     table.compact(full=True)
     assert _totals(table) == {"a": {2}, "b": {4}}
     assert table.scan().to_arrow().num_rows == 50
+    # a manifest names a number of buckets only when all its files share it (readers prune
+    # manifests by a key's bucket under that number)
+    latest = table.latest_snapshot()
+    assert latest is not None
+    labels = []
+    for meta in live_files.data_manifests(table.context, latest):
+        counts = {e.total_buckets for e in live_files.manifest_entries(table.context, meta.file_name)}
+        assert meta.total_buckets == (counts.pop() if len(counts) == 1 else None)
+        labels.append(meta.total_buckets)
+    assert None in labels  # the full compaction's manifest holds files of both numbers
 
 
 def test_unpartitioned_tables_say_table(tmp_path: Path) -> None:

@@ -140,8 +140,16 @@ def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt:
         max_bucket=max_bucket,
         min_level=min_level,
         max_level=max_level,
-        total_buckets=entries[0].total_buckets if entries else None,
+        total_buckets=_common_total_buckets(entries),
     )
+
+
+def _common_total_buckets(entries: Sequence[ManifestEntry]) -> int | None:
+    """The number of buckets every entry shares, for a manifest's ``_TOTAL_BUCKETS``; None when
+    they differ (partitions of a table Paimon rescaled): readers prune manifests by a key's
+    bucket under that number (pypaimon does), which must hold for every entry."""
+    counts = {e.total_buckets for e in entries}
+    return counts.pop() if len(counts) == 1 else None
 
 
 def _write_manifest_list(ctx: TableContext, metas: Sequence[ManifestFileMeta], attempt: _Attempt) -> tuple[str, int]:
@@ -197,6 +205,9 @@ def _check_bucket_counts(ctx: TableContext, latest: Snapshot | None, entries: Se
                                       f"buckets to {ctx.describe_partition(e.partition)}", table=ctx.name)
     if not added or latest is None:
         return
+    counts = set(added.values())
+    if len(counts) == 1 and all(m.total_buckets in counts for m in live_files.data_manifests(ctx, latest)):
+        return  # every manifest says its files have this commit's number: no need to read them
     for e in live_files.live_entries(ctx, latest):
         if added.get(e.partition, e.total_buckets) != e.total_buckets:
             raise CommitConflictError(

@@ -32,8 +32,8 @@ class Split:
 
     ``raw_convertible`` splits hold no overlapping keys and, by their files' delete counts, no
     retractions, so their rows are read as they are, without a merge (retraction rows are
-    dropped all the same: some writers count them wrong). ``deletion_files`` (tables with deletion vectors)
-    gives each file's deletion vector (None: none), whose rows are left out.
+    dropped all the same: some writers count them wrong). ``deletion_files`` (tables with
+    deletion vectors) gives each file's deletion vector (None: none), whose rows are left out.
     """
 
     partition: bytes
