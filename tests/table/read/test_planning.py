@@ -122,7 +122,8 @@ def _level0(table: cl.Table, snapshot_id: int) -> bool:
     return any(e.file.level == 0 for e in live_files.live_entries(table.context, table.snapshot(snapshot_id)))
 
 
-@pytest.mark.parametrize("options", [{}, {"lookup-compact": "gentle"}, {"lookup-wait": "false"}])
+@pytest.mark.parametrize("options", [{}, {"lookup-compact": "gentle"}, {"lookup-wait": "false"}],
+                         ids=["radical", "gentle", "lookup-wait-off"])
 def test_first_row_batch_scans_skip_level0(tmp_path: Path, options: dict[str, str]) -> None:
     """As Paimon's batch scans of first-row tables (``batchScanSkipLevel0``): rows still at level
     0 are not read, not at an APPEND snapshot a time travel reads, nor in the latest snapshot
