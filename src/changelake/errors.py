@@ -98,6 +98,13 @@ class RowKindError(DataError):
     """A row kind is not one of +I, -U, +U, -D."""
 
 
+class BucketRescaleError(DataError):
+    """Rows go to a partition whose files were written with another number of buckets than the
+    table's ``bucket`` now (a Paimon rescale, ``ALTER TABLE ... SET ('bucket' = 'N')``, leaves the
+    old partitions' files as they were): hashing their keys by the new number would put a key in
+    two buckets. Nothing was written."""
+
+
 class SnapshotNotFoundError(ChangelakeError):
     """The requested snapshot (by id or time) does not exist."""
 

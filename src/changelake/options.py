@@ -233,10 +233,12 @@ class TableOptions:
     )
     ignore_delete: bool = declare("ignore-delete", values.parse_bool, "false", "Drop -U/-D input rows.")
     partial_update_remove_record_on_delete: bool = declare(
-        "partial-update.remove-record-on-delete", values.parse_bool, "false", "partial-update: a -D removes the record."
+        "partial-update.remove-record-on-delete", values.parse_bool, "false",
+        "partial-update: a -D removes the record; later adds start it anew, from the -D's NOT NULL values only.",
     )
     aggregation_remove_record_on_delete: bool = declare(
-        "aggregation.remove-record-on-delete", values.parse_bool, "false", "aggregation: a -D removes the record."
+        "aggregation.remove-record-on-delete", values.parse_bool, "false",
+        "aggregation: a -D removes the record; later adds start it anew, from the -D's NOT NULL values only.",
     )
     partial_update_remove_record_on_sequence_group: tuple[str, ...] = declare(
         "partial-update.remove-record-on-sequence-group",

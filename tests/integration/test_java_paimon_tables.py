@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import random
+import re
 import struct
 from collections.abc import Iterable
 from typing import Any
@@ -20,8 +21,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from java_paimon import EPOCH, JavaPaimon, fields_of
+from py4j.protocol import Py4JJavaError
 
 import changelake as cl
+from changelake.table.read.live_files import live_entries
 
 Row = dict[str, Any]
 Change = tuple[str, Row]
@@ -353,6 +356,64 @@ def test_engines_write_in_turn_without_deletion_vectors(tmp_path: Any, java: Jav
         assert theirs(java, warehouse) == expected, f"Java's read after step {step}"
     table.compact(full=True)
     assert theirs(java, warehouse) == ours(table) == _sorted(model.values())
+
+
+@pytest.mark.parametrize("options", [{}, {"lookup-compact": "gentle"}], ids=["radical", "gentle"])
+def test_first_row_snapshots_read_as_java_paimon_reads_them(tmp_path: Any, java: JavaPaimon,
+                                                            options: dict[str, str]) -> None:
+    """Java Paimon's batch scans skip level 0 of first-row tables (``DataTableBatchScan``):
+    changelake reads every snapshot as Java does, APPEND snapshots whose rows wait at level 0
+    (and, with ``lookup-compact=gentle``, later ones) included; both engines write in turn."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", SIMPLE, primary_keys=["id"], options={
+        "bucket": "2", "merge-engine": "first-row", **options})
+    rng = random.Random(5)
+    for step in range(5):
+        changes: list[Change] = [("+I", {"id": key, "name": f"s{step}", "v": float(step)})
+                                 for key in rng.sample(range(20), 8)]
+        if step == 3:
+            java.write(warehouse, "db.t", changes)
+        else:
+            _write_ours(table, changes)
+    levels = {s.id: {e.file.level for e in live_entries(table.context, s)} for s in table.snapshots()}
+    assert any(0 in found for found in levels.values())
+    for snapshot_id in levels:
+        assert ours(table, snapshot_id=snapshot_id) == _sorted(java.read(warehouse, "db.t", snapshot_id)), \
+            f"snapshot {snapshot_id} (levels {sorted(levels[snapshot_id])})"
+
+
+def test_writes_after_java_paimon_rescales_buckets(tmp_path: Any, java: JavaPaimon) -> None:
+    """Java Paimon writes partition a with 2 buckets, then ``ALTER TABLE ... SET ('bucket' =
+    '4')``: a changelake write into a is refused as Java refuses its own (the same partition and
+    numbers), leaving the table as it was; partition b is written with 4 buckets, which Java
+    reads, and compacting the table keeps a at 2, as Java then still writes it."""
+    warehouse = str(tmp_path)
+    java.create_table(warehouse, "db.t", [("dt", "STRING"), ("id", "BIGINT"), ("v", "STRING")],
+                      primary_keys=["dt", "id"], partition_keys=["dt"], options={"bucket": "2"})
+    java.write(warehouse, "db.t", [("+I", {"dt": "a", "id": i, "v": "java"}) for i in range(20)])
+    paimon = java.jvm.org.apache.paimon
+    java.catalog(warehouse).alterTable(paimon.catalog.Identifier.create("db", "t"),
+                                        [paimon.schema.SchemaChange.setOption("bucket", "4")], False)
+    table = cl.open_table(f"{warehouse}/db.db/t")
+    assert table.context.options.bucket == 4
+    latest = table.latest_snapshot()
+    refusal = "with a new bucket num 4, but the previous bucket num is 2"
+    with pytest.raises(Py4JJavaError, match=re.escape(f"Try to write partition {{dt=a}} {refusal}")):
+        java.write(warehouse, "db.t", [("+I", {"dt": "a", "id": 99, "v": "java"})])
+    with pytest.raises(cl.errors.BucketRescaleError, match=re.escape(f"partition {{dt=a}} {refusal}")):
+        _write_ours(table, [("+I", {"dt": "a", "id": i, "v": "ours"}) for i in range(10, 30)])
+    assert table.latest_snapshot() == latest
+    _write_ours(table, [("+I", {"dt": "b", "id": i, "v": "ours"}) for i in range(40)])
+    expected = _sorted([{"dt": "a", "id": i, "v": "java"} for i in range(20)] +
+                       [{"dt": "b", "id": i, "v": "ours"} for i in range(40)])
+    assert ours(table) == theirs(java, warehouse) == expected
+    table.compact(full=True)
+    totals = {(table.context.partition_values(e.partition)[0], e.total_buckets)
+              for e in live_entries(table.context, table.latest_snapshot())}
+    assert totals == {("a", 2), ("b", 4)}
+    java.write(warehouse, "db.t", [("+U", {"dt": "b", "id": 0, "v": "java"})])
+    assert theirs(java, warehouse) == ours(table) == _sorted(
+        [r if (r["dt"], r["id"]) != ("b", 0) else {**r, "v": "java"} for r in expected])
 
 
 # -- tags --------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@
 
 A pypaimon 2.1.0 bug shapes the data used here: its writer records ``delete_row_count = 0``
 for files holding ``-D``/``-U`` rows, so a bucket made of a single such file is read through
-the raw (no-merge) fast path and the retraction rows come back as if they were inserts.
+the raw (no-merge) fast path and pypaimon returns the retraction rows as if they were inserts
+(changelake drops them: ``test_deletes_pypaimon_counts_as_none_stay_deleted``).
 Every table below therefore gets one insert-only commit covering every (partition, bucket)
 first: every later file lands in a bucket that already has a file, so pypaimon always merges
 a bucket that holds retractions. ``_assert_raw_splits_hold_no_retractions`` checks this
@@ -32,12 +33,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 import changelake as cl
 from changelake.table.format import binary_row
 from changelake.table.format.bucket import buckets, hash_rows
+from changelake.table.merge import chunked
 from changelake.table.read.live_files import live_entries
 from pypaimon_oracle import Pypaimon
 
@@ -293,6 +296,43 @@ def test_changelake_reads_every_pypaimon_snapshot(tmp_path: Any, pypaimon: Pypai
             ours = _sorted(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
             assert ours == want, f"changelake reads pypaimon snapshot {snapshot_id} differently"
     assert _sorted(by_path.scan().to_arrow().to_pylist()) == expected[-1]
+
+
+@pytest.mark.parametrize("chunked_reads", [False, True])
+def test_deletes_pypaimon_counts_as_none_stay_deleted(tmp_path: Any, pypaimon: Pypaimon,
+                                                      monkeypatch: pytest.MonkeyPatch, chunked_reads: bool) -> None:
+    """pypaimon 2.1 records ``deleteRowCount = 0`` for level-0 files that hold -D rows
+    (``rowkind.field``): a bucket of one such file is one section, read without a merge, and
+    its -D rows must still not read as live rows (whole reads, projections, filters, and the
+    batch-by-batch read of big splits)."""
+    warehouse = str(tmp_path)
+    schema = pa.schema([pa.field("dt", pa.string()), pa.field("id", pa.int64()), pa.field("v", pa.string()),
+                        pa.field("op", pa.string())])
+    pypaimon.create_table(warehouse, "db.t", schema, partition_keys=["dt"], primary_keys=["dt", "id"],
+                          options={"bucket": "2", "rowkind.field": "op"})
+    rng = random.Random(6)
+    rows = [{"dt": rng.choice(PARTITIONS), "id": rng.randrange(800), "v": f"v{i}",
+             "op": rng.choice(["+I", "+I", "+U", "-D"])} for i in range(2000)]
+    pypaimon.write(warehouse, "db.t", pa.Table.from_pylist(rows, schema=schema))
+    model: dict[tuple[Any, ...], dict[str, Any]] = {}
+    _apply(model, rows, "op", keep_kind=True)
+
+    table = cl.Catalog(warehouse).get_table("db.t")
+    files = table.system("files").to_pylist()
+    assert len(files) == len(PARTITIONS) * 2
+    assert all(f["level"] == 0 and f["deleteRowCount"] == 0 for f in files)  # what pypaimon 2.1 records ...
+    kinds = [pq.ParquetFile(f["file_path"]).read(columns=["_VALUE_KIND"]).column(0).to_pylist() for f in files]
+    assert sum(k.count(3) for k in kinds) > 100  # ... for files holding this many -D rows
+    assert all(split.raw_convertible for split in table.scan().plan())
+    if chunked_reads:
+        monkeypatch.setattr(chunked, "CHUNKED_MERGE_BYTES", 0)
+        monkeypatch.setattr(chunked, "BATCH_ROWS", 64)
+    want = _sorted(model.values())
+    assert _sorted(table.scan().to_arrow().to_pylist()) == want
+    assert table.scan(columns=["v"]).to_arrow().num_rows == len(want)
+    assert table.scan(columns=[]).to_arrow().num_rows == len(want)
+    some = _sorted(r for r in want if r["v"] < "v5")
+    assert _sorted(table.scan(filter=pc.field("v") < "v5").to_arrow().to_pylist()) == some
 
 
 @pytest.mark.parametrize("creator", ["pypaimon", "changelake"])

@@ -75,6 +75,13 @@ def _ours(table: cl.Table, snapshot_id: int | None = None) -> list[Row]:
     return _sorted(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
 
 
+def _full_read(table: cl.Table, snapshot_id: int) -> list[Row]:
+    """The rows of a change stream's full read of a snapshot (which reads level 0 too)."""
+    stream = table.stream(mode="from-snapshot-full", snapshot_id=snapshot_id)
+    return _sorted(row for b in stream if b.kind is cl.ChangeKind.FULL for row in b.data.drop_columns(["rowkind"])
+                   .to_pylist())
+
+
 def _levels(table: cl.Table) -> set[int]:
     latest = table.latest_snapshot()
     assert latest is not None
@@ -389,9 +396,10 @@ FIRST_ROW = {"merge-engine": "first-row", "ignore-delete": "true"}
 
 def test_pypaimon_reads_changelake_first_row_snapshots_after_full_compactions(tmp_path: Any,
                                                                               pypaimon: Pypaimon) -> None:
-    """pypaimon, like Java Paimon (``batchScanSkipLevel0``), reads only the files above level 0
-    of a first-row table (Java's writer compacts level 0 right away, with lookups), so the
-    snapshots compared are those a full compaction left without level-0 files."""
+    """pypaimon and changelake, like Java Paimon (``batchScanSkipLevel0``), read only the files
+    above level 0 of a first-row table (Java's writer compacts level 0 right away, with
+    lookups): both read every snapshot alike, and those a full compaction left without level-0
+    files as the model has them (the others' full rows: a change stream's full read)."""
     warehouse = str(tmp_path)
     commits: list[list[Row] | str] = []
     for commit in _first_row_commits(4):
@@ -399,10 +407,12 @@ def test_pypaimon_reads_changelake_first_row_snapshots_after_full_compactions(tm
     table, expected = _changelake_writes(warehouse, FR_SCHEMA, FIRST_ROW, commits, lambda rows: rows[0])
     compared = 0
     for snapshot_id, want in expected.items():
-        assert _ours(table, snapshot_id) == want, f"changelake snapshot {snapshot_id} differs from the model"
+        ours = _ours(table, snapshot_id)
+        assert ours == _paimon_read(pypaimon, warehouse, "db.t", snapshot_id), f"pypaimon reads snapshot {snapshot_id}"
+        assert _full_read(table, snapshot_id) == want, f"changelake snapshot {snapshot_id} differs from the model"
         if 0 in {e.file.level for e in live_entries(table.context, table.snapshot(snapshot_id))}:
             continue
-        assert _paimon_read(pypaimon, warehouse, "db.t", snapshot_id) == want, f"pypaimon reads snapshot {snapshot_id}"
+        assert ours == want, f"changelake snapshot {snapshot_id} differs from the model"
         compared += 1
     assert compared >= 4
 
@@ -430,8 +440,9 @@ def test_pypaimon_reads_changelake_first_row_compacted_below_the_top_level(tmp_p
 
 def test_changelake_reads_pypaimon_first_row_snapshots(tmp_path: Any, pypaimon: Pypaimon) -> None:
     """pypaimon 2.1.0 cannot read its own first-row writes: its batch scans skip level 0 (as
-    Java's do) but its writer never compacts. changelake reads every snapshot (merging level
-    0); after changelake compacts the table, pypaimon reads it too."""
+    Java's and changelake's do) but its writer never compacts. changelake's batch scans read
+    every snapshot as pypaimon does, and a change stream's full read merges level 0; after
+    changelake compacts the table, both read it whole."""
     warehouse = str(tmp_path)
     _create_paimon_table(pypaimon, warehouse, "db.t", FR_SCHEMA, {"bucket": "2", "merge-engine": "first-row"})
     rng = random.Random(5)
@@ -445,7 +456,8 @@ def test_changelake_reads_pypaimon_first_row_snapshots(tmp_path: Any, pypaimon: 
     table = cl.Catalog(warehouse).get_table("db.t")
     assert [s.id for s in table.snapshots()] == list(range(1, len(expected) + 1))
     for snapshot_id, want in enumerate(expected, start=1):
-        assert _ours(table, snapshot_id) == want, f"changelake reads pypaimon snapshot {snapshot_id} differently"
+        assert _ours(table, snapshot_id) == _paimon_read(pypaimon, warehouse, "db.t", snapshot_id) == []
+        assert _full_read(table, snapshot_id) == want, f"changelake reads pypaimon snapshot {snapshot_id} differently"
     table.compact(full=True)
     assert 0 not in _levels(table)
     assert _ours(table) == expected[-1]

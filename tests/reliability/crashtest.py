@@ -203,7 +203,8 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     waiting = [i for i in intents if i not in resolved and not (mode.one_shot and i in assigned)]
     report.start = min(waiting) if waiting else max(intents, default=0) + 1
 
-    # pypaimon reads the latest snapshot; of a first-row table, the newest without level-0 files.
+    # pypaimon reads the latest snapshot; of a table whose readers skip level 0, the newest
+    # without level-0 files.
     oracle = snapshots[-1] if snapshots else None
     if mode.skips_level0:
         oracle = next((s for s in reversed(snapshots) if not workload.has_level0(table, s)), None)
@@ -230,9 +231,10 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
             continue
         if oracle is not None and snap.id == oracle.id:
             oracle_view = model.view()
-        if mode.skips_level0 and mode.engine != "first-row" and workload.has_level0(table, snap):
-            # Readers of tables with deletion vectors skip level 0: such a snapshot (its
-            # COMPACT was killed) shows its commit only once a later one compacts it up.
+        if mode.skips_level0 and workload.has_level0(table, snap):
+            # Readers of first-row tables and of tables with deletion vectors skip level 0: such
+            # a snapshot (its COMPACT was killed) shows its commit only once a later one
+            # compacts it up.
             continue
         one = Diff.of(model.view(), got)
         if one.total:

@@ -117,13 +117,15 @@ class Scan(handoff.ArrowExports):
     def plan(self) -> list[Split]:
         """The splits to read. Per bucket, files whose key ranges overlap stay in one split
         (interval partition into sections); sections are packed up to
-        ``source.split.target-size``, each file weighing at least ``source.split.open-file-cost``."""
+        ``source.split.target-size``, each file weighing at least ``source.split.open-file-cost``.
+        As Paimon's batch scans, level 0 is not read for first-row tables and tables with
+        deletion vectors: rows still there are read once a compaction moves them up."""
         if self.snapshot is None:
             return []
         if self.read_optimized:
             top = self.context.options.num_levels - 1
             return planner.plan(self.context, self.snapshot, self.row_filter, lambda level: level == top)
-        return planner.plan(self.context, self.snapshot, self.row_filter)
+        return planner.plan(self.context, self.snapshot, self.row_filter, planner.batch_levels(self.context))
 
     def read_split(self, split: Split) -> pa.Table:
         """The merged rows of one split, filtered and projected."""

@@ -64,26 +64,28 @@ class TableContext:
         return SchemaHistory(self.file_io, self.paths, self.name)
 
     def read_file(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str] | None = None,
-                  rows: tuple[int, int] | None = None, *, deleted: BitMap | None = None) -> pa.Table:
+                  rows: tuple[int, int] | None = None, *, deleted: BitMap | None = None,
+                  kinds_for_retractions: bool = False) -> pa.Table:
         """Rows of a data (or changelog) file in this schema's key-value layout, whatever schema
         the file was written with: its columns are matched to this schema's by field id, so a
         dropped column is left out, a renamed one read under its old name, an added one is all
         nulls and a widened one cast (Paimon's schema evolution on read). ``deleted`` (the
-        file's deletion vector) leaves out the rows it marks."""
+        file's deletion vector) leaves out the rows it marks. ``kinds_for_retractions``: the
+        ``_VALUE_KIND`` column is left out where the file's statistics show no -U/-D row."""
         renames = None
         if meta.schema_id != self.schema.id:
             renames = self.schema.names_in(self.schemas.get(meta.schema_id))
         return data_file.read(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns, rows,
-                              renames, deleted=deleted)
+                              renames, deleted=deleted, kinds_for_retractions=kinds_for_retractions)
 
     def read_file_batches(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str],
-                          batch_rows: int) -> Iterator[pa.Table]:
+                          batch_rows: int, *, kinds_for_retractions: bool = False) -> Iterator[pa.Table]:
         """The rows :meth:`read_file` reads, ``batch_rows`` at a time in file order."""
         renames = None
         if meta.schema_id != self.schema.id:
             renames = self.schema.names_in(self.schemas.get(meta.schema_id))
         return data_file.read_batches(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns,
-                                      batch_rows, renames)
+                                      batch_rows, renames, kinds_for_retractions=kinds_for_retractions)
 
     @property
     def primary_keys(self) -> tuple[str, ...]:
@@ -160,6 +162,16 @@ class TableContext:
         def values(partition: bytes) -> tuple[Any, ...]:
             return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
         return functools.lru_cache(maxsize=4096)(values)
+
+    def describe_partition(self, partition: bytes) -> str:
+        """A serialized partition as Paimon's messages name it: ``partition {dt=2024-01-01, hr=10}``,
+        or ``table`` for an unpartitioned table."""
+        if not self.partition_keys:
+            return "table"
+        default = self.options.partition_default_name
+        values = self.partition_values(partition)
+        return "partition {" + ", ".join(f"{k}={default if v is None else v}"
+                                         for k, v in zip(self.partition_keys, values, strict=True)) + "}"
 
     def bucket_dir(self, partition: bytes, bucket: int) -> str:
         """Directory of a bucket given its serialized partition BinaryRow."""

@@ -66,6 +66,12 @@ def test_metadata_matches_the_rows_of_each_file(tmp_path: Path, target_file_size
         assert (meta.min_sequence_number, meta.max_sequence_number) == (
             pc.min(stored[kv.SEQUENCE]).as_py(), pc.max(stored[kv.SEQUENCE]).as_py())
         assert meta.delete_row_count == pc.sum(pc.equal(stored[kv.VALUE_KIND], kv.DELETE)).as_py()
+        # the row kinds' statistics tell a merge-free read whether to decode them
+        footer = pq.ParquetFile(path).metadata
+        for group in range(footer.num_row_groups):
+            columns = [footer.row_group(group).column(i) for i in range(footer.num_columns)]
+            kinds = next(c for c in columns if c.path_in_schema == kv.VALUE_KIND)
+            assert kinds.is_stats_set and (kinds.statistics.min, kinds.statistics.max) == (kv.INSERT, kv.DELETE)
     assert seen == rows.num_rows
 
 

@@ -32,8 +32,10 @@ Row = dict[str, Any]
 # helpers
 
 
-def table_schema(fields: Sequence[tuple[str, pa.DataType]], options: dict[str, str]) -> schema_module.TableSchema:
-    arrow = pa.schema([pa.field("k", pa.int64(), nullable=False), *(pa.field(n, t) for n, t in fields)])
+def table_schema(fields: Sequence[tuple[str, pa.DataType]], options: dict[str, str],
+                 not_null: Sequence[str] = ()) -> schema_module.TableSchema:
+    arrow = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                       *(pa.field(n, t, nullable=n not in not_null) for n, t in fields)])
     return schema_module.from_arrow("db.t", arrow, ["k"], [], options, None)
 
 
@@ -54,8 +56,9 @@ def engine_of(fields: Sequence[tuple[str, pa.DataType]], **options: str) -> Merg
     return merge_engine(table_schema(fields, opts), TableOptions.parse(opts, table="db.t"))
 
 
-def make_engine(fields: Sequence[tuple[str, pa.DataType]], options: dict[str, str]) -> MergeEngine:
-    return merge_engine(table_schema(fields, options), TableOptions.parse(options, table="db.t"))
+def make_engine(fields: Sequence[tuple[str, pa.DataType]], options: dict[str, str],
+                not_null: Sequence[str] = ()) -> MergeEngine:
+    return merge_engine(table_schema(fields, options, not_null), TableOptions.parse(options, table="db.t"))
 
 
 def kv_table(fields: Sequence[tuple[str, pa.DataType]], rows: Sequence[Row]) -> pa.Table:
@@ -243,13 +246,14 @@ def test_partial_update_remove_record_on_delete() -> None:
     names = ["a", "b", "c"]
     deleted = seq_rows(("+I", 1.0, 1, "x"), ("-D", 1.0, 1, "x"), names=names)
     assert merged(e, PU4, deleted) == []
-    assert values(merged(e, PU4, deleted, drop=False), "kind", "a") == [("-D", 1.0)]
-    # After a -D the record restarts from the -D's values (Paimon's initRow), then updates apply.
+    assert values(merged(e, PU4, deleted, drop=False), "kind", "a") == [("-D", None)]
+    # After a -D the record restarts from the -D's NOT NULL values only (Paimon's initRow; none
+    # here), then updates apply: the deleted row's values do not come back.
     rows = seq_rows(("+I", 1.0, 1, "x"), ("-D", 2.0, None, "y"), ("+I", None, 3, None), names=names)
-    assert values(merged(e, PU4, rows), "kind", "a", "b", "c") == [("+I", 2.0, 3, "y")]
-    # -U is ignored (it only initialises the record when it comes first).
+    assert values(merged(e, PU4, rows), "kind", "a", "b", "c") == [("+I", None, 3, None)]
+    # -U is ignored (when it comes first it initialises the record, with its NOT NULL values).
     rows = seq_rows(("-U", 5.0, 5, "u"), ("+I", None, 1, None), ("-U", 7.0, 7, "w"), names=names)
-    assert values(merged(e, PU4, rows), "kind", "a", "b", "c") == [("+I", 5.0, 1, "u")]
+    assert values(merged(e, PU4, rows), "kind", "a", "b", "c") == [("+I", None, 1, None)]
     with pytest.raises(OptionError, match="ignore-delete"):
         engine_of(
             PU4, merge__engine="partial-update", partial_update__remove_record_on_delete="true", ignore__delete="true"
@@ -322,8 +326,9 @@ def test_sequence_group_retractions() -> None:
     }
     only_retractions = seq_rows(("-U", 1, 1, 2, 9, 9, None), ("-D", 1, 1, 1, 9, 9, None), names=SG_NAMES)
     out = merged(e, SG, only_retractions, drop=False)
-    # The first retraction initialises the record; no add: the result is a delete.
-    assert values(out, "kind", *SG_NAMES) == [("-D", None, None, 2, 9, 9, None)]
+    # The first retraction initialises the record with its NOT NULL values (none here), then
+    # retracts group 1; no add: the result is a delete.
+    assert values(out, "kind", *SG_NAMES) == [("-D", None, None, 2, None, None, None)]
 
 
 def test_remove_record_on_sequence_group() -> None:
@@ -336,7 +341,15 @@ def test_remove_record_on_sequence_group() -> None:
     )
     rows = seq_rows(("+I", 1, 1, 1, 1, 1, 1), ("-D", None, None, 2, None, None, None), names=SG_NAMES)
     assert merged(e, SG, rows) == []
-    assert values(merged(e, SG, rows, drop=False), "kind", "g_1", "c") == [("-D", 2, None)]
+    assert values(merged(e, SG, rows, drop=False), "kind", "g_1", "c") == [("-D", None, None)]
+    # The delete restarts the record: g_1 is null again, so a row of an older g_1 sets the group.
+    again = [*rows, *seq_rows(("+I", 7, 7, 1, None, None, None), names=SG_NAMES)]
+    again[-1]["seq"] = 2
+    assert values(merged(e, SG, again), "kind", *SG_NAMES) == [("+I", 7, 7, 1, None, None, None)]
+    # So a delete of an older g_1 after it restarts the record again, and so on.
+    chain = seq_rows(("+I", 1, 1, 1, 1, 1, 1), ("-D", None, None, 3, None, None, None),
+                     ("-D", None, None, 2, None, None, None), ("+I", 5, 5, 1, None, None, None), names=SG_NAMES)
+    assert values(merged(e, SG, chain), "kind", *SG_NAMES) == [("+I", 5, 5, 1, None, None, None)]
     older = seq_rows(("+I", 1, 1, 3, 1, 1, 1), ("-D", None, None, 2, None, None, None), names=SG_NAMES)
     assert values(merged(e, SG, older), "kind", *SG_NAMES) == [("+I", 1, 1, 3, 1, 1, 1)]
     group_2 = seq_rows(("+I", 1, 1, 1, 1, 1, 1), ("-D", None, None, None, 5, 5, 2), names=SG_NAMES)
@@ -532,11 +545,17 @@ def test_count_remove_record_on_delete() -> None:
     e.check_input(np.array([0, 1, 3], dtype=np.int8), "db.t")
     rows = seq_rows(("+I", 1, 1), ("+I", 1, 1), ("-D", 7, None), names=["n", "m"])
     assert merged(e, fields, rows) == []
-    assert values(merged(e, fields, rows, drop=False), "kind", "n", "m") == [("-D", 7, None)]
-    # Later rows count on from the delete's values (Paimon's initRow); a null starts from 0.
+    assert values(merged(e, fields, rows, drop=False), "kind", "n", "m") == [("-D", None, None)]
+    # Later rows count from null (a nullable column restarts as null: Paimon's initRow), which
+    # any merged row turns into 0 first.
     rows = seq_rows(
         ("+I", 1, 1), ("-D", 7, None), ("+I", 1, None), ("+I", 1, 1), ("-U", 1, 1), ("+I", None, 1), names=["n", "m"]
     )
+    assert values(merged(e, fields, rows), "kind", "n", "m") == [("+I", 1, 1)]
+    # A NOT NULL column counts on from the delete's value.
+    e = make_engine(fields, {"merge-engine": "aggregation", "fields.default-aggregate-function": "count",
+                             "aggregation.remove-record-on-delete": "true"}, not_null=["n"])
+    rows = seq_rows(("+I", 1, 1), ("-D", 7, 4), ("+I", 1, 1), names=["n", "m"])
     assert values(merged(e, fields, rows), "kind", "n", "m") == [("+I", 8, 1)]
 
 
@@ -546,13 +565,14 @@ def test_count_integer_types_and_overflow(data_type: pa.DataType) -> None:
     e = make_engine(fields, {
         "merge-engine": "aggregation", "fields.n.aggregate-function": "count",
         "aggregation.remove-record-on-delete": "true",
-    })  # fmt: skip
-    out = e.merge(kv_table(fields, seq_rows(("+I", 3), ("+I", None), ("+I", -4), names=["n"])), KEYS, drop_deletes=True)
+    }, not_null=["n"])  # fmt: skip
+    out = e.merge(kv_table(fields, seq_rows(("+I", 3), ("+I", 5), ("+I", -4), names=["n"])), KEYS, drop_deletes=True)
     assert out.schema.field("n").type == data_type
-    assert out.column("n").to_pylist() == [2]
+    assert out.column("n").to_pylist() == [3]
     info = np.iinfo(data_type.to_pandas_dtype())
     top, bottom = int(info.max), int(info.min)
-    # The bounds are reachable from a delete's value; a step past them is an error, as for sum.
+    # The bounds are reachable from a delete's value (of a NOT NULL column); a step past them
+    # is an error, as for sum.
     at_top = seq_rows(("+I", 1), ("-D", top - 1), ("+I", 1), names=["n"])
     assert values(merged(e, fields, at_top), "n") == [(top,)]
     with pytest.raises(DataError, match=rf"table db\.t: column 'n': count {top + 1} overflows {data_type}"):
@@ -632,13 +652,17 @@ def test_aggregation_remove_record_on_delete() -> None:
             "fields.default-aggregate-function": "sum",
             "aggregation.remove-record-on-delete": "true",
         },
+        not_null=["a"],
     )
+    # Paimon's AggregateMergeFunctionTest#testInitRowWithNullableFieldOnDelete, as Paimon 1.1 to
+    # 1.3 merge it: initRow takes the delete's NOT NULL values only.
     rows = seq_rows(("+I", 0, 0, 5), ("-D", 2, 2, None), names=["a", "b", "c"])
     assert merged(e, fields, rows) == []
-    assert values(merged(e, fields, rows, drop=False), "kind", "a", "b", "c") == [("-D", 2, 2, None)]  # Paimon's test
-    # Adds after the delete start from the delete's values (Paimon's initRow), -U still retracts.
+    assert values(merged(e, fields, rows, drop=False), "kind", "a", "b", "c") == [("-D", 2, None, None)]
+    # Adds after the delete start from its NOT NULL values (the others from null), -U still
+    # retracts.
     rows = seq_rows(("+I", 1, 1, 1), ("-D", 2, 2, None), ("+I", 10, None, 3), ("-U", 1, 1, 1), names=["a", "b", "c"])
-    assert values(merged(e, fields, rows), "kind", "a", "b", "c") == [("+I", 11, 1, 2)]
+    assert values(merged(e, fields, rows), "kind", "a", "b", "c") == [("+I", 11, -1, 2)]
     with pytest.raises(OptionError, match="ignore-retract"):
         make_engine(
             fields,
@@ -671,9 +695,10 @@ def test_first_value_after_a_removed_record() -> None:
     }
     e = make_engine(fields, options)
     rows = seq_rows(("+I", None, None), ("+I", 2, 2), ("-D", 7, 7), ("+I", 3, 3), names=["f", "n"])
-    # first_value was initialised (by the null) before the delete: the delete's value stays;
-    # first_non_null_value was initialised by 2: same.
-    assert values(merged(e, fields, rows), "f", "n") == [(7, 7)]
+    # first_value was initialised (by the null) before the delete: it keeps the restarted
+    # record's value, null (Paimon's initRow restarts nullable columns as null; a NOT NULL one
+    # would keep the delete's value); first_non_null_value was initialised by 2: same.
+    assert values(merged(e, fields, rows), "f", "n") == [(None, None)]
     rows = seq_rows(("-D", 7, None), ("+I", 3, 3), ("+I", 4, 4), names=["f", "n"])
     assert values(merged(e, fields, rows), "f", "n") == [(3, 3)]
 
@@ -874,6 +899,9 @@ def ref_partial_update(e: PartialUpdate, rows: list[Row], names: list[str]) -> t
     row: Row = dict.fromkeys(names)
     state = {"meet_insert": False, "filled": False, "deleted": False}
 
+    def init_row(kv_row: Row) -> Row:  # Paimon's initRow: the NOT NULL fields only
+        return {n: kv_row[n] if n in e.not_null else None for n in names}
+
     def key(values: Row, g: Any) -> tuple[Any, ...]:
         return tuple((0, 0) if values[s] is None else (1, values[s]) for s in g.sequence_fields)
 
@@ -885,7 +913,7 @@ def ref_partial_update(e: PartialUpdate, rows: list[Row], names: list[str]) -> t
         retract = kv_row["kind"] in ("-U", "-D")
         if retract:
             if not state["filled"]:
-                row = {n: kv_row[n] for n in names}
+                row = init_row(kv_row)
                 state["filled"] = True
             if e.sequence_groups:
                 updated: set[str] = set()
@@ -911,7 +939,7 @@ def ref_partial_update(e: PartialUpdate, rows: list[Row], names: list[str]) -> t
                                 processed.add(s)
                             if reset:
                                 state["deleted"] = True
-                                row = {c: kv_row[c] for c in names}
+                                row = init_row(kv_row)
                                 break
                         else:
                             row[n] = None if agg is None else agg.retract(row[n], kv_row[n])
@@ -921,7 +949,7 @@ def ref_partial_update(e: PartialUpdate, rows: list[Row], names: list[str]) -> t
             if e.remove_record_on_delete:
                 if kv_row["kind"] == "-D":
                     state["deleted"] = True
-                    row = {n: kv_row[n] for n in names}
+                    row = init_row(kv_row)
                 continue
             raise RowKindError("partial-update cannot accept deletes")
         if not e.sequence_groups:
@@ -969,8 +997,8 @@ def ref_aggregation(e: Aggregation, rows: list[Row], names: list[str]) -> tuple[
     deleted = False
     for kv_row in rows:
         deleted = e.remove_record_on_delete and kv_row["kind"] == "-D"
-        if deleted:
-            row = {n: kv_row[n] for n in names}
+        if deleted:  # Paimon's initRow: the NOT NULL fields only
+            row = {n: kv_row[n] if n in e.not_null else None for n in names}
             continue
         retract = kv_row["kind"] in ("-U", "-D")
         for n in names:
@@ -1354,6 +1382,53 @@ def test_aggregation_matches_model_and_is_associative(rows: list[Row], variant: 
         assoc_fields, {k: v for k, v in options.items() if not k.startswith("fields.") or k.split(".")[1] in names}
     )
     check_associative(sub, assoc_fields, rows_subset, min(split, len(rows)), by_sort_order=bool(sub.sequence_fields))
+
+
+# fields, the NOT NULL ones, a strategy per column, options
+NNCase = tuple[list[tuple[str, pa.DataType]], list[str], dict[str, st.SearchStrategy[Any]], dict[str, str]]
+NN_CASES: dict[str, NNCase] = {
+    "partial-update": (
+        [("a", INT), ("b", pa.string()), ("c", INT)], ["a"],
+        {"a": st.integers(-3, 3), "b": st.sampled_from([None, "x", "y"]), "c": small},
+        {"merge-engine": "partial-update", "partial-update.remove-record-on-delete": "true"},
+    ),
+    "sequence-groups": (
+        GROUP_FIELDS, ["g2", "e"],
+        {"a": small, "b": small, "g1": seq_values, "c": small, "d": small, "g2": st.integers(0, 3), "g3": seq_values,
+         "e": st.integers(-3, 3)},
+        {"merge-engine": "partial-update", "fields.g1.sequence-group": "a,b", "fields.g2,g3.sequence-group": "c,d",
+         "fields.b.aggregate-function": "sum"},
+    ),
+    "aggregation": (
+        [("s", INT), ("t", INT), ("l", pa.string()), ("fv", INT)], ["s", "fv"],
+        {"s": st.integers(-3, 3), "t": small, "l": st.sampled_from([None, "x", "y"]), "fv": st.integers(-3, 3)},
+        {"merge-engine": "aggregation", "fields.s.aggregate-function": "sum", "fields.t.aggregate-function": "sum",
+         "fields.fv.aggregate-function": "first_value", "aggregation.remove-record-on-delete": "true"},
+    ),
+}  # fmt: skip
+
+
+@SETTINGS
+@given(
+    data=st.data(),
+    case=st.sampled_from(sorted(NN_CASES)),
+    delete_group=st.sampled_from([None, "g1", "g3"]),
+    drop=st.booleans(),
+)
+def test_restarted_records_take_only_not_null_columns_as_the_model(
+    data: Any, case: str, delete_group: str | None, drop: bool
+) -> None:
+    """A record restarted from a row (a removing -D, a group's delete, a retraction that comes
+    first) takes that row's NOT NULL values and no other (Paimon's initRow); NOT NULL columns
+    always hold a value here, as writers require."""
+    fields, not_null, columns, options = NN_CASES[case]
+    if case == "sequence-groups" and delete_group is not None:
+        options = options | {"partial-update.remove-record-on-sequence-group": delete_group}
+    # aggregation: every retraction a -D, which removes the record (first_value cannot retract)
+    rows = data.draw(row_lists(columns, ["+I", "+U", "-D"] if case == "aggregation" else ALL_KINDS))
+    e = make_engine(fields, options, not_null)
+    assert e.not_null == {"k", *not_null}
+    check_engine(e, fields, rows, drop)
 
 
 def test_merge_of_nothing_and_of_one_row() -> None:

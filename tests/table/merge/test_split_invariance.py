@@ -7,7 +7,7 @@ some of its merges are not associative (see ``changelake.table.merge.engines``),
 Paimon itself depends on the grouping is left out, each case saying what:
 
 * partial-update with sequence groups: adds only. A merge that starts with a retraction takes
-  the retraction's values for the columns it does not retract (Paimon's ``initRow``), and a
+  the retraction's NOT NULL values (Paimon's ``initRow``), and a
   full compaction drops a key whose merge so far is a delete; no ``last_non_null_value`` in a
   group (an older row fills a newer null only when they meet in one merge).
 * partial-update without sequence groups: adds only (retractions need the options above).
@@ -142,9 +142,10 @@ UPDATE = {"id": 5, "a": 0, "b": "y", "c": 0.0, "g": None, "s": None, "rowkind": 
 
 
 def test_delete_before_update_same_in_one_batch_and_one_commit_per_row() -> None:
-    # Paimon: the -D starts the merge, so it initialises the record (b, g, s) and retracts its
-    # group (a); the +U has no g, so its group is skipped, and it sets b and c.
-    paimon = [{"id": 5, "a": None, "b": "y", "c": 0.0, "g": 4, "s": 1}]
+    # Paimon: the -D starts the merge, so it initialises the record (its NOT NULL columns: the
+    # key only, so not s) and retracts its group (a, setting g); the +U has no g, so its group is
+    # skipped, and it sets b and c.
+    paimon = [{"id": 5, "a": None, "b": "y", "c": 0.0, "g": 4, "s": None}]
     assert read(GROUP_G, [[DELETE, UPDATE]]) == paimon
     assert read(GROUP_G, [[DELETE], [UPDATE]]) == paimon
     # A full compaction after the -D drops it (a delete never reaches the top level), so the

@@ -147,8 +147,16 @@ def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt:
         max_bucket=max_bucket,
         min_level=min_level,
         max_level=max_level,
-        total_buckets=entries[0].total_buckets if entries else None,
+        total_buckets=_common_total_buckets(entries),
     )
+
+
+def _common_total_buckets(entries: Sequence[ManifestEntry]) -> int | None:
+    """The number of buckets every entry shares, for a manifest's ``_TOTAL_BUCKETS``; None when
+    they differ (partitions of a table Paimon rescaled): readers prune manifests by a key's
+    bucket under that number (pypaimon does), which must hold for every entry."""
+    counts = {e.total_buckets for e in entries}
+    return counts.pop() if len(counts) == 1 else None
 
 
 def _write_manifest_list(ctx: TableContext, metas: Sequence[ManifestFileMeta], attempt: _Attempt) -> tuple[str, int]:
@@ -190,6 +198,29 @@ def _check_conflicts(ctx: TableContext, latest: Snapshot | None, entries: Sequen
                     "landed first); this commit's compaction is void",
                     table=ctx.name,
                 )
+
+
+def _check_bucket_counts(ctx: TableContext, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
+    """The files this commit adds to a partition must have the number of buckets of the files
+    there (Paimon's ``ConflictDetection``: total buckets of a partition change only with an
+    overwrite); a writer that flushed before the table's ``bucket`` changed, or writers of two
+    numbers racing into a new partition, would otherwise put a key in two buckets."""
+    added: dict[bytes, int] = {}
+    for e in entries:
+        if e.kind == FileKind.ADD and added.setdefault(e.partition, e.total_buckets) != e.total_buckets:
+            raise CommitConflictError(f"this commit adds files of {added[e.partition]} and {e.total_buckets} "
+                                      f"buckets to {ctx.describe_partition(e.partition)}", table=ctx.name)
+    if not added or latest is None:
+        return
+    counts = set(added.values())
+    if len(counts) == 1 and all(m.total_buckets in counts for m in live_files.data_manifests(ctx, latest)):
+        return  # every manifest says its files have this commit's number: no need to read them
+    for e in live_files.live_entries(ctx, latest):
+        if added.get(e.partition, e.total_buckets) != e.total_buckets:
+            raise CommitConflictError(
+                f"total buckets of {ctx.describe_partition(e.partition)} would change from {e.total_buckets} "
+                f"to {added[e.partition]} without overwrite (the table's 'bucket' changed, or another writer wrote "
+                "the partition with another number); this commit is void", table=ctx.name)
 
 
 def _check_view(ctx: TableContext, view: int, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
@@ -366,6 +397,7 @@ def _land(
             delta = _Delta.write(ctx, kind, messages, attempt)
         entries = delta.entries
         try:
+            _check_bucket_counts(ctx, latest, entries)
             _check_conflicts(ctx, latest, entries)
             if view is not None and kind is CommitKind.COMPACT:
                 _check_view(ctx, view, latest, entries)

@@ -86,9 +86,12 @@ class _OpenFile:
         schema = self.schema = parquet_layout.stored_schema(schema)
         compression = settings.compression_at(level)
         compression_level = settings.zstd_level if compression == "zstd" else None
-        # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space.
+        # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space,
+        # but for the row kinds: a merge-free read decodes them to drop retractions, fastest from
+        # runs of dictionary indices. Their statistics tell that read when a file holds none
+        # (Paimon's and pypaimon's writers keep statistics of every column).
         dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
-                      or pa.types.is_large_string(f.type)] if settings.dictionary else False
+                      or pa.types.is_large_string(f.type) or f.name == kv.VALUE_KIND] if settings.dictionary else False
         self.target = file_io.open_output(self.path)
         # INT96 columns go to pyarrow as FIXED_LEN_BYTE_ARRAY(12), and the sink retypes them in
         # the footer; the Arrow schema pyarrow would store in the file names that stand-in
@@ -96,7 +99,7 @@ class _OpenFile:
         self.sink: pa.NativeFile | Int96Sink = Int96Sink(self.target, self.int96) if self.int96 else self.target
         try:
             self.writer = pq.ParquetWriter(self.sink, schema, compression=compression,
-                                           compression_level=compression_level, write_statistics=False,
+                                           compression_level=compression_level, write_statistics=[kv.VALUE_KIND],
                                            store_schema=not self.int96,
                                            use_dictionary=dictionary)
         except BaseException:
@@ -252,6 +255,7 @@ def read(
     renames: Mapping[str, str | None] | None = None,
     *,
     deleted: BitMap | None = None,
+    kinds_for_retractions: bool = False,
 ) -> pa.Table:
     """Rows of a data file in ``schema``'s types (a subset of columns when given), in the full
     key-value layout whatever the file's: a thin file (Paimon's ``data-file.thin-mode``, which
@@ -260,13 +264,17 @@ def read(
     only those rows, decoding only the row groups that hold them. ``renames`` maps columns the
     file stores under another name (a file of an older schema) to that name, or to None for a
     column the file lacks, read as all nulls. ``deleted`` (a deletion vector; not with ``rows``)
-    leaves out the rows at the positions it holds."""
+    leaves out the rows at the positions it holds. With ``kinds_for_retractions`` (the caller
+    reads ``_VALUE_KIND`` only to drop -U/-D rows) it is left out where the file's statistics
+    show it holds none."""
     if deleted is not None and rows is not None:
         raise ValueError("a data file is read either whole minus its deleted rows or by row range")
-    names = list(schema.names if columns is None else columns)
-    absent, present, as_stored = _absent_and_present(names, renames)
     with _opened(file_io, path) as source:
         parquet = _parquet(source, path)
+        if kinds_for_retractions and columns is not None:
+            columns = _kinds_if_retracting(parquet, columns)
+        names = list(schema.names if columns is None else columns)
+        absent, present, as_stored = _absent_and_present(names, renames)
         stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
         # A thin file's <k> is read once, for both <k> and _KEY_<k>.
         read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
@@ -282,6 +290,27 @@ def read(
         else:
             table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
     return _conform(table, schema, columns, names, present, stored, absent)
+
+
+def _kinds_if_retracting(parquet: pq.ParquetFile, columns: Sequence[str]) -> list[str]:
+    """``columns`` without ``_VALUE_KIND`` when the footer's statistics show that no row group
+    holds a -U/-D row (only +I rows, or only +U rows), and other columns are read (Arrow loses
+    the row count of a table without columns)."""
+    names = list(columns)
+    metadata = parquet.metadata
+    if kv.VALUE_KIND not in names or len(names) == 1 or not metadata.num_row_groups:
+        return names
+    first = metadata.row_group(0)
+    index = next((i for i in range(first.num_columns) if first.column(i).path_in_schema == kv.VALUE_KIND), None)
+    if index is None:
+        return names
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return names
+        if not (stats.max == kv.INSERT or stats.min == stats.max == kv.UPDATE_AFTER):
+            return names
+    return [n for n in names if n != kv.VALUE_KIND]
 
 
 def _dictionary_only_columns(parquet: pq.ParquetFile, columns: list[str] | None) -> list[str]:
@@ -353,12 +382,15 @@ def read_batches(
     columns: Sequence[str],
     batch_rows: int,
     renames: Mapping[str, str | None] | None = None,
+    *,
+    kinds_for_retractions: bool = False,
 ) -> Iterator[pa.Table]:
     """The rows of a data file as :func:`read` reads them, ``batch_rows`` at a time in file
     order, so a big file is never in memory whole."""
-    names = list(columns)
-    absent, present, as_stored = _absent_and_present(names, renames)
     with _parquet_file(file_io, path) as parquet:
+        names = _kinds_if_retracting(parquet, columns) if kinds_for_retractions else list(columns)
+        columns = names
+        absent, present, as_stored = _absent_and_present(names, renames)
         stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
         for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(dict.fromkeys(stored))):
             yield _conform(pa.Table.from_batches([batch]), schema, columns, names, present, stored, absent)

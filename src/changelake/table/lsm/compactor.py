@@ -390,7 +390,11 @@ def compact_table(
         if unknown:
             raise ScanError(f"{sorted(unknown)} are not partition keys {ctx.partition_keys}", table=ctx.name)
         wanted = [_partition_values(ctx, p) for p in partitions]
-    files = live_files.files_by_bucket(live_files.live_entries(ctx, latest))
+    entries = live_files.live_entries(ctx, latest)
+    files = live_files.files_by_bucket(entries)
+    # A compaction keeps its bucket's layout: a partition a rescale left at another number of
+    # buckets than the table's keeps that number (Paimon's writers take the restored files').
+    total_buckets = {(e.partition, e.bucket): e.total_buckets for e in entries}
     index_files = read_vectors.snapshot_vectors(ctx, latest)
     if wanted is not None:
         files = {k: v for k, v in files.items() if ctx.partition_values(k[0]) in wanted}
@@ -406,7 +410,7 @@ def compact_table(
                                        changelog=changelog, force_level0=forces_level0_up(ctx, changelog),
                                        vectors=base)
         added, deleted = deletion_vectors.index_changes(ctx, base_files, base or {}, result.vectors, after.files)
-        return CommitMessage(partition, bucket, ctx.options.bucket,
+        return CommitMessage(partition, bucket, total_buckets[(partition, bucket)],
                              compact_before=tuple(result.before), compact_after=tuple(result.after),
                              compact_changelog_files=tuple(result.changelog), index_added=added,
                              index_deleted=deleted)

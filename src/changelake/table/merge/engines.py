@@ -10,15 +10,18 @@ sums, string min/max). Nothing loops over rows or keys.
 
 Paimon's merge functions are followed exactly, including their quirks (see ``MergeEngine.merge``):
 a key with a single row is returned as it is (Paimon's ``ReducerMergeFunctionWrapper``); a retraction
-that is the first row of a partial-update merge initialises the row with its values; a delete that
-removes the record (``*.remove-record-on-delete``) resets the row to the delete's values, and later
-adds build on those.
+that is the first row of a partial-update merge initialises the row; a delete that removes the
+record (``*.remove-record-on-delete``, ``partial-update.remove-record-on-sequence-group``) restarts
+it, and later rows build on that. A record initialised or restarted from a row takes the row's NOT
+NULL values and nothing else, as ``initRow`` of Paimon 1.1 to 1.3 does (Paimon 1.0 restarted
+empty; 1.4 takes every value of the delete, so a deleted row's values come back in the adds after
+it, which changelake does not follow).
 
 Paimon merges all the rows of a key that one merge sees in a single pass (a write buffer at flush,
 spilled runs included; a compaction's section; a read's split), and some of its merges are not
 associative, so which rows meet in one merge can change the result, in Paimon as here: a
-partial-update merge that starts with a retraction takes the retraction's values for the columns it
-does not retract; ``remove-record-on-sequence-group``'s delete holds only while the later rows of
+partial-update merge that starts with a retraction takes the retraction's NOT NULL values;
+``remove-record-on-sequence-group``'s delete holds only while the later rows of
 that merge are retractions of other groups; ``count`` counts merged rows, not the rows behind them;
 ``last_non_null_value`` in a sequence group lets an older row fill a newer null; and a compaction
 into the top level drops a key whose merge is a delete, so newer rows no longer meet it. changelake
@@ -46,7 +49,7 @@ from changelake.table.merge.aggregates import (
     group_last_non_null,
     last_value,
 )
-from changelake.table.merge.frame import Result, SortedFrame, sequence_code, value_columns
+from changelake.table.merge.frame import Result, SortedFrame, restart_codes, value_columns
 
 _RETRACT_KINDS = (kv.UPDATE_BEFORE, kv.DELETE)
 
@@ -78,6 +81,9 @@ class MergeEngine(abc.ABC):
     sequence_fields: tuple[str, ...] = ()
     sequence_order: SortOrder = SortOrder.ASCENDING
     ignore_delete: bool = False
+    # The NOT NULL columns: the only ones a merge that restarts a record from a row's values
+    # takes from it (Paimon's initRow); the others restart as null.
+    not_null: frozenset[str] = frozenset()
 
     @property
     def keeps_last_row(self) -> bool:
@@ -256,17 +262,20 @@ class PartialUpdate(MergeEngine):
             missing = [s for s in group.sequence_fields if s not in present]
             if missing:
                 raise DataError(f"merging columns of a sequence group needs its sequence fields {missing}")
-        codes = [sequence_code([rows.column(s) for s in g.sequence_fields], f) for g in groups]
+        # Per group, the sequence code of each row, and that of a record restarted from the row
+        # (its NOT NULL sequence fields only).
+        codes = [restart_codes([rows.column(s) for s in g.sequence_fields],
+                               [s in self.not_null for s in g.sequence_fields], f) for g in groups]
 
-        # Rows that reset the record to their own values (and mark it deleted).
+        # Rows that restart the record from their values (and mark it deleted).
         if self.remove_record_on_delete:
             reset = f.kinds == kv.DELETE
         elif self.delete_group is not None:
             group = self.sequence_groups[self.delete_group]
             if group not in groups:
                 raise DataError(f"merging needs the sequence fields {group.sequence_fields}")
-            code = codes[groups.index(group)]
-            reset = (f.kinds == kv.DELETE) & (code >= 0) & (code >= f.exclusive_cummax(code))
+            code, restart = codes[groups.index(group)]
+            reset = _group_resets(f, (f.kinds == kv.DELETE) & (code >= 0), code, restart)
         else:
             reset = np.zeros(f.n, dtype=bool)
         last_reset = f.last_where(reset)
@@ -277,29 +286,33 @@ class PartialUpdate(MergeEngine):
         start_row = start[f.gid]
         at_start = f.pos == start_row
         processed = (f.pos > start_row) | (at_start & ~reset)
-        init = np.where(start_is_state, start, -1)
+        init = _Init(np.where(start_is_state, start, -1), self.not_null)
 
         results: dict[str, Result] = {}
         grouped = {c for g in groups for c in g.columns}
-        contributes = (processed & f.add) | (at_start & start_is_state[f.gid])
+        added = processed & f.add
+        from_start = added | (at_start & start_is_state[f.gid])
         for name in value_columns(rows):
             if name not in grouped:
+                contributes = from_start if name in self.not_null else added
                 results[name] = f.last_where(contributes & f.valid(rows.column(name)))
         aggregates = {a.column: a for a in self.aggregates}
-        for group, code in zip(groups, codes, strict=True):
-            live = np.where(f.pos >= start_row, code, -1)  # the record's history starts at its start row
+        reset_starts = at_start & reset
+        for group, (code, restart) in zip(groups, codes, strict=True):
+            # The record's history starts at its start row, as restarted after a reset.
+            live = np.where(f.pos >= start_row, np.where(reset_starts, restart, code), -1)
             part = processed & (live >= 0)
             winner = part & (live >= f.exclusive_cummax(live))
             last_winner = f.last_where(winner)
             for name in group.sequence_fields:
-                results[name] = np.where(last_winner >= 0, last_winner, init)
+                results[name] = np.where(last_winner >= 0, last_winner, init.of(name))
             winner_value = np.where(f.add[np.maximum(last_winner, 0)], last_winner, -1)
             for name in group.fields:
                 if name not in present:
                     continue
                 agg = aggregates.get(name)
                 if agg is None:
-                    results[name] = np.where(last_winner >= 0, winner_value, init)
+                    results[name] = np.where(last_winner >= 0, winner_value, init.of(name))
                     continue
                 column = rows.column(name)
                 retract = part & f.retract
@@ -307,12 +320,13 @@ class PartialUpdate(MergeEngine):
                     retract = np.zeros(f.n, dtype=bool)
                 elif not agg.accepts_retract:  # also retractions before a reset: Paimon merged them
                     _reject_retractions([agg], f.retract & ~reset & (code >= 0) & f.multi_row)
+                start_value = init.of(name)
                 if agg.function is AggregateFunction.LAST_VALUE:
-                    results[name] = last_value(f, winner & f.add, retract, init)
+                    results[name] = last_value(f, winner & f.add, retract, start_value)
                 elif agg.function is AggregateFunction.LAST_NON_NULL_VALUE:
-                    results[name] = group_last_non_null(f, f.valid(column), winner, part, retract, init)
+                    results[name] = group_last_non_null(f, f.valid(column), winner, part, retract, start_value)
                 else:
-                    results[name] = agg.aggregate(column, f, part & f.add, retract, init)
+                    results[name] = agg.aggregate(column, f, part & f.add, retract, start_value)
         has_add = f.any(f.add)
         kinds = np.where(reset[f.lasts] | ~has_add, kv.DELETE, kv.INSERT).astype(np.int8)
         return results, kinds
@@ -342,8 +356,9 @@ class Aggregation(MergeEngine):
     def _columns(self, rows: pa.Table, frame: SortedFrame) -> tuple[dict[str, Result], np.ndarray]:
         f = frame
         reset = (f.kinds == kv.DELETE) if self.remove_record_on_delete else np.zeros(f.n, dtype=bool)
-        init = f.last_where(reset)
-        after = f.pos > init[f.gid]
+        last_reset = f.last_where(reset)
+        init = _Init(last_reset, self.not_null)
+        after = f.pos > last_reset[f.gid]
         add, retract = after & f.add, after & f.retract
         before = f.add & ~after
         aggregates = {a.column: a for a in self.aggregates}
@@ -360,20 +375,62 @@ class Aggregation(MergeEngine):
             elif not agg.accepts_retract:  # Paimon fails on any retraction it merges, also before a reset
                 _reject_retractions([agg], f.retract & ~reset & f.multi_row)
             function = agg.function
+            start_value = init.of(name)
             if function is AggregateFunction.LAST_VALUE:
-                results[name] = last_value(f, add, column_retract, init)
+                results[name] = last_value(f, add, column_retract, start_value)
             elif function is AggregateFunction.LAST_NON_NULL_VALUE:
                 valid = f.valid(column)
-                results[name] = last_value(f, add & valid, column_retract & valid, init)
+                results[name] = last_value(f, add & valid, column_retract & valid, start_value)
             elif function in (AggregateFunction.FIRST_VALUE, AggregateFunction.FIRST_NON_NULL_VALUE):
                 counted = (
                     f.valid(column) if function is AggregateFunction.FIRST_NON_NULL_VALUE else np.ones(f.n, dtype=bool)
                 )
-                results[name] = first_value(f, add & counted, before & counted, init)
+                results[name] = first_value(f, add & counted, before & counted, start_value)
             else:
-                results[name] = agg.aggregate(column, f, add, column_retract, init)
+                results[name] = agg.aggregate(column, f, add, column_retract, start_value)
         kinds = np.where(reset[f.lasts], kv.DELETE, kv.INSERT).astype(np.int8)
         return results, kinds
+
+
+@dataclass(frozen=True)
+class _Init:
+    """Where a restarted record's values come from, per key: the sorted position of the row it
+    restarts from (-1: none) for the NOT NULL columns; the others restart as null. Paimon's
+    PartialUpdateMergeFunction and AggregateMergeFunction (1.1 to 1.3) do so in ``initRow``, so a
+    deleted row's values do not come back in the adds after its delete."""
+
+    positions: np.ndarray
+    not_null: frozenset[str]
+
+    def of(self, column: str) -> np.ndarray:
+        """Per key, the position ``column`` restarts from (-1: null)."""
+        return self.positions if column in self.not_null else np.full_like(self.positions, -1)
+
+
+def _group_resets(f: SortedFrame, candidates: np.ndarray, code: np.ndarray, restart: np.ndarray) -> np.ndarray:
+    """Which ``candidates`` (-D rows of the group of ``partial-update.remove-record-on-sequence-group``)
+    restart the record: those whose group sequence is at least the record's when they come.
+    The record's sequence is the maximum of the rows since the last restart, starting from that
+    row's ``restart`` code (its NOT NULL sequence fields), so a restart lets older rows win
+    again, and whether a row restarts depends on the restarts before it. Found as the least
+    fixed point: each round a whole-column pass from the restarts found so far, which only adds
+    restarts (a restart lowers the record's sequence), until none is added; the rounds are as
+    many as the longest chain of restarts that each need the one before."""
+    resets = np.zeros(f.n, dtype=bool)
+    key_starts = np.zeros(f.n, dtype=bool)
+    key_starts[f.starts] = True
+    while True:
+        segments = np.cumsum(key_starts | resets) - 1
+        contribution = np.where(resets, restart, code)
+        span = int(max(contribution.max(), 0)) + 2
+        running = np.maximum.accumulate(contribution + segments * span) - segments * span
+        before = np.empty_like(running)
+        before[1:] = running[:-1]
+        before[f.starts] = -1
+        found = candidates & (code >= before)
+        if (found == resets).all():
+            return resets
+        resets = found
 
 
 def _reject_retractions(aggregates: Sequence[FieldAggregate], retract: np.ndarray, table: str | None = None) -> None:

@@ -201,12 +201,39 @@ def sort_rank(column: pa.ChunkedArray | pa.Array, order: SortOrder) -> np.ndarra
 def sequence_code(columns: Sequence[pa.ChunkedArray | pa.Array], frame: SortedFrame) -> np.ndarray:
     """Per sorted row, a number ordering its sequence-group fields lexicographically (nulls
     first, ascending), -1 when they are all null."""
+    return _lexicographic_code([_array(c) for c in columns], frame.order)
+
+
+def restart_codes(columns: Sequence[pa.ChunkedArray | pa.Array], not_null: Sequence[bool],
+                  frame: SortedFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per sorted row, the :func:`sequence_code` of its sequence-group fields, and, in the same
+    order, that of a record restarted from the row, which keeps only the NOT NULL ones (the
+    others null; -1 when all are null)."""
+    if all(not_null):
+        code = sequence_code(columns, frame)
+        return code, code
+    if not any(not_null):
+        return sequence_code(columns, frame), np.full(frame.n, -1, dtype=np.int64)
+    # Both in one ranking: the columns, followed by the columns as restarted.
+    arrays = [_array(c) for c in columns]
+    doubled = [pa.concat_arrays([a, a if keep else pa.nulls(len(a), a.type)]) for a, keep in zip(arrays, not_null,
+                                                                                               strict=True)]
+    code = _lexicographic_code(doubled, np.concatenate([frame.order, frame.order + len(arrays[0])]))
+    return code[: frame.n], code[frame.n :]
+
+
+def _array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _lexicographic_code(arrays: Sequence[pa.Array], order: np.ndarray) -> np.ndarray:
+    """Per position of ``order``, a number ordering the arrays' values there lexicographically
+    (nulls first, ascending), -1 when they are all null."""
     code: np.ndarray | None = None
-    all_null = np.ones(frame.n, dtype=bool)
-    for column in columns:
-        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        rank = _dense_rank(array)[frame.order]  # nulls 0, values 1..k
-        all_null &= ~frame.valid(array)
+    all_null = np.ones(len(order), dtype=bool)
+    for array in arrays:
+        rank = _dense_rank(array)[order]  # nulls 0, values 1..k
+        all_null &= rank == 0
         code = rank if code is None else np.unique(code * (int(rank.max()) + 1) + rank, return_inverse=True)[1]
     assert code is not None
     return np.where(all_null, -1, np.asarray(code, dtype=np.int64).reshape(-1))

@@ -62,6 +62,7 @@ class _Shared(TypedDict):
     sequence_fields: tuple[str, ...]
     sequence_order: SortOrder
     ignore_delete: bool
+    not_null: frozenset[str]
 
 
 class _Parser:
@@ -115,6 +116,7 @@ class _Parser:
             sequence_fields=self.sequence_fields(),
             sequence_order=self.options.sequence_sort_order,
             ignore_delete=self.options.ignore_delete,
+            not_null=frozenset(f.name for f in self.arrow if not f.nullable) | set(self.primary_keys),
         )
         for names, (key, _) in self.field_options("aggregate-function").items():
             for column in names:

@@ -4,6 +4,8 @@ adds (its delta or changelog files, read as they are) and full reads restricted 
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +16,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from changelake.errors import ScanError
+from changelake.option_values import MergeEngineKind
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
@@ -27,9 +30,10 @@ from changelake.table.read.deletion_vectors import DeletionFile
 class Split:
     """Files of one bucket that are read (and merged) together.
 
-    ``raw_convertible`` splits hold no overlapping keys and no delete rows, so their rows
-    are read as they are, without a merge. ``deletion_files`` (tables with deletion vectors)
-    gives each file's deletion vector (None: none), whose rows are left out.
+    ``raw_convertible`` splits hold no overlapping keys and, by their files' delete counts, no
+    retractions, so their rows are read as they are, without a merge (retraction rows are
+    dropped all the same: some writers count them wrong). ``deletion_files`` (tables with
+    deletion vectors) gives each file's deletion vector (None: none), whose rows are left out.
     """
 
     partition: bytes
@@ -141,6 +145,17 @@ def split_bucket(ctx: TableContext, files: list[DataFileMeta]) -> list[tuple[lis
         return [(g, True) for g in _pack([[f] for f in ordered], weight, target)]
     sections = [[f for run in section for f in run.files] for section in interval_partition(files, ctx.key_of)]
     return [(g, len(g) == 1 and g[0].delete_row_count == 0) for g in _pack(sections, weight, target)]
+
+
+def batch_levels(ctx: TableContext) -> Callable[[int], bool] | None:
+    """The levels a batch scan reads (None: all). First-row tables skip level 0, as Paimon's
+    batch scans do (``CoreOptions.batchScanSkipLevel0``, ``DataTableBatchScan``): their writers
+    move level 0 up with a lookup of the older levels, and rows read before that are not
+    Paimon's readers'. Tables with deletion vectors skip it in every plan (``plan``). Change
+    streams read level 0 (their first full read is followed by the snapshots after it)."""
+    if ctx.merge_engine.kind is MergeEngineKind.FIRST_ROW:
+        return functools.partial(operator.lt, 0)
+    return None
 
 
 def plan(

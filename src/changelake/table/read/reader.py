@@ -43,9 +43,9 @@ def read_split(
         return pa.concat_tables(parts) if parts else _empty(ctx, columns)
     wanted = _wanted(ctx, split, columns, expression)
     deletion_files = split.deletion_files or (None,) * len(split.files)
-    if split.raw_convertible and kv.VALUE_KIND in wanted:
-        # Not merged, and files may hold retractions: each file's live rows, in one filter.
-        parts = [_live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted), d)
+    if split.raw_convertible:
+        # Not merged: each file's live rows, in one filter.
+        parts = [_live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted, kinds_for_retractions=True), d)
                  for f, d in zip(split.files, deletion_files, strict=True)]
     else:
         parts = [ctx.read_file(split.bucket_dir, f, wanted, deleted=_vector(ctx, d))
@@ -69,7 +69,7 @@ def iter_split(
     else merged chunk by chunk (:func:`chunked.key_bounded`), never a whole file in memory."""
     wanted = _wanted(ctx, split, columns, expression)
     deletion_files = split.deletion_files or (None,) * len(split.files)
-    sources = [_file_batches(ctx, split.bucket_dir, f, d, wanted)
+    sources = [_file_batches(ctx, split.bucket_dir, f, d, wanted, kinds_for_retractions=split.raw_convertible)
                for f, d in zip(split.files, deletion_files, strict=True)]
     if split.raw_convertible:
         merged: Iterator[pa.Table] = (_with_partition(ctx, split, _without_retractions(batch), columns, expression)
@@ -92,20 +92,13 @@ def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression:
         ctx.merge_engine.required_columns(columns)
     if split.raw_convertible:
         # Raw splits are not merged: their rows need only their values, not the partition's
-        # columns (the split's partition gives them), and their kinds only where a file may
-        # hold retractions (as Paimon's raw-file reads trust a file's delete count), or where
-        # they are the only column read (Arrow drops the row count of column-less tables when
-        # concatenating them).
+        # columns (the split's partition gives them), and their kinds, to drop retractions.
+        # Paimon's raw-file reads trust a file's delete count, but some writers count wrong
+        # (pypaimon 2.1 records 0 for level-0 files holding -D rows), so the kinds are read
+        # unless the file's statistics show no -U/-D row.
         constant = set(_partition_columns(ctx, columns, expression))
-        values = [c for c in value_columns if c not in constant]
-        return [kv.VALUE_KIND, *values] if _may_retract(split) or not values else values
+        return [kv.VALUE_KIND, *(c for c in value_columns if c not in constant)]
     return [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
-
-
-def _may_retract(split: Split) -> bool:
-    """Whether a raw split's files may hold retractions: some file's delete count is not 0
-    (unknown, for files of writers that do not record it)."""
-    return any(f.delete_row_count != 0 for f in split.files)
 
 
 def _partition_columns(ctx: TableContext, columns: Sequence[str], expression: pc.Expression | None) -> list[str]:
@@ -146,11 +139,12 @@ def _window(parts: Iterator[pa.Table], rows: tuple[int, int]) -> Iterator[pa.Tab
 
 
 def _file_batches(ctx: TableContext, bucket_dir: str, meta: DataFileMeta, deletion_file: DeletionFile | None,
-                  columns: Sequence[str]) -> Iterator[pa.Table]:
+                  columns: Sequence[str], *, kinds_for_retractions: bool) -> Iterator[pa.Table]:
     """The rows of a file in batches, without those its deletion vector marks (by position)."""
     vector = None if deletion_file is None else deletion_vectors.read_vector(ctx, deletion_file)
     position = 0
-    for batch in ctx.read_file_batches(bucket_dir, meta, columns, chunked.BATCH_ROWS):
+    for batch in ctx.read_file_batches(bucket_dir, meta, columns, chunked.BATCH_ROWS,
+                                       kinds_for_retractions=kinds_for_retractions):
         keep = deletion_vector.keep_mask(vector, batch.num_rows, position)
         position += batch.num_rows
         yield batch if keep is None else batch.filter(keep)
@@ -161,31 +155,49 @@ def _vector(ctx: TableContext, deletion_file: DeletionFile | None) -> BitMap | N
 
 
 def _live_rows(ctx: TableContext, part: pa.Table, deletion_file: DeletionFile | None) -> pa.Table:
-    """The rows of a whole file of a raw split whose files may hold retractions (a delete
-    count not 0, or unknown) that are neither retractions nor marked by the file's deletion
-    vector (one mask, one filter)."""
+    """The rows of a whole file of a raw split that are neither retractions nor marked by the
+    file's deletion vector (one mask, one filter), without their kinds (see :func:`_kindless`)."""
     keep = _kept_kinds(part)
     if deletion_file is not None:
         alive = deletion_vector.keep_mask(deletion_vectors.read_vector(ctx, deletion_file), part.num_rows)
         if alive is not None:
             keep = alive if keep is None else keep & alive
-    return part if keep is None or keep.all() else part.filter(keep)
+    return _kindless(part if keep is None or keep.all() else part.filter(keep))
 
 
 def _without_retractions(rows: pa.Table) -> pa.Table:
     """The rows of a raw split's batch that are not retractions (see :func:`_live_rows`)."""
     keep = _kept_kinds(rows)
-    return rows if keep is None or keep.all() else rows.filter(keep)
+    return _kindless(rows if keep is None else rows.filter(keep))
+
+
+def _kindless(rows: pa.Table) -> pa.Table:
+    """Rows of a raw split without ``_VALUE_KIND``, which a file whose statistics show no
+    retraction was read without: every part of a split then has the same columns. Kept when
+    it is the only column (a table without columns loses its row count when concatenated)."""
+    if kv.VALUE_KIND in rows.column_names and rows.num_columns > 1:
+        return rows.drop_columns([kv.VALUE_KIND])
+    return rows
 
 
 def _kept_kinds(rows: pa.Table) -> np.ndarray | None:
-    """Which rows are inserts or update-afters (None: rows read without their kinds, from
-    files that hold no retractions)."""
+    """Which rows are inserts or update-afters; None when all are (or the kinds were left
+    out: the file's statistics showed no retraction)."""
     if kv.VALUE_KIND not in rows.column_names:
         return None
-    kinds = rows.column(kv.VALUE_KIND).to_numpy()
-    keep: np.ndarray = (kinds == kv.INSERT) | (kinds == kv.UPDATE_AFTER)
+    kinds = np.asarray(rows.column(kv.VALUE_KIND).to_numpy())
+    if not _any_odd(kinds):
+        return None
+    keep: np.ndarray = (kinds & 1) == 0
     return keep
+
+
+def _any_odd(kinds: np.ndarray) -> bool:
+    """Whether some kind is -U (1) or -D (3), the odd ones: the bytes ORed eight at a time."""
+    whole = len(kinds) // 8 * 8
+    bits = int(np.bitwise_or.reduce(kinds[:whole].view(np.uint64))) if whole else 0
+    bits |= int(np.bitwise_or.reduce(kinds[whole:].view(np.uint8))) if whole < len(kinds) else 0
+    return bool(bits & 0x0101010101010101)
 
 
 def apply_filter(ctx: TableContext, table: pa.Table, expression: pc.Expression | None) -> pa.Table:

@@ -3,16 +3,17 @@ merged within the flush, in data-file layout."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.errors import OptionError
+from changelake.errors import BucketRescaleError, OptionError
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket, kv
-from changelake.table.format.manifest import DataFileMeta
+from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.merge import sort
 from changelake.table.read import live_files
 
@@ -69,10 +70,28 @@ def _groups(codes: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def restored_files(ctx: TableContext, groups: BucketGroups) -> dict[tuple[bytes, int], list[DataFileMeta]]:
-    """Live files of every bucket the rows go to (from the latest snapshot)."""
+    """Live files of every bucket the rows go to (from the latest snapshot); BucketRescaleError
+    when a partition the rows go to holds files of another number of buckets."""
     latest = ctx.latest_snapshot()
-    live = live_files.files_by_bucket(live_files.live_entries(ctx, latest) if latest is not None else [])
+    entries = live_files.live_entries(ctx, latest) if latest is not None else []
+    _check_bucket_counts(ctx, entries, set(groups.partitions))
+    live = live_files.files_by_bucket(entries)
     return {(p, b): live.get((p, b), []) for p, b in zip(groups.partitions, groups.buckets, strict=True)}
+
+
+def _check_bucket_counts(ctx: TableContext, entries: Iterable[ManifestEntry], partitions: Collection[bytes]) -> None:
+    """BucketRescaleError when an entry of one of ``partitions`` was written with another number
+    of buckets than the table's ``bucket``: Paimon refuses such a write (``AbstractFileStoreWrite``'s
+    check, worded as here), since a rescale (``ALTER TABLE ... SET ('bucket' = 'N')``) leaves the
+    old partitions bucketed as they were until an INSERT OVERWRITE rewrites them."""
+    total_buckets = ctx.options.bucket
+    for entry in entries:
+        if entry.partition in partitions and entry.total_buckets != total_buckets:
+            raise BucketRescaleError(
+                f"try to write {ctx.describe_partition(entry.partition)} with a new bucket num {total_buckets}, "
+                f"but the previous bucket num is {entry.total_buckets}: changelake does not rescale written "
+                "partitions; rescale it with Paimon first (INSERT OVERWRITE in batch mode)",
+                table=ctx.name, option="bucket")
 
 
 @dataclass(frozen=True)

@@ -214,13 +214,14 @@ class TableWrite:
             return
         data = pa.concat_tables([t for t, _ in self._pending])
         kinds = np.concatenate([k for _, k in self._pending])
-        self._pending.clear()
-        self._pending_bytes = 0
         groups = group_by_bucket(self.ctx, data)
         keys = list(zip(groups.partitions, groups.buckets, strict=True))
         # Every flush numbers its rows above all that is committed in their buckets now, so a
-        # commit that lands later wins over commits that landed before this flush.
+        # commit that lands later wins over commits that landed before this flush. (A refused
+        # flush, rows to a partition of another bucket number, leaves the buffer as it was.)
         committed = restored_files(self.ctx, groups)
+        self._pending.clear()
+        self._pending_bytes = 0
         for key in keys:
             files = committed[key]
             first = max((f.max_sequence_number + 1 for f in files), default=0)
