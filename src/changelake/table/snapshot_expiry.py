@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import deletion_vectors, live_files
+
+_log = logging.getLogger(__name__)
 
 _CONSUMER_PREFIX = "consumer-"
 
@@ -76,10 +79,17 @@ class Retention:
 
 def expire_after_commit(ctx: TableContext) -> ExpireResult:
     """The expiry every writer runs after a commit lands (Paimon's synchronous
-    ``snapshot.expire.execution-mode``); ``write-only`` writers skip it, as in Paimon."""
+    ``snapshot.expire.execution-mode``); ``write-only`` writers skip it, as in Paimon. It must
+    not turn the landed commit into an error: a failure is logged, and the next commit's
+    expiry (or ``expire_snapshots``) carries on where it stopped."""
     if ctx.options.write_only:
         return ExpireResult()
-    return expire_alongside_others(ctx, Retention.of(ctx))
+    try:
+        return expire_alongside_others(ctx, Retention.of(ctx))
+    except Exception:
+        _log.warning("expiry after a commit to table %s failed; the next commit's expiry retries it", ctx.name,
+                     exc_info=True)
+        return ExpireResult()
 
 
 def expire_alongside_others(ctx: TableContext, retention: Retention, *,
@@ -255,7 +265,7 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
         ctx.file_io.delete(ctx.paths.snapshot(s.id))
         if position == 0:
             killpoints.reached(KillPoint.EXPIRE_SNAPSHOTS)
-    ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(end))
+    snapshots.commit_hint(ctx.file_io, ctx.paths, snapshots.EARLIEST, end)
     files = [*data_files, *changelog_files]
     manifest_paths = [ctx.paths.manifest(name) for name in sorted(manifests)]
     total = len(files) + len(manifest_paths) + len(index)
