@@ -110,13 +110,21 @@ def _hint(file_io: FileIO, paths: TablePaths, name: str) -> int | None:
 
 
 def latest_id(file_io: FileIO, paths: TablePaths) -> int | None:
-    """Id of the newest snapshot. LATEST is only a hint: it is verified and walked forward."""
+    """Id of the newest snapshot. LATEST is only a hint (a slow committer may write it late):
+    it is verified and walked forward, else the snapshot files are listed (Paimon's
+    HintFileUtils.findLatest).
+
+    Under concurrent expiry the walk is checked once more at its end: expiry deletes snapshots
+    oldest first (Paimon's ExpireSnapshotsImpl, and ours), so when the walk stopped because
+    expiry had just deleted the next snapshot, the snapshot it stopped on is gone too by then,
+    and the listing answers instead of an id long expired."""
     hint = _hint(file_io, paths, LATEST)
     if hint is not None and file_io.exists(paths.snapshot(hint)):
         current = hint
         while file_io.exists(paths.snapshot(current + 1)):
             current += 1
-        return current
+        if file_io.exists(paths.snapshot(current)):
+            return current
     ids = list_ids(file_io, paths)
     return ids[-1] if ids else None
 
