@@ -30,6 +30,8 @@ def test_in_table_names_the_table_once() -> None:
     errors.CdcError("is 'avro'; expected one of debezium-json, canal-json, maxwell-json", option="format"),
     errors.MissingExtraError("needs polars: pip install 'changelake[polars]'", table="db.t"),
     errors.UnsafeStorageError("dir:// cannot create a file only if it is absent", file="w/db.db/t/snapshot/snapshot-1"),
+    errors.StorageError("read failed: OSError: [Errno 121] Internal Server Error", file="b/w/db.db/t/snapshot/LATEST"),
+    errors.CommitOutcomeUnknownError("creating the file failed 5 times", file="b/w/db.db/t/snapshot/snapshot-7"),
 ])  # fmt: skip
 def test_errors_pickle_with_their_fields(error: errors.ChangelakeError) -> None:
     copy = pickle.loads(pickle.dumps(error))

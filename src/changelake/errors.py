@@ -167,3 +167,17 @@ class UnsafeStorageError(ChangelakeError):
     """A commit is refused because the table's store cannot create a file only if it is absent
     (no conditional writes) and no commit lock is configured: two writers could overwrite each
     other's snapshot. Pass ``lock=`` to ``Catalog`` or ``open_table`` (see docs/storage.md)."""
+
+
+class StorageError(ChangelakeError, OSError):
+    """A read or write of the table's store failed after the filesystem client's own retries
+    (a 5xx answer, a reset connection, a timeout); ``file`` names the file. Nothing a
+    commit that raises it wrote became part of the table, except as :class:`CommitOutcomeUnknownError`
+    says. It is an ``OSError`` too, so code that handles I/O errors handles it."""
+
+
+class CommitOutcomeUnknownError(StorageError):
+    """Creating a commit's snapshot file failed again and again, so whether the commit landed
+    is unknown: the snapshot file (``file``) was neither confirmed nor ruled out. Nothing the
+    commit wrote was deleted. A writer's ``commit(identifier)`` may be retried (it lands at
+    most once); a retry of ``Table.write`` may apply the rows twice, so check the table first."""

@@ -34,7 +34,9 @@ Run as a script for the full figure: ``./dev crashtest --kills 200``.
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
+import logging
 import os
 import random
 import sys
@@ -66,6 +68,7 @@ REACH = {
     KillPoint.MANIFEST: 6,
     KillPoint.MANIFEST_LIST: 8,
     KillPoint.SNAPSHOT_BEFORE_LATEST: 5,
+    KillPoint.HINT_RETRY: 4,
     KillPoint.INDEX_FILE: 2,
     KillPoint.COMPACTION: 3,
     KillPoint.MANIFEST_COMPACTION: 2,
@@ -96,7 +99,8 @@ def points_of(mode: Mode) -> list[str]:
                # only commits with an identifier are recorded: the long-lived writer's
                KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
-               KillPoint.INDEX_FILE: "deletion-vectors.enabled" in mode.options}
+               KillPoint.INDEX_FILE: "deletion-vectors.enabled" in mode.options,
+               KillPoint.HINT_RETRY: mode.hint_faults}
     points = [p.value for p in KillPoint if p not in SPARK_SINK and reaches.get(p, True)]
     return [*points, RANDOM, RANDOM]
 
@@ -306,6 +310,8 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
     tempfile.tempdir = spec["tmpdir"]  # spill runs go here, so the ones a kill leaves are counted
     mode = MODES[spec["mode"]]
     log = Log(spec["log"])
+    if mode.hint_faults:
+        fail_hint_writes()
     try:
         table = cl.open_table(workload.table_location(spec["warehouse"]))
         report = verify(table, spec["warehouse"], mode, spec["seed"], log.records(),
@@ -342,6 +348,26 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
             sys.exit(4)
     if writer is not None:
         writer.close()
+
+
+# Which tries of the hint writes fail, in turn: one write fails once, the next on every try
+# (the hint stays behind), the next does not fail, and so on.
+HINT_FAULTS = (True, False, True, True, True, False)
+
+
+def fail_hint_writes() -> None:
+    """Make this process's snapshot hint writes (a temp file renamed over LATEST or EARLIEST)
+    fail as a flaky store's do, in the pattern of ``HINT_FAULTS``."""
+    logging.getLogger("changelake").setLevel(logging.ERROR)  # the warnings of the hints left behind
+    real = os.replace
+    pattern = itertools.cycle(HINT_FAULTS)
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if str(dst).endswith(("/snapshot/LATEST", "/snapshot/EARLIEST")) and next(pattern):
+            raise OSError(errno.EIO, "injected hint write failure", str(dst))
+        real(src, dst, *args, **kwargs)
+
+    os.replace = replace
 
 
 def maintain(table: cl.Table) -> None:

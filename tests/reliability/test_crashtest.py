@@ -38,6 +38,7 @@ PLANS = {
     "dv-gentle": [KillPoint.INDEX_FILE, KillPoint.BEFORE_COMPACT_SNAPSHOT, crashtest.RANDOM],
     # the compaction point is reached on the background thread
     "dv-async": [KillPoint.COMPACTION, KillPoint.INDEX_FILE, crashtest.RANDOM],
+    "hint-faults": [KillPoint.HINT_RETRY, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
 }
 KILLS = sum(len(p) for p in PLANS.values())
 

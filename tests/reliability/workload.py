@@ -73,6 +73,8 @@ class Mode:
     calls: int = 2  # write() calls per commit (long-lived writer)
     rows: int = 40  # rows per write() call
     keys: int = 60  # keys per partition
+    # Snapshot hint writes (LATEST, EARLIEST) fail in a fixed pattern, some on every try.
+    hint_faults: bool = False
 
     @property
     def table_options(self) -> dict[str, str]:
@@ -136,6 +138,9 @@ MODES = {m.name: m for m in (
          options=COMPACTION | DELETION_VECTORS | {"lookup-wait": "false"}),
     Mode("changelog", one_shot=False, engine="deduplicate",
          options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
+    # A flaky store under the hints: every commit must still be reported as landed (a sum shows
+    # a write applied twice), and a kill between a hint's tries leaves a landed commit.
+    Mode("hint-faults", one_shot=True, engine="aggregation", options=COMPACTION, hint_faults=True),
 )}
 
 

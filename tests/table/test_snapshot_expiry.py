@@ -16,6 +16,7 @@ import pytest
 
 import changelake as cl
 from changelake.table.format import manifest
+from changelake.table.io.fileio import FileIO
 from stream_follow import fold_until_done
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64())])
@@ -278,6 +279,33 @@ def test_ignore_progress_starts_a_consumer_by_scan_mode(tmp_path: Path) -> None:
         table.stream(consumer_id="job")
     fresh = table.stream(consumer_id="job", options={"consumer.ignore-progress": "true"})
     assert fresh.offset.snapshot_id == 3 and fresh.offset.scan_snapshot
+
+
+def test_latest_is_found_when_expiry_deletes_past_a_stale_hint_mid_walk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23 item 8, on purpose: LATEST says 3 (a slow committer wrote it late), snapshot 3
+    exists when checked, and expiry deletes 1..8 just before snapshot 4 is checked. The walk
+    then stops on 3, which is gone by then: the latest is 10, not an expired id."""
+    table = _table(tmp_path)
+    for value in range(10):
+        _write(table, value)
+    (Path(table.location) / "snapshot" / "LATEST").write_text("3")
+    other = cl.open_table(table.location)
+    real = FileIO.exists
+    raced: list[bool] = []
+
+    def exists(self: FileIO, path: str) -> bool:
+        if path.endswith("/snapshot/snapshot-4") and not raced:
+            raced.append(True)
+            expired = other.expire_snapshots(retain_min=2, retain_max=2, older_than_ms=FAR_FUTURE)
+            assert expired.snapshots == tuple(range(1, 9))
+        return real(self, path)
+
+    monkeypatch.setattr(FileIO, "exists", exists)
+    latest = table.latest_snapshot()
+    assert raced and latest is not None and latest.id == 10
+    assert _rows(table) == [{"k": k, "v": 9} for k in range(3)]
+    assert [b.snapshot_id for b in table.stream(mode="latest-full")] == [10]
 
 
 def test_expiry_under_two_writers_and_a_stream(tmp_path: Path) -> None:

@@ -249,7 +249,10 @@ class Table:
                                       changelog=producers.for_table(self._context)))
 
     def write(self, data: WriteInput) -> Snapshot | None:
-        """Write rows as one commit and return the new snapshot (None when ``data`` is empty)."""
+        """Write rows as one commit and return the new snapshot (None when ``data`` is empty).
+        A commit that landed is never reported as failed, so a write that raised StorageError
+        can be retried; after CommitOutcomeUnknownError, only once its snapshot is known not to
+        have landed (docs/storage.md)."""
         changelog = producers.for_table(self._context)
         with TableWrite(self._context, str(uuid.uuid4()), changelog=changelog, wait_compaction=True) as writer:
             writer.write(data)

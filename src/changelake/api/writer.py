@@ -42,8 +42,11 @@ class TableWriter:
         """Flush and commit as ``identifier``: the new snapshots (an APPEND, then a COMPACT
         when compaction results land too); [] if this user already committed ``identifier``.
 
-        If the commit fails (an I/O error), calling ``commit`` again retries it. A conflict
-        that voids the commit raises CommitConflictError and the writer starts afresh."""
+        If the commit fails (StorageError: the store failed, naming the file), calling
+        ``commit`` again retries it; after CommitOutcomeUnknownError too, since the retry finds
+        the identifier committed if it did land. A commit that landed is never reported as
+        failed. A conflict that voids the commit raises CommitConflictError and the writer
+        starts afresh."""
         return self._write.commit(identifier)
 
     def abort(self) -> None:

@@ -25,6 +25,7 @@ as the table's own tags do.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.maintenance import references
 from changelake.table.read import deletion_vectors, live_files
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,10 +85,17 @@ class Retention:
 
 def expire_after_commit(ctx: TableContext) -> ExpireResult:
     """The expiry every writer runs after a commit lands (Paimon's synchronous
-    ``snapshot.expire.execution-mode``); ``write-only`` writers skip it, as in Paimon."""
+    ``snapshot.expire.execution-mode``); ``write-only`` writers skip it, as in Paimon. It must
+    not turn the landed commit into an error: a failure is logged, and the next commit's
+    expiry (or ``expire_snapshots``) carries on where it stopped."""
     if ctx.options.write_only:
         return ExpireResult()
-    return expire_alongside_others(ctx, Retention.of(ctx))
+    try:
+        return expire_alongside_others(ctx, Retention.of(ctx))
+    except Exception:
+        _log.warning("expiry after a commit to table %s failed; the next commit's expiry retries it", ctx.name,
+                     exc_info=True)
+        return ExpireResult()
 
 
 def expire_alongside_others(ctx: TableContext, retention: Retention, *,
@@ -270,7 +280,7 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
         ctx.file_io.delete(ctx.paths.snapshot(s.id))
         if position == 0:
             killpoints.reached(KillPoint.EXPIRE_SNAPSHOTS)
-    ctx.file_io.overwrite_hint(f"{ctx.paths.snapshot_dir}/EARLIEST", str(end))
+    snapshots.commit_hint(ctx.file_io, ctx.paths, snapshots.EARLIEST, end)
     files = [*data_files, *changelog_files]
     total = len(files) + len(manifest_paths) + len(index)
     _delete(ctx, files, progress, done=0, total=total)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -121,3 +123,82 @@ def test_nan_and_signed_zero_float_keys(tmp_path: Path) -> None:
     floats[-1] = np.nan
     table.write(pa.table({"s": ["b"] * n, "f": floats, "v": np.arange(n)}))
     assert table.scan().to_arrow().num_rows == 2 + n
+
+
+AGGREGATED = {"merge-engine": "aggregation", "fields.v.aggregate-function": "sum"}
+
+
+def _failing(monkeypatch: pytest.MonkeyPatch, function: str, marker: str, times: int) -> list[str]:
+    """Make ``os.<function>`` (the local store's rename or delete) fail ``times`` times for paths
+    holding ``marker``, as a transient store error; returns the paths it failed."""
+    real = getattr(os, function)
+    failed: list[str] = []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        target = str(args[-1])
+        if marker in target and len(failed) < times:
+            failed.append(target)
+            raise OSError(errno.EIO, "transient storage error", target)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(os, function, flaky)
+    return failed
+
+
+def _write_until_it_lands(table: cl.Table, data: pa.Table) -> cl.Snapshot | None:
+    """A caller that retries a write that raised, as a retry-happy job does."""
+    for _ in range(3):
+        try:
+            return table.write(data)
+        except OSError:
+            continue
+    raise AssertionError("the write never succeeded")
+
+
+@pytest.mark.parametrize("times", [1, 3])  # once (the retry writes it), every try (LATEST stays behind)
+def test_a_landed_commit_is_not_reported_failed_when_its_latest_hint_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, times: int) -> None:
+    """Issue 23 item 7: once snapshot-N exists the commit has landed; the LATEST hint is retried
+    as Paimon's HintFileUtils.commitHint does, and its failure is never the commit's."""
+    table = _table(tmp_path, **AGGREGATED)
+    table.write(pa.table({"k": [1], "v": [5]}))
+    failed = _failing(monkeypatch, "replace", "/snapshot/LATEST", times)
+    landed = _write_until_it_lands(table, pa.table({"k": [1], "v": [5]}))
+    assert len(failed) == times
+    assert landed is not None and landed.id == 2
+    assert table.scan().to_arrow().to_pylist() == [{"k": 1, "v": 10}]  # applied once, not twice
+    assert [s.id for s in table.snapshots()] == [1, 2]
+    assert table.latest_snapshot() == landed  # LATEST is walked forward when it stayed behind
+    assert (Path(table.location) / "snapshot" / "LATEST").read_text() == ("2" if times < 3 else "1")
+
+
+def test_a_landed_commit_is_not_reported_failed_when_work_after_it_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expiry after the commit cannot delete, and a writer's compaction cannot land (its
+    manifest list fails): the commit returns its APPEND snapshot, and a retry is a replay."""
+    table = _table(tmp_path, **AGGREGATED, **{"snapshot.num-retained.min": "1", "snapshot.num-retained.max": "1",
+                                              "full-compaction.delta-commits": "1"})
+    table.write(pa.table({"k": [1], "v": [5]}))
+    failed = _failing(monkeypatch, "remove", "/snapshot/snapshot-", 1)
+    assert _write_until_it_lands(table, pa.table({"k": [1], "v": [5]})) is not None
+    assert len(failed) == 1
+    assert table.scan().to_arrow().to_pylist() == [{"k": 1, "v": 10}]
+
+    real = commit_module._write_manifest_list
+    lists: list[int] = []
+
+    def compaction_fails(ctx: Any, metas: Any, attempt: Any) -> tuple[str, int]:
+        lists.append(len(lists))
+        if len(lists) > 2:  # the APPEND's base and delta lists pass, the COMPACT's fail
+            raise OSError(errno.EIO, "transient storage error")
+        return real(ctx, metas, attempt)
+
+    monkeypatch.setattr(commit_module, "_write_manifest_list", compaction_fails)
+    with table.writer("job") as writer:
+        writer.write(pa.table({"k": [1], "v": [5]}))
+        landed = writer.commit(7)
+        assert [s.commit_kind for s in landed] == [cl.CommitKind.APPEND] and len(lists) > 2
+        monkeypatch.setattr(commit_module, "_write_manifest_list", real)
+        assert writer.commit(7) == []  # a retry of the identifier is a replay
+    assert table.scan().to_arrow().to_pylist() == [{"k": 1, "v": 15}]
+    _assert_files_present(table)

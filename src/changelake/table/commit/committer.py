@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import random
 import time
 import uuid
@@ -15,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from changelake.errors import CommitConflictError, SnapshotNotFoundError
+from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
 from changelake.table import metadata
 from changelake.table.commit import last_commits, manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
@@ -27,6 +28,8 @@ from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import deletion_vectors, live_files
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -300,7 +303,12 @@ def commit(
     A compaction whose input files another commit removed meanwhile (or that would overlap
     files within a level) is void: its output files are deleted, and CommitConflictError is
     raised unless ``compact_conflicts_fatal`` is False and nothing but the compaction was
-    lost (then the snapshots that did land are returned)."""
+    lost (then the snapshots that did land are returned).
+
+    Once the APPEND snapshot landed the commit is never reported as failed: a COMPACT snapshot
+    that fails to land for any other reason (an I/O error) is void too, logged, and the
+    APPEND returned. When the store never says whether a snapshot was created
+    (CommitOutcomeUnknownError), nothing it may name is deleted."""
     originals = {path for m in messages for path in m.written(ctx)}
     current = list(messages)
     done: list[Snapshot] = []
@@ -328,9 +336,22 @@ def commit(
             if not compact_conflicts_fatal and not any(m.new_files or m.changelog_files for m in current):
                 return done  # there were only compaction results, and they are void
         raise
-    except BaseException:
-        if not done:  # the writer may retry with the originals: only the copies go
-            _remove(ctx, _written(ctx, current) - originals)
+    except CommitOutcomeUnknownError:
+        # The snapshot may have landed: nothing it may name is deleted.
+        if done:
+            _log.warning("table %s: snapshot %d landed; whether its compaction landed is unknown", ctx.name,
+                         done[-1].id, exc_info=True)
+            return done
+        raise
+    except Exception:
+        if done:
+            # The APPEND landed, so the commit did; its compaction did not (an I/O error before
+            # its snapshot was created): the compaction is void, as after a crash between the two.
+            _remove(ctx, (path for m in current for path in m.written(ctx, compaction_only=True)))
+            _log.warning("table %s: snapshot %d landed; its compaction did not", ctx.name, done[-1].id,
+                         exc_info=True)
+            return done
+        _remove(ctx, _written(ctx, current) - originals)  # the writer may retry with the originals
         raise
     return done
 
@@ -356,6 +377,8 @@ def _commit_one(
     try:
         return _land(ctx, kind, messages, commit_user, identifier, attempt, first=first, on_renumber=on_renumber,
                      view=view)
+    except CommitOutcomeUnknownError:
+        raise  # the snapshot may name the copies
     except BaseException:
         _remove(ctx, attempt.copies)
         raise
@@ -444,6 +467,5 @@ def _land(
 
 
 def _remove(ctx: TableContext, paths: Iterable[str]) -> None:
-    for path in paths:
-        ctx.file_io.delete(path)
+    ctx.file_io.discard(paths)
 

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
-from changelake.errors import CorruptMetadataError
+from changelake.errors import CorruptMetadataError, StorageError
 from changelake.table.format import binary_row, deletion_vector, kv, parquet_layout
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
 from changelake.table.format.parquet_footer import Int96Sink
@@ -198,7 +198,7 @@ class _OpenFile:
             self.writer.close()
         with contextlib.suppress(Exception):
             self.target.close()
-        file_io.delete(self.path)
+        file_io.discard([self.path])
 
 
 def write(
@@ -351,12 +351,15 @@ def _absent_and_present(names: Sequence[str], renames: Mapping[str, str | None] 
 
 @contextlib.contextmanager
 def _opened(file_io: FileIO, path: str) -> Iterator[pa.NativeFile]:
-    """A data file opened for reading; a missing or unreadable one is corrupt metadata."""
+    """A data file opened for reading; a missing or unreadable one is corrupt metadata (a
+    store that fails to answer raises StorageError)."""
     try:
         with file_io.arrow_fs.open_input_file(path) as source:
             yield source
     except FileNotFoundError:
         raise CorruptMetadataError("data file is missing", file=path) from None
+    except StorageError:
+        raise
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
 
@@ -364,6 +367,8 @@ def _opened(file_io: FileIO, path: str) -> Iterator[pa.NativeFile]:
 def _parquet(source: pa.NativeFile, path: str, **options: Any) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(source, **options)
+    except StorageError:
+        raise
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
 

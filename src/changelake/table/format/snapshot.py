@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
+import random
 import re
+import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
+from changelake.errors import CorruptMetadataError, SnapshotNotFoundError, StorageError
 from changelake.table.io import killpoints
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
@@ -17,6 +20,15 @@ from changelake.table.io.paths import TablePaths
 
 BATCH_COMMIT_IDENTIFIER = 2**63 - 1
 _SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
+LATEST = "LATEST"
+EARLIEST = "EARLIEST"
+# A hint write is tried this many times, as Paimon's HintFileUtils.commitHint does. Paimon waits
+# 0.5 to 1.5 s between tries; a put reaches us only after the client's own retries backed off
+# for seconds, so a tenth of that is waited here.
+HINT_ATTEMPTS = 3
+HINT_RETRY_WAIT_S = (0.05, 0.15)
+
+_log = logging.getLogger(__name__)
 
 
 class CommitKind(enum.StrEnum):
@@ -98,20 +110,28 @@ def _hint(file_io: FileIO, paths: TablePaths, name: str) -> int | None:
 
 
 def latest_id(file_io: FileIO, paths: TablePaths) -> int | None:
-    """Id of the newest snapshot. LATEST is only a hint: it is verified and walked forward."""
-    hint = _hint(file_io, paths, "LATEST")
+    """Id of the newest snapshot. LATEST is only a hint (a slow committer may write it late):
+    it is verified and walked forward, else the snapshot files are listed (Paimon's
+    HintFileUtils.findLatest).
+
+    Under concurrent expiry the walk is checked once more at its end: expiry deletes snapshots
+    oldest first (Paimon's ExpireSnapshotsImpl, and ours), so when the walk stopped because
+    expiry had just deleted the next snapshot, the snapshot it stopped on is gone too by then,
+    and the listing answers instead of an id long expired."""
+    hint = _hint(file_io, paths, LATEST)
     if hint is not None and file_io.exists(paths.snapshot(hint)):
         current = hint
         while file_io.exists(paths.snapshot(current + 1)):
             current += 1
-        return current
+        if file_io.exists(paths.snapshot(current)):
+            return current
     ids = list_ids(file_io, paths)
     return ids[-1] if ids else None
 
 
 def earliest_id(file_io: FileIO, paths: TablePaths) -> int | None:
     """Id of the oldest snapshot still present (EARLIEST hint verified, else a listing)."""
-    hint = _hint(file_io, paths, "EARLIEST")
+    hint = _hint(file_io, paths, EARLIEST)
     if (
         hint is not None
         and file_io.exists(paths.snapshot(hint))
@@ -123,11 +143,36 @@ def earliest_id(file_io: FileIO, paths: TablePaths) -> int | None:
 
 
 def try_commit(file_io: FileIO, paths: TablePaths, snapshot: Snapshot) -> bool:
-    """Atomically create the snapshot file; False if another commit took that id first."""
+    """Atomically create the snapshot file; False if another commit took that id first
+    (CommitOutcomeUnknownError if the store never said). Once the file exists the commit has
+    landed: the hints that follow cannot fail it."""
     if not file_io.create_if_absent(paths.snapshot(snapshot.id), snapshot.to_json().encode("utf-8")):
         return False
     killpoints.reached(KillPoint.SNAPSHOT_BEFORE_LATEST)
-    file_io.overwrite_hint(f"{paths.snapshot_dir}/LATEST", str(snapshot.id))
-    if snapshot.id == 1 or _hint(file_io, paths, "EARLIEST") is None:
-        file_io.overwrite_hint(f"{paths.snapshot_dir}/EARLIEST", str(earliest_id(file_io, paths) or snapshot.id))
+    commit_hint(file_io, paths, LATEST, snapshot.id)
+    try:
+        if snapshot.id == 1 or _hint(file_io, paths, EARLIEST) is None:
+            commit_hint(file_io, paths, EARLIEST, earliest_id(file_io, paths) or snapshot.id)
+    except StorageError as exc:
+        _log.warning("snapshot %d landed, but its EARLIEST hint was not checked: %s", snapshot.id, exc)
     return True
+
+
+def commit_hint(file_io: FileIO, paths: TablePaths, name: str, snapshot_id: int) -> bool:
+    """Write the snapshot hint ``name`` (LATEST or EARLIEST), tried up to ``HINT_ATTEMPTS``
+    times (Paimon's HintFileUtils.commitHint). A hint is advisory (:func:`latest_id` and
+    :func:`earliest_id` verify it), and it is written after something landed, so a write that
+    fails every time is logged, not raised. Returns whether the hint was written."""
+    path = f"{paths.snapshot_dir}/{name}"
+    for attempt in range(1, HINT_ATTEMPTS + 1):
+        try:
+            file_io.overwrite_hint(path, str(snapshot_id))
+            return True
+        except StorageError as exc:
+            failure = exc
+        if attempt < HINT_ATTEMPTS:
+            killpoints.reached(KillPoint.HINT_RETRY)
+            time.sleep(random.uniform(*HINT_RETRY_WAIT_S))
+    _log.warning("the %s hint was not updated to snapshot %d (readers list the snapshots instead): %s",
+                 name, snapshot_id, failure)
+    return False

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import random
+import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -15,7 +19,7 @@ import pyarrow.fs as pafs
 from fsspec.config import apply_config
 from fsspec.implementations.local import LocalFileSystem
 
-from changelake.errors import UnsafeStorageError
+from changelake.errors import ChangelakeError, CommitOutcomeUnknownError, StorageError, UnsafeStorageError
 from changelake.table.io import killpoints
 from changelake.table.io.atomic import MEMORY_LOCK, AtomicCreate, CommitLock, atomic_create_of, table_root_of
 from changelake.table.io.killpoints import KillPoint
@@ -24,6 +28,61 @@ from changelake.table.io.killpoints import KillPoint
 # pieces (page headers, pages, the footer), each a system call unbuffered, and a level-0 flush
 # writes a small file per bucket.
 OUTPUT_BUFFER_BYTES = 1024 * 1024
+# A create-if-absent whose put failed (after the client's own retries) may have landed anyway,
+# its answer lost: it is tried again this many times in all, and an object found holding our
+# bytes is ours. Waits between tries double from the first.
+CREATE_ATTEMPTS = 5
+CREATE_RETRY_WAIT_S = 0.1
+
+_log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def reported(action: str, path: str) -> Iterator[None]:
+    """Raise a failure of the store (botocore's, aiohttp's, an OSError) as StorageError naming
+    ``path``. FileNotFoundError and FileExistsError pass unchanged: callers act on them."""
+    try:
+        yield
+    except (FileNotFoundError, FileExistsError, ChangelakeError):
+        raise
+    except Exception as exc:
+        raise StorageError(f"{action} failed: {type(exc).__name__}: {exc}", file=path) from exc
+
+
+class _ReportedFile:
+    """An fsspec file whose every call raises store failures as StorageError naming its path
+    (pyarrow re-raises a Python file's exceptions as they are)."""
+
+    def __init__(self, raw: Any, path: str, action: str) -> None:
+        self._raw = raw
+        self._path = path
+        self._action = action
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._raw, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with reported(self._action, self._path):
+                return value(*args, **kwargs)
+        return call
+
+
+class _ReportingHandler(pafs.FSSpecHandler):  # type: ignore[misc]  # pyarrow ships no type hints
+    """fsspec under pyarrow (data files), with store failures raised as StorageError naming
+    the file. A file is opened for reading directly, not after ``isfile``: fsspec's ``isfile``
+    answers False for any error, which would make a transient failure look like a missing file."""
+
+    def open_input_file(self, path: str) -> pa.PythonFile:
+        with reported("read", path):
+            raw = self.fs.open(path, mode="rb")
+        return pa.PythonFile(_ReportedFile(raw, path, "read"), mode="r")
+
+    def open_output_stream(self, path: str, metadata: dict[str, str] | None) -> pa.PythonFile:
+        with reported("write", path):
+            raw = self.fs.open(path, mode="wb")
+        return pa.PythonFile(_ReportedFile(raw, path, "write"), mode="w")
 
 
 @dataclass(frozen=True)
@@ -75,7 +134,7 @@ class FileIO:
         """The same filesystem for pyarrow readers and writers (native when local)."""
         if self.is_local:
             return pafs.LocalFileSystem()
-        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+        return pafs.PyFileSystem(_ReportingHandler(self.fs))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "storage_options": self.storage_options, "lock": self.lock}
@@ -90,7 +149,8 @@ class FileIO:
         return path if self.is_local else str(self.fs.unstrip_protocol(path))
 
     def read_bytes(self, path: str) -> bytes:
-        data: bytes = self.fs.cat_file(path)
+        with reported("read", path):
+            data: bytes = self.fs.cat_file(path)
         return data
 
     def read_text(self, path: str) -> str:
@@ -100,16 +160,17 @@ class FileIO:
         """Write a file whose name is unique (data, manifest): overwrite semantics suffice.
         A crash test can kill the process at ``kill_point`` when half of the bytes are written."""
         if self.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as out:
-                rest = memoryview(data)
-                if kill_point is not None:
-                    half = len(rest) // 2
-                    out.write(rest[:half])
-                    out.flush()
-                    killpoints.reached(kill_point)
-                    rest = rest[half:]
-                out.write(rest)
+            with reported("write", path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as out:
+                    rest = memoryview(data)
+                    if kill_point is not None:
+                        half = len(rest) // 2
+                        out.write(rest[:half])
+                        out.flush()
+                        killpoints.reached(kill_point)
+                        rest = rest[half:]
+                    out.write(rest)
         else:
             if kill_point is not None:
                 killpoints.reached(kill_point)
@@ -119,19 +180,26 @@ class FileIO:
         """A stream that writes the file ``path`` (its directory made as needed), for files
         whose name is unique and that become visible only through a commit (data files): they
         are written in place, with no temporary name."""
-        try:
-            return self.arrow_fs.open_output_stream(path, compression=None, buffer_size=OUTPUT_BUFFER_BYTES)
-        except FileNotFoundError:  # a filesystem with directories, and the parent is missing
-            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
-            return self.arrow_fs.open_output_stream(path, compression=None, buffer_size=OUTPUT_BUFFER_BYTES)
+        with reported("write", path):
+            try:
+                return self.arrow_fs.open_output_stream(path, compression=None, buffer_size=OUTPUT_BUFFER_BYTES)
+            except FileNotFoundError:  # a filesystem with directories, and the parent is missing
+                self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+                return self.arrow_fs.open_output_stream(path, compression=None, buffer_size=OUTPUT_BUFFER_BYTES)
 
     def overwrite_hint(self, path: str, text: str) -> None:
         """Replace a small hint file (LATEST, EARLIEST) so readers never see it half-written."""
         if self.is_local:
             tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-            with open(tmp, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(tmp, path)
+            with reported("write", path):
+                try:
+                    with open(tmp, "w", encoding="utf-8") as out:
+                        out.write(text)
+                    os.replace(tmp, path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise
         else:
             self._put(path, text.encode("utf-8"))
 
@@ -139,12 +207,16 @@ class FileIO:
         """Atomically create ``path`` with ``data``; False if it already exists.
 
         Local: a temp file hard-linked to the final name (link fails if the name exists), so
-        no reader sees a partial file. S3: one conditional put (``If-None-Match: *``; an
-        object found holding exactly ``data`` is this put's own, retried by the client). In
+        no reader sees a partial file. S3: one conditional put (``If-None-Match: *``). In
         memory: check and put under a process-wide mutex. With a commit lock configured, all
         of this runs while the table's lock is held, and a store with none of these checks
         and puts under the lock; without one, such a store refuses (UnsafeStorageError): it
         never overwrites silently.
+
+        On a store, a put that fails may have landed with its answer lost: it is tried again
+        (``CREATE_ATTEMPTS`` in all), and an object found holding exactly ``data`` is this
+        put's own. When every try fails, CommitOutcomeUnknownError: whether the file was
+        created is unknown.
         """
         if self.lock is not None:
             with self.lock(table_root_of(path)):
@@ -154,18 +226,13 @@ class FileIO:
     def _create_if_absent(self, path: str, data: bytes, *, locked: bool) -> bool:
         match self.atomic_create:
             case AtomicCreate.LINK:
-                return self._link_new(path, data)
+                with reported("create", path):
+                    return self._link_new(path, data)
             case AtomicCreate.CONDITIONAL_PUT:
-                try:
-                    self.fs.pipe_file(path, data, mode="create")
-                except FileExistsError:  # s3fs's translation of 412 Precondition Failed
-                    # A put whose response was lost is retried by the client and then finds
-                    # its own object: ours only if it holds our bytes.
-                    return bool(self.fs.cat_file(path) == data)
-                return True
+                return self._resolved(path, lambda retried: self._conditional_put(path, data))
             case AtomicCreate.PROCESS_LOCK:
                 with MEMORY_LOCK:
-                    return self._put_if_absent(path, data)
+                    return self._resolved(path, lambda retried: self._put_if_absent(path, data, retried=retried))
             case AtomicCreate.NONE:
                 if not locked:
                     raise UnsafeStorageError(
@@ -173,7 +240,39 @@ class FileIO:
                         "writes), so concurrent commits could overwrite each other: configure a commit "
                         "lock (Catalog(..., lock=...) or open_table(..., lock=...); see docs/storage.md)",
                         file=path)
-                return self._put_if_absent(path, data)
+                return self._resolved(path, lambda retried: self._put_if_absent(path, data, retried=retried))
+
+    @staticmethod
+    def _resolved(path: str, create: Callable[[bool], bool]) -> bool:
+        """``create(retried)``, tried again while it fails (``retried``: an earlier try failed,
+        and may have landed)."""
+        for attempt in range(CREATE_ATTEMPTS):
+            if attempt:
+                time.sleep(CREATE_RETRY_WAIT_S * (1 << (attempt - 1)) * random.uniform(0.5, 1.0))
+            try:
+                return create(attempt > 0)
+            except StorageError as exc:
+                failure = exc
+        raise CommitOutcomeUnknownError(
+            f"creating the file failed {CREATE_ATTEMPTS} times ({failure.message}); whether it was created "
+            "is unknown", file=path) from failure
+
+    def _conditional_put(self, path: str, data: bytes) -> bool:
+        try:
+            with reported("create", path):
+                self.fs.pipe_file(path, data, mode="create")
+        except FileExistsError:  # s3fs's translation of 412 Precondition Failed
+            # A put whose answer was lost and that was retried (by the client, unseen, or by
+            # us) finds its own object: ours only if it holds our bytes.
+            return self._holds(path, data)
+        return True
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        """Whether ``path`` holds exactly ``data`` (False when it is gone again)."""
+        try:
+            return self.read_bytes(path) == data
+        except FileNotFoundError:
+            return False
 
     def _link_new(self, path: str, data: bytes) -> bool:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -191,24 +290,27 @@ class FileIO:
         finally:
             os.unlink(tmp)
 
-    def _put_if_absent(self, path: str, data: bytes) -> bool:
-        """Check, then put: atomic only while the caller excludes every other creator."""
-        if self.fs.exists(path):
-            return False
+    def _put_if_absent(self, path: str, data: bytes, *, retried: bool) -> bool:
+        """Check, then put: atomic only while the caller excludes every other creator. After a
+        failed try, an object found holding exactly ``data`` is that try's."""
+        if self.exists(path):
+            return retried and self._holds(path, data)
         self._put(path, data)
         return True
 
     def _put(self, path: str, data: bytes) -> None:
         """One put of the whole file; object stores have no directories to make, so they are
         made only when a filesystem that has them says the parent is missing."""
-        try:
-            self.fs.pipe_file(path, data)
-        except FileNotFoundError:
-            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
-            self.fs.pipe_file(path, data)
+        with reported("write", path):
+            try:
+                self.fs.pipe_file(path, data)
+            except FileNotFoundError:
+                self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+                self.fs.pipe_file(path, data)
 
     def exists(self, path: str) -> bool:
-        return bool(self.fs.exists(path))
+        with reported("existence check", path):
+            return bool(self.fs.exists(path))
 
     def list_names(self, directory: str) -> list[str]:
         """Base names of the entries of a directory ([] when it does not exist)."""
@@ -217,22 +319,39 @@ class FileIO:
                 return os.listdir(directory)
             except FileNotFoundError:
                 return []
+        return [str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in self.list_entries(directory)]
+
+    def list_entries(self, directory: str) -> list[dict[str, Any]]:
+        """fsspec's details of the entries of a directory ([] when it does not exist)."""
         try:
-            entries = self.fs.ls(directory, detail=False)
+            with reported("listing", directory):
+                entries: list[dict[str, Any]] = self.fs.ls(directory, detail=True)
         except FileNotFoundError:
             return []
-        return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
+        return entries
 
     def modified_ms(self, path: str) -> float:
         """When the file was last modified, in epoch milliseconds (FileNotFoundError if absent)."""
         if self.is_local:
             return os.stat(path).st_mtime * 1000
-        return float(self.fs.modified(path).timestamp() * 1000)
+        with reported("stat", path):
+            return float(self.fs.modified(path).timestamp() * 1000)
 
     def delete(self, path: str) -> None:
         """Remove a file if it exists."""
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError), reported("delete", path):
             self.fs.rm_file(path)
 
+    def discard(self, paths: Iterable[str]) -> None:
+        """Delete files nothing needs (a void commit's, an abandoned write's). A delete that
+        fails leaves an orphan for ``remove_orphan_files``: it is logged, not raised, so that
+        it never hides what the caller reports (a commit that landed, or the first failure)."""
+        for path in paths:
+            try:
+                self.delete(path)
+            except StorageError as exc:
+                _log.warning("left an orphan behind: %s", exc)
+
     def makedirs(self, path: str) -> None:
-        self.fs.makedirs(path, exist_ok=True)
+        with reported("mkdir", path):
+            self.fs.makedirs(path, exist_ok=True)

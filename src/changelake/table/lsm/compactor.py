@@ -350,8 +350,7 @@ def compact_bucket(
         if result.vectors is not None:
             vectors = result.vectors
         levels = levels.replace(result.before, result.after)
-        for f in total.merge(result):
-            ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+        ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in total.merge(result))
         within = len(levels.sorted_runs(ctx.key_of)) <= stop and not (force_level0 and levels.level0())
         if full or within:
             return levels, total

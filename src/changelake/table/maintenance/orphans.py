@@ -60,11 +60,7 @@ def _modified_ms(info: dict[str, Any]) -> int | None:
 
 
 def _listing(ctx: TableContext, directory: str) -> list[dict[str, Any]]:
-    try:
-        entries: list[dict[str, Any]] = ctx.file_io.fs.ls(directory, detail=True)
-    except FileNotFoundError:
-        return []
-    return entries
+    return ctx.file_io.list_entries(directory)
 
 
 def _not_our_temp(name: str) -> bool:

@@ -12,6 +12,7 @@ as it is now.
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -27,6 +28,8 @@ from changelake.table.lsm import compactor as compaction
 from changelake.table.read import live_files
 
 Buckets = set[tuple[bytes, int]]
+
+_log = logging.getLogger(__name__)
 
 
 def waits_for_lookup(ctx: TableContext, changelog: ChangelogHook) -> bool:
@@ -70,11 +73,18 @@ def land(
     landed ([] when the identifier was committed already: the messages' files are deleted).
     ``view`` is the oldest snapshot the messages' compactions looked up. A compaction lost to
     another committer is not fatal: the new files land, and level 0 is moved up again when every
-    commit must move it. Then snapshots expire as the table's retention options say."""
+    commit must move it. Then snapshots expire as the table's retention options say. Once a
+    snapshot landed, nothing here raises: a failure after it is logged."""
     landed = commit.commit(ctx, messages, commit_user, identifier, compact_conflicts_fatal=False,
                            on_renumber=on_renumber, view=view)
     if landed and landed[-1].commit_kind is CommitKind.APPEND and level0_goes_up(ctx, changelog):
-        compact_level0_up(ctx, changelog, {(m.partition, m.bucket) for m in messages})
+        try:
+            compact_level0_up(ctx, changelog, {(m.partition, m.bucket) for m in messages})
+        except Exception:
+            # The commit landed and must not be reported as failed; its level 0 goes up with
+            # the next commit or its replay, as after a crash here.
+            _log.warning("table %s: snapshot %d landed; moving its level 0 up failed", ctx.name, landed[-1].id,
+                         exc_info=True)
     if landed:
         snapshot_expiry.expire_after_commit(ctx)
     return landed

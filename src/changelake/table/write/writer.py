@@ -153,8 +153,8 @@ class TableWrite:
             for run in state.spilled[spilled:]:
                 os.unlink(run.path)
             bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
-            for f in [*state.new_files[new_files:], *state.changelog[changelog:]]:
-                self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+            self.ctx.file_io.discard(f"{bucket_dir}/{f.file_name}"
+                                     for f in [*state.new_files[new_files:], *state.changelog[changelog:]])
             if key not in checkpoint.buckets:
                 del self._buckets[key]
                 continue
@@ -199,14 +199,13 @@ class TableWrite:
                 result = running.result()
             except Exception:  # a discarded compaction's failure is moot
                 result = compaction.CompactResult()
-            for f in state.compacted.merge(result):
-                self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+            self.ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in state.compacted.merge(result))
         kept = {f.file_name for f in state.compacted.before}
-        for f in [*state.new_files, *state.changelog, *state.compacted.after, *state.compacted.changelog]:
-            if f.file_name not in kept:
-                self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
-        for index_file in state.index_added:
-            self.ctx.file_io.delete(self.ctx.paths.index(index_file.file_name))
+        self.ctx.file_io.discard(
+            f"{bucket_dir}/{f.file_name}"
+            for f in [*state.new_files, *state.changelog, *state.compacted.after, *state.compacted.changelog]
+            if f.file_name not in kept)
+        self.ctx.file_io.discard(self.ctx.paths.index(index_file.file_name) for index_file in state.index_added)
 
     def _flush(self, *, final: bool) -> None:
         """Sort and merge the buffer per bucket; spill it, or write it as level-0 files."""
@@ -292,8 +291,7 @@ class TableWrite:
         result = running.result()
         state.levels = state.levels.replace(result.before, result.after)
         bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
-        for f in state.compacted.merge(result):
-            self.ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+        self.ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in state.compacted.merge(result))
         # The compactions in ``compacted`` start from the index files committed before this
         # commit: a background one from those the commit that started it left.
         state.compacted_base = state.compacted_base or state.running_base
@@ -342,8 +340,7 @@ class TableWrite:
             state.levels, result = compaction.compact_bucket(ctx, bucket_dir, state.levels, full=full,
                                                              changelog=self.changelog, force_level0=force_level0,
                                                              vectors=vectors)
-            for f in state.compacted.merge(result):
-                ctx.file_io.delete(f"{bucket_dir}/{f.file_name}")
+            ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in state.compacted.merge(result))
         if state.compacted.vectors is not None and state.compacted_base is not None:
             state.index_added, state.index_deleted = deletion_vectors.index_changes(
                 ctx, state.compacted_base.files, state.compacted_base.vectors, state.compacted.vectors,
