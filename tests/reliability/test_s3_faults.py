@@ -1,6 +1,7 @@
 """The S3 fault harness at a small size (``./dev crashtest --s3-faults`` runs it at scale), and
 the faults it found, each on purpose: a conditional put whose answer is lost past the client's
-retries, a LATEST hint put that fails past them, and store failures that must name their file."""
+retries, a LATEST hint put that fails past them, store failures that must name their file, and
+a data file put that fails while a writer's commit flushes."""
 
 from __future__ import annotations
 
@@ -129,3 +130,23 @@ def test_a_commit_that_never_hears_back_says_its_outcome_is_unknown_and_deletes_
     writer.close()
     assert [(s.id, s.commit_user) for s in table.snapshots()] == [(1, table.snapshot(1).commit_user), (2, "job")]
     assert table.scan().to_arrow().to_pylist() == [{"k": 1, "v": 10}]  # every file it names is there
+
+
+@pytest.mark.parametrize("options", [{}, {"write-buffer-size": "4 kb", "write-buffer-spillable": "true"}])
+def test_a_commit_whose_flush_failed_writes_every_row_when_retried(
+        s3: S3Endpoint, proxy: FaultProxy, options: dict[str, str]) -> None:
+    """A data file put fails past the client while a writer's commit flushes its buckets: the
+    commit raises naming the file, and committing again writes every row, none lost (found by
+    the harness: the flush had taken the rows out of the buffer before writing them)."""
+    catalog = cl.Catalog(s3.new_warehouse(), storage_options=s3_faults.storage_options(proxy.endpoint_url))
+    table = catalog.create_table("db.t", SCHEMA, ["k"], options={**AGGREGATED, "bucket": "4", **options})
+    keys = list(range(400))
+    plan = TargetedFaults(lambda r: r.method == "PUT" and "/bucket-2/data-" in r.path, Fault.INTERNAL_ERROR, times=2)
+    with table.writer(commit_user="job") as writer:
+        writer.write(pa.table({"k": keys, "v": [1] * len(keys)}))
+        with proxy.faults(plan), pytest.raises(cl.errors.StorageError) as raised:
+            writer.commit(1)
+        assert raised.value.file is not None and "/bucket-2/data-" in raised.value.file
+        assert [s.commit_identifier for s in writer.commit(1)] == [1]
+    assert sorted(r["k"] for r in table.scan().to_arrow().to_pylist()) == keys
+    assert {r["v"] for r in table.scan().to_arrow().to_pylist()} == {1}
