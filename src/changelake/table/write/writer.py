@@ -71,7 +71,7 @@ class _Checkpoint:
     pending: tuple[tuple[pa.Table, np.ndarray], ...]
     pending_bytes: int
     # per bucket: levels, next sequence number, spilled runs, new files, changelog files
-    buckets: dict[tuple[bytes, int], tuple[Levels, int, int, int, int]]
+    buckets: dict[tuple[bytes, int], tuple[Levels, int, tuple[spill.SpilledRun, ...], int, int]]
 
 
 class TableWrite:
@@ -126,11 +126,7 @@ class TableWrite:
     def write(self, data: WriteInput) -> None:
         """Validate and buffer rows (an optional ``rowkind`` column gives +I/-U/+U/-D). A call
         that raises leaves the writer exactly as it was before the call."""
-        checkpoint = _Checkpoint(
-            tuple(self._pending), self._pending_bytes,
-            {key: (s.levels, s.next_sequence, len(s.spilled), len(s.new_files), len(s.changelog))
-             for key, s in self._buckets.items()},
-        )
+        checkpoint = self._checkpoint()
         try:
             if isinstance(data, pa.RecordBatchReader):
                 for batch in data:  # a stream is buffered batch by batch, never read whole
@@ -141,24 +137,32 @@ class TableWrite:
             self._restore(checkpoint)
             raise
 
+    def _checkpoint(self) -> _Checkpoint:
+        return _Checkpoint(
+            tuple(self._pending), self._pending_bytes,
+            {key: (s.levels, s.next_sequence, tuple(s.spilled), len(s.new_files), len(s.changelog))
+             for key, s in self._buckets.items()},
+        )
+
     def _restore(self, checkpoint: _Checkpoint) -> None:
-        """Undo a failed write call: its rows leave the buffer, and the spill runs, level-0 files
-        and changelog files that flushes wrote meanwhile are deleted (rows buffered before the call, which
-        those flushes also took, are buffered again)."""
+        """Undo a failed write call or final flush: its rows leave the buffer, the spill runs,
+        level-0 files and changelog files that flushes wrote meanwhile are deleted, and rows
+        buffered or spilled before, which those flushes also took, are buffered or spilled again."""
         self._pending = list(checkpoint.pending)
         self._pending_bytes = checkpoint.pending_bytes
         for key, state in list(self._buckets.items()):
             levels, next_sequence, spilled, new_files, changelog = checkpoint.buckets.get(
-                key, (state.levels, 0, 0, 0, 0))
-            for run in state.spilled[spilled:]:
-                os.unlink(run.path)
+                key, (state.levels, 0, (), 0, 0))
+            for run in state.spilled:
+                if run not in spilled:
+                    os.unlink(run.path)
             bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
             self.ctx.file_io.discard(f"{bucket_dir}/{f.file_name}"
                                      for f in [*state.new_files[new_files:], *state.changelog[changelog:]])
             if key not in checkpoint.buckets:
                 del self._buckets[key]
                 continue
-            del state.spilled[spilled:]
+            state.spilled = list(spilled)
             del state.new_files[new_files:]
             del state.changelog[changelog:]
             state.levels, state.next_sequence = levels, next_sequence
@@ -279,9 +283,7 @@ class TableWrite:
         files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, level=0, on_file=on_file)
         state.new_files += files
         state.levels = state.levels.replace((), files)
-        for run in state.spilled:
-            os.unlink(run.path)
-        state.spilled.clear()
+        state.spilled = []  # their files go with the spill directory once the final flush is done
 
     def _collect(self, state: _Bucket) -> None:
         """Take in a background compaction's result (waiting for it if still running)."""
@@ -397,13 +399,20 @@ class TableWrite:
 
     def prepare(self, *, full_compaction: bool = False) -> list[CommitMessage]:
         """Flush everything as level-0 files and compact as the buckets need: the messages a
-        committer lands (compactions finished since the last commit included)."""
-        self._flush(final=True)
-        leftover = [s for s in self._buckets.values() if s.spilled]
-        if leftover:
-            empty = kv.file_schema(self.ctx.arrow_schema, self.ctx.key_names).empty_table()
-            for state in leftover:
-                self._write_level0(state, empty)
+        committer lands (compactions finished since the last commit included). A flush that
+        fails (the store failed a file) leaves the rows buffered and spilled as before, so
+        that preparing again writes them; a compaction that fails leaves the flushed files."""
+        checkpoint = self._checkpoint()
+        try:
+            self._flush(final=True)
+            leftover = [s for s in self._buckets.values() if s.spilled]
+            if leftover:
+                empty = kv.file_schema(self.ctx.arrow_schema, self.ctx.key_names).empty_table()
+                for state in leftover:
+                    self._write_level0(state, empty)
+        except BaseException:
+            self._restore(checkpoint)
+            raise
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
