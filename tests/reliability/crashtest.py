@@ -4,24 +4,9 @@ moments; after every kill a fresh process checks the table and carries on from w
 killed one stopped.
 
 The writer logs an intent before each commit and its result after it (JSON lines, fsynced). A
-fresh child first verifies the table against that log:
-
-* the table opens, snapshot ids run 1..n without a gap and LATEST leads to the newest;
-* each APPEND snapshot is matched to one logged commit: by (commit user, identifier) for the
-  long-lived writer, by the commit user the log recorded for ``table.write()`` (a snapshot of an
-  unknown user is the one commit whose result was never logged); no commit lands twice, none is
-  missing before the newest landed one, and no logged result disagrees with the table;
-* every snapshot reads as the model of exactly the commits that landed up to it;
-* no file referenced by any snapshot is missing (files nobody references are counted: orphans);
-  with expiry (mode ``expire``) the snapshots left run without a gap up to the newest, the
-  commits before the oldest one matched count as landed, and the long-lived writer's last
-  commit in the expired snapshots is recorded (so a replay of it never lands again);
-* no consumer points past the snapshot after the latest (a rollback moves them back);
-* with ``changelog-producer=input``: each APPEND snapshot's changelog is exactly the rows of its
-  commit (row kinds included), other snapshots carry none, and the changelog folded from the
-  first snapshot equals the table at every snapshot (nothing emitted twice, nothing lost);
-* pypaimon reads the latest snapshot as the model says (asked of one pypaimon worker process,
-  pypaimon_oracle.py, that every child connects to).
+fresh child first verifies the table against that log (crashtest_verify.py lists the checks:
+no commit lost or landed twice, every snapshot as the model of its commits, no referenced file
+missing, consumers, changelogs, and pypaimon reading what the model says).
 
 Then it re-runs the commit whose result was lost: the long-lived writer always re-runs it with
 the same commit user and identifier, and it must land iff it had not landed; ``table.write()``
@@ -50,15 +35,14 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import workload
+from crashtest_verify import WRITER_USER, Report, verify
 from workload import MODES, Diff, Log, Mode
 
 import changelake as cl
-from changelake.table.commit import last_commits
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from pypaimon_oracle import PypaimonWorker
 
-WRITER_USER = "crash-writer"
 RANDOM = "random"
 # How many times each named point is typically reached in one child's run: kill at 1..N.
 REACH = {
@@ -108,199 +92,6 @@ def points_of(mode: Mode) -> list[str]:
 # -- the child --------------------------------------------------------------------------------
 
 
-@dataclass
-class Report:
-    """What a fresh process found in the table."""
-
-    errors: list[str] = field(default_factory=list)
-    snapshots: int = 0
-    landed: list[int] = field(default_factory=list)  # commit indexes that landed
-    pending: int | None = None  # the commit whose result was not logged
-    pending_landed: bool = False
-    start: int = 1  # the commit to run next
-    diff: dict[str, int] = field(default_factory=dict)
-    changelog_diff: dict[str, int] = field(default_factory=dict)  # the folded changelog against the table
-    changelog_rows: int = 0
-    paimon_diff: dict[str, int] = field(default_factory=dict)
-    missing_files: list[str] = field(default_factory=list)
-    orphans: int = 0
-    # first-row: the latest snapshot holds level-0 files (a kill fell between a commit's APPEND
-    # and COMPACT snapshots), which Paimon's readers skip, so pypaimon read an older snapshot
-    level0_window: bool = False
-
-
-def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequence[dict[str, Any]], *,
-           pypaimon_address: str) -> Report:
-    report = Report()
-    errors = report.errors
-    snapshots = table.snapshots()
-    report.snapshots = len(snapshots)
-    ids = [s.id for s in snapshots]
-    first = ids[0] if ids and mode.expires else 1
-    if ids != list(range(first, first + len(ids))):
-        errors.append(f"snapshot ids are not {first}..{first + len(ids) - 1}: {ids}")
-    latest = table.latest_snapshot()
-    if (latest.id if latest else None) != (ids[-1] if ids else None):
-        errors.append(f"latest snapshot is {latest.id if latest else None}, the newest file {ids[-1:]}")
-
-    intents = sorted({r["commit"] for r in records if r["event"] == "intent"})
-    results = [r for r in records if r["event"] == "result"]
-    resolved = {r["commit"] for r in results}
-    users = {r["user"]: r["commit"] for r in results}
-    unresolved = [i for i in intents if i not in resolved]
-
-    # Match APPEND snapshots to commits.
-    assigned: dict[int, int] = {}
-    last = 0
-    for snap in snapshots:
-        if snap.commit_kind != cl.CommitKind.APPEND:
-            continue
-        index: int | None
-        if mode.one_shot:
-            index = users.get(snap.commit_user)
-            if index is None:
-                index = next((i for i in unresolved if i > last and i not in assigned), None)
-        else:
-            index = snap.commit_identifier if snap.commit_user == WRITER_USER else None
-        if index is None or index not in intents:
-            errors.append(f"snapshot {snap.id} ({snap.commit_user}, {snap.commit_identifier}) matches no commit")
-            continue
-        if index in assigned:
-            errors.append(f"commit {index} landed twice: snapshots {assigned[index]} and {snap.id}")
-            continue
-        if index < last:
-            errors.append(f"commit {index} landed after commit {last} (snapshot {snap.id})")
-        assigned[index] = snap.id
-        last = max(last, index)
-    # With expiry, the commits before the oldest one matched landed in expired snapshots.
-    landed_before = 1
-    if mode.expires and first > 1:
-        landed_before = min(assigned) if assigned else max(
-            (r["commit"] for r in results if r["snapshots"]), default=0) + 1
-    report.landed = sorted({*assigned, *range(1, landed_before)})
-    if mode.expires and not mode.one_shot and landed_before > 1:
-        recorded = last_commits.read(table.context, WRITER_USER)
-        if recorded is None or not landed_before - 1 <= recorded.commit_identifier <= max(report.landed):
-            errors.append(f"commits up to {landed_before - 1} expired, but the writer's last commit recorded is "
-                          f"{recorded and recorded.commit_identifier}")
-    for consumer_id, next_snapshot in zip(*table.system("consumers").to_pydict().values(), strict=True):
-        if next_snapshot > (latest.id if latest else 0) + 1:
-            errors.append(f"consumer {consumer_id} reads snapshot {next_snapshot} next, past the latest {latest}")
-    gaps = [i for i in range(landed_before, last + 1) if i not in assigned]
-    if gaps:
-        errors.append(f"commits {gaps} were lost (commit {last} landed)")
-    for r in results:
-        index = r["commit"]
-        if r["snapshots"]:
-            if r["snapshots"][0] < first:
-                continue  # expired
-            if assigned.get(index) != r["snapshots"][0]:
-                errors.append(f"commit {index} logged snapshot {r['snapshots'][0]}, table has {assigned.get(index)}")
-        elif index not in assigned and index >= landed_before:
-            errors.append(f"commit {index} was skipped as already committed but never landed")
-        if r.get("expected") is not None and r["expected"] != bool(r["snapshots"]):
-            errors.append(f"re-run of commit {index} {'landed' if r['snapshots'] else 'was skipped'}, "
-                          f"expected {'landing' if r['expected'] else 'a skip'}")
-    if unresolved:
-        report.pending = unresolved[-1]
-        report.pending_landed = report.pending in assigned
-    waiting = [i for i in intents if i not in resolved and not (mode.one_shot and i in assigned)]
-    report.start = min(waiting) if waiting else max(intents, default=0) + 1
-
-    # pypaimon reads the latest snapshot; of a table whose readers skip level 0, the newest
-    # without level-0 files.
-    oracle = snapshots[-1] if snapshots else None
-    if mode.skips_level0:
-        oracle = next((s for s in reversed(snapshots) if not workload.has_level0(table, s)), None)
-        report.level0_window = oracle is not (snapshots[-1] if snapshots else None)
-    oracle_view: dict[workload.Key, workload.Row] = {}
-
-    # Every snapshot against the model of the commits that landed up to it.
-    by_snapshot = {snapshot_id: index for index, snapshot_id in assigned.items()}
-    model = workload.Model(mode.engine)
-    folded = workload.Model(mode.engine)  # the changelog folded from the first snapshot
-    for index in range(1, landed_before):
-        model.apply([r for call in workload.commit_rows(mode, seed, 0, index) for r in call])
-    diff = Diff()
-    changelog_diff = Diff()
-    for snap in snapshots:
-        committed = [] if snap.id not in by_snapshot else [
-            r for call in workload.commit_rows(mode, seed, 0, by_snapshot[snap.id]) for r in call]
-        model.apply(committed)
-        try:
-            got = workload.read_rows(table, snap.id)
-            changes = workload.changelog_rows(table, snap)
-        except cl.errors.ChangelakeError as exc:
-            errors.append(f"snapshot {snap.id} is unreadable: {exc}")
-            continue
-        if oracle is not None and snap.id == oracle.id:
-            oracle_view = model.view()
-        if mode.skips_level0 and workload.has_level0(table, snap):
-            # Readers of first-row tables and of tables with deletion vectors skip level 0: such
-            # a snapshot (its COMPACT was killed) shows its commit only once a later one
-            # compacts it up.
-            continue
-        one = Diff.of(model.view(), got)
-        if one.total:
-            errors.append(f"snapshot {snap.id} differs from the model: {one}")
-        diff.add(one)
-        if mode.input_changelog:
-            report.changelog_rows += len(changes)
-            if _counted(changes) != _counted(committed):
-                errors.append(f"snapshot {snap.id} has {len(changes)} changelog rows, not the {len(committed)} "
-                              "rows of its commit")
-            folded.apply(changes)
-            one = Diff.of(folded.view(), got)
-            if one.total:
-                errors.append(f"the changelog folded up to snapshot {snap.id} differs from the table: {one}")
-            changelog_diff.add(one)
-        elif mode.compaction_changelog and snap.changelog_manifest_list is not None:
-            # A kill between a commit's APPEND and COMPACT leaves an APPEND whose changes come
-            # with a later compaction: only snapshots with changelog must match the fold.
-            report.changelog_rows += len(changes)
-            folded.apply(changes)
-            one = Diff.of(folded.view(), got)
-            if one.total:
-                errors.append(f"the changelog folded up to snapshot {snap.id} differs from the table: {one}")
-            changelog_diff.add(one)
-    report.diff = asdict(diff)
-    report.changelog_diff = asdict(changelog_diff)
-
-    _check_kept_changelogs(table, mode, seed, errors)
-    files = workload.check_files(table, snapshots)
-    report.missing_files = files.missing
-    report.orphans = len(files.orphans)
-    if files.missing:
-        errors.append(f"{len(files.missing)} referenced files are missing: {files.missing[:3]}")
-
-    if oracle is not None:
-        theirs = Diff.of(oracle_view, workload.paimon_rows(pypaimon_address, warehouse, oracle.id))
-        report.paimon_diff = asdict(theirs)
-        if theirs.total:
-            errors.append(f"pypaimon reads snapshot {oracle.id} differently from the model: {theirs}")
-    return report
-
-
-def _check_kept_changelogs(table: cl.Table, mode: Mode, seed: int, errors: list[str]) -> None:
-    """Without a producer, a kept changelog of an APPEND snapshot reads as the keys its commit
-    wrote (its data files outlived the snapshot); streams read it like a snapshot's."""
-    for kept in workload.kept_changelogs(table):
-        if kept.commit_kind != cl.CommitKind.APPEND or kept.commit_user != WRITER_USER:
-            continue
-        try:
-            got = table.changes(kept.id - 1, kept.id).to_arrow()
-        except cl.errors.ChangelakeError as exc:
-            errors.append(f"kept changelog {kept.id} is unreadable: {exc}")
-            continue
-        keys = set(zip(got.column("p").to_pylist(), got.column("k").to_pylist(), strict=True))
-        wrote = {(r["p"], r["k"]) for call in workload.commit_rows(mode, seed, 0, kept.commit_identifier)
-                 for r in call}
-        if keys != wrote:
-            errors.append(f"kept changelog {kept.id} has keys {len(keys)}, its commit wrote {len(wrote)}")
-
-
-def _counted(rows: Sequence[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
-    return Counter(tuple(sorted(r.items())) for r in rows)
 
 
 def child(conn: Connection, spec: dict[str, Any]) -> None:

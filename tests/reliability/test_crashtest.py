@@ -1,6 +1,6 @@
 """The crash test at a small size: every mode, every named kill point and random kills, each
-kill followed by a check from a fresh process (see crashtest.py; ``./dev crashtest`` runs the
-full figure)."""
+kill followed by a check from a fresh process (see crashtest.py and crashtest_verify.py;
+``./dev crashtest`` runs the full figure)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import crashtest
+import crashtest_verify
 import pytest
 import workload
 
@@ -98,19 +99,19 @@ def test_the_model_and_the_orphan_count_see_damage(tmp_path: Path, pypaimon: Pyp
     mode = workload.MODES["writer"]
     warehouse = str(tmp_path)
     table = workload.create_table(warehouse, mode.table_options)
-    with table.writer(commit_user=crashtest.WRITER_USER) as writer:
+    with table.writer(commit_user=crashtest_verify.WRITER_USER) as writer:
         for index in (1, 2):
             for call in workload.commit_rows(mode, 0, 0, index):
                 writer.write(workload.to_arrow(call))
             writer.commit(index)
     records = [{"event": "intent", "commit": i} for i in (1, 2, 3)]
-    records.insert(1, {"event": "result", "commit": 1, "user": crashtest.WRITER_USER, "snapshots": [1]})
-    report = crashtest.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address)
+    records.insert(1, {"event": "result", "commit": 1, "user": crashtest_verify.WRITER_USER, "snapshots": [1]})
+    report = crashtest_verify.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address)
     assert not report.errors, report.errors
     assert report.start == 2 and report.pending == 3 and not report.pending_landed
     # commit 2's result names a snapshot the table does not have; commit 9 never landed
-    bad = [*records, {"event": "result", "commit": 9, "user": crashtest.WRITER_USER, "snapshots": []}]
-    bad_report = crashtest.verify(table, warehouse, mode, 0, bad, pypaimon_address=pypaimon.address)
+    bad = [*records, {"event": "result", "commit": 9, "user": crashtest_verify.WRITER_USER, "snapshots": []}]
+    bad_report = crashtest_verify.verify(table, warehouse, mode, 0, bad, pypaimon_address=pypaimon.address)
     assert any("commit 9 was skipped" in e for e in bad_report.errors)
     snap = table.latest_snapshot()
     assert snap is not None
@@ -129,18 +130,18 @@ def test_the_changelog_check_sees_a_lost_change(tmp_path: Path, monkeypatch: pyt
     warehouse = str(tmp_path)
     table = workload.create_table(warehouse, mode.table_options)
     records: list[dict[str, object]] = []
-    with table.writer(commit_user=crashtest.WRITER_USER) as writer:
+    with table.writer(commit_user=crashtest_verify.WRITER_USER) as writer:
         for index in (1, 2):
             for call in workload.commit_rows(mode, 0, 0, index):
                 writer.write(workload.to_arrow(call))
             landed = writer.commit(index)
             records += [{"event": "intent", "commit": index},
-                        {"event": "result", "commit": index, "user": crashtest.WRITER_USER,
+                        {"event": "result", "commit": index, "user": crashtest_verify.WRITER_USER,
                          "snapshots": [s.id for s in landed]}]
-    report = crashtest.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address)
+    report = crashtest_verify.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address)
     assert not report.errors, report.errors
     assert report.changelog_rows == sum(len(c) for i in (1, 2) for c in workload.commit_rows(mode, 0, 0, i))
     real = workload.changelog_rows
     monkeypatch.setattr(workload, "changelog_rows", lambda t, s: real(t, s)[1:])
-    errors = crashtest.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address).errors
+    errors = crashtest_verify.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address).errors
     assert any("changelog rows" in e for e in errors) and any("folded" in e for e in errors), errors
