@@ -29,6 +29,7 @@ def test_in_table_names_the_table_once() -> None:
     errors.NullKeyError("has 1 null values", table="db.t", column="id"),
     errors.CdcError("is 'avro'; expected one of debezium-json, canal-json, maxwell-json", option="format"),
     errors.MissingExtraError("needs polars: pip install 'changelake[polars]'", table="db.t"),
+    errors.StorageConfigError("nosuch://b/w: Protocol not known: nosuch"),
     errors.UnsafeStorageError("dir:// cannot create a file only if it is absent", file="w/db.db/t/snapshot/snapshot-1"),
     errors.StorageError("read failed: OSError: [Errno 121] Internal Server Error", file="b/w/db.db/t/snapshot/LATEST"),
     errors.CommitOutcomeUnknownError("creating the file failed 5 times", file="b/w/db.db/t/snapshot/snapshot-7"),

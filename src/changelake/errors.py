@@ -160,7 +160,16 @@ class CdcError(ChangelakeError):
 
 class MissingExtraError(ChangelakeError, ImportError):
     """An optional library a feature needs is not installed; the message names the extra to
-    install (``pip install 'changelake[polars]'``)."""
+    install (``pip install 'changelake[polars]'``), or for a filesystem changelake has no extra
+    for, the package fsspec asks for (``gcsfs`` for ``gs://``)."""
+
+
+class StorageConfigError(ChangelakeError, ValueError):
+    """The filesystem of a warehouse or table URL cannot be opened as given: fsspec knows no
+    such protocol, or the storage options do not fit the filesystem (one it requires is
+    missing, one it takes has a value it refuses). The message names the URL, the storage
+    options given (their names, never their values) and fsspec's reason; nothing was read or
+    written. It is a ``ValueError`` too, as fsspec's own error for an unknown protocol is."""
 
 
 class UnsafeStorageError(ChangelakeError):

@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from fsspec.registry import known_implementations
 
 import changelake as cl
 from changelake import errors
@@ -293,6 +294,41 @@ def test_get_missing_table_and_database(table: cl.Table, catalog: cl.Catalog) ->
     assert sorted(os.listdir(catalog.warehouse)) == ["db.db"]
 
 
+# -- where the table lives ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opener", [cl.Catalog, cl.open_table])
+def test_unknown_url_protocol_names_the_url(opener: Any) -> None:
+    with pytest.raises(errors.StorageConfigError) as info:
+        opener("nosuch://bucket/warehouse/db.db/t")
+    assert isinstance(info.value, ValueError)  # as fsspec's own error was
+    assert_names(str(info.value), "nosuch://bucket/warehouse/db.db/t", "Protocol not known: nosuch")
+
+
+@pytest.mark.parametrize("opener", [cl.Catalog, cl.open_table])
+@pytest.mark.parametrize(("options", "culprits"), [
+    # Databricks' filesystem (in fsspec itself) requires both; fsspec raised a TypeError
+    ({"token": "secret-token"}, ["dbfs://host/wh", "storage options ['token']", "'instance'"]),
+    ({"instance": "host", "token": "secret-token", 7: "x"}, ["dbfs://host/wh", "'7'", "'instance'", "'token'"]),
+    ([("instance", "host")], ["dbfs://host/wh", "storage_options must be a dict", "list"]),
+], ids=["a required option missing", "an option name that is not a string", "not a dict"])
+def test_storage_options_the_filesystem_refuses_are_named(opener: Any, options: Any, culprits: list[str]) -> None:
+    with pytest.raises(errors.StorageConfigError) as info:
+        opener("dbfs://host/wh", options)
+    assert_names(str(info.value), *culprits)
+    assert "secret-token" not in str(info.value)  # option names, never their values
+
+
+def test_a_filesystem_whose_package_is_missing_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(known_implementations, "nopkg",
+                        {"class": "changelake_no_such_package.FileSystem", "err": "Install nopkgfs to access nopkg://"})
+    for opener in (cl.Catalog, cl.open_table):
+        with pytest.raises(errors.MissingExtraError) as info:
+            opener("nopkg://bucket/wh")
+        assert isinstance(info.value, ImportError)
+        assert_names(str(info.value), "nopkg://bucket/wh", "Install nopkgfs")
+
+
 # -- scans ------------------------------------------------------------------------------------------
 
 
@@ -326,6 +362,34 @@ def test_scan_unknown_column(table: cl.Table) -> None:
     with pytest.raises(errors.ScanError) as info:
         table.scan(columns=["id", "nope"])
     assert_names(str(info.value), "db.t", "nope")
+
+
+READS_OF_COLUMNS: dict[str, Any] = {
+    "scan": lambda t, columns: t.scan(columns=columns).to_arrow(),
+    "select": lambda t, columns: t.scan().select(*columns).to_arrow(),
+    "stream": lambda t, columns: list(t.stream(columns=columns)),
+    "changes": lambda t, columns: t.changes(0, 1, columns=columns).to_arrow(),
+}
+
+
+@pytest.mark.parametrize("read", list(READS_OF_COLUMNS))
+@pytest.mark.parametrize(("columns", "culprit"), [
+    (["id", "v", "id"], "['id']"), (["s", "s", "v", "v"], "['s', 'v']"), (["id", "nope"], "['nope']")])
+def test_reads_name_a_repeated_or_unknown_column(table: cl.Table, read: str, columns: list[str],
+                                                 culprit: str) -> None:
+    """A column selected twice or not in the table is a ScanError naming it, in a scan, a
+    change stream and a range of changes alike (a repeated one was a raw KeyError)."""
+    with pytest.raises(errors.ScanError) as info:
+        READS_OF_COLUMNS[read](table, columns)
+    assert_names(str(info.value), "db.t", culprit)
+
+
+def test_columns_given_as_one_string_are_refused(table: cl.Table) -> None:
+    """``columns="id"`` is not the columns i and d (a string is a sequence of characters)."""
+    for read in (lambda: table.scan(columns="id"), lambda: table.stream(columns="id")):
+        with pytest.raises(errors.ScanError) as info:
+            read()
+        assert_names(str(info.value), "db.t", "'id'", "not the string")
 
 
 def test_scan_filter_on_unknown_column(table: cl.Table) -> None:

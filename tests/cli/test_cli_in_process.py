@@ -167,6 +167,7 @@ def test_changes_formats(capfd: pytest.CaptureFixture[str], table: changelake.Ta
     (["scan", "{t}", "--where", "name < id"], 2, "< does not apply to column 'name' (string) and column 'id'"),
     (["scan", "nosuch://bucket/db.db/t"], 2, "nosuch://bucket/db.db/t: Protocol not known: nosuch"),
     (["ls", "nosuch://bucket/warehouse"], 2, "Protocol not known"),
+    (["scan", "dbfs://host/wh/db.db/t", "-o", "token=x"], 2, "dbfs://host/wh/db.db/t (storage options ['token']): "),
     (["remove-orphans", "{t}", "--older-than", "99999999999 d"], 2, "is longer than 999999999 days"),
     (["expire", "{t}", "--retain-max", "0"], 2, "Invalid value for '--retain-max'"),
     (["show", "{t}", "--snapshots", "-1"], 2, "Invalid value for '--snapshots'"),

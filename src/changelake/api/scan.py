@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,9 +17,6 @@ from changelake.table.context import TableContext
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.read import planner, reader
 from changelake.table.read.planner import Split
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
@@ -56,7 +52,7 @@ class Scan(handoff.ArrowExports):
         scan = Scan(context, snapshot_id, tag, timestamp_ms, read_optimized=read_optimized)
         if filter is not None:
             scan = scan.filter(filter)
-        return scan if columns is None else scan.select(*columns)
+        return scan if columns is None else dataclasses.replace(scan, columns=context.selected_columns(columns))
 
     def __post_init__(self) -> None:
         chosen = [n for n, v in (("snapshot_id", self.snapshot_id), ("tag", self.tag),
@@ -76,12 +72,8 @@ class Scan(handoff.ArrowExports):
         return dataclasses.replace(self, row_filter=combined)
 
     def select(self, *columns: str) -> Scan:
-        """Only these columns, in this order."""
-        names = self.context.arrow_schema.names
-        unknown = [c for c in columns if c not in names]
-        if unknown:
-            raise ScanError(f"unknown columns {unknown}; the table has {names}", table=self.context.name)
-        return dataclasses.replace(self, columns=tuple(columns))
+        """Only these columns, in this order (ScanError for an unknown or repeated one)."""
+        return dataclasses.replace(self, columns=self.context.selected_columns(columns))
 
     def at_snapshot(self, snapshot_id: int) -> Scan:
         """Read snapshot ``snapshot_id``."""

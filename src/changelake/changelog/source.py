@@ -100,8 +100,8 @@ class ChangeSource:
     def of(context: TableContext, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None,
            row_filter: pc.Expression | None = None) -> ChangeSource:
         """A checked source: ``options`` (Paimon names, strings) over the table's, the scan
-        mode and consumer id valid, ``columns`` known (default: all), ``row_filter`` an
-        expression on the table's columns."""
+        mode and consumer id valid, ``columns`` known and each given once (default: all),
+        ``row_filter`` an expression on the table's columns."""
         name = context.name
         for key, value in (options or {}).items():
             if not isinstance(value, str):
@@ -110,11 +110,7 @@ class ChangeSource:
         starting.start_mode(parsed)
         if parsed.consumer_id is not None:
             consumers.check_id(context, parsed.consumer_id)
-        names = context.arrow_schema.names
-        chosen = tuple(names if columns is None else columns)
-        unknown = [c for c in chosen if c not in names]
-        if unknown:
-            raise ScanError(f"unknown columns {unknown}; the table has {names}", table=name)
+        chosen = tuple(context.arrow_schema.names) if columns is None else context.selected_columns(columns)
         if row_filter is not None and not isinstance(row_filter, pc.Expression):
             raise ScanError(f"filter must be a pyarrow.compute.Expression, got {row_filter!r}", table=name)
         return ChangeSource(context, parsed, chosen, row_filter)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated
 
-import fsspec
 import typer
 
 from changelake import Catalog, Table, open_table
+from changelake.errors import StorageConfigError
 from changelake.option_values import parse_duration_ms
 
 
@@ -48,31 +48,22 @@ def storage_options(pairs: list[str] | None) -> dict[str, str] | None:
     return key_values(pairs, "--storage-option") if pairs else None
 
 
-def _check_filesystem(url: str, options: dict[str, str] | None) -> None:
-    """The error naming ``url`` when fsspec cannot open its filesystem: an unknown protocol or
-    storage option is unusable input, a protocol whose package is not installed a failure."""
-    try:
-        fsspec.core.url_to_fs(url, **(options or {}))
-    except (ValueError, TypeError) as error:
-        raise UsageError(f"{url}: {error}") from None
-    except ImportError as error:
-        raise CommandError(f"{url}: {error}") from None
-
-
 def load_catalog(warehouse: str, storage: list[str] | None) -> Catalog:
     """The catalog of ``warehouse``."""
-    options = storage_options(storage)
-    _check_filesystem(warehouse, options)
-    return Catalog(warehouse, options)
+    try:
+        return Catalog(warehouse, storage_options(storage))
+    except StorageConfigError as error:  # an unknown protocol or unusable --storage-option
+        raise UsageError(str(error)) from None
 
 
 def load_table(table: str, warehouse: str | None, storage: list[str] | None) -> Table:
     """Open TABLE: a directory, or ``database.table`` in ``warehouse``."""
     if warehouse is not None:
         return load_catalog(warehouse, storage).get_table(table)
-    options = storage_options(storage)
-    _check_filesystem(table, options)
-    return open_table(table, options)
+    try:
+        return open_table(table, storage_options(storage))
+    except StorageConfigError as error:
+        raise UsageError(str(error)) from None
 
 
 def duration(text: str, flag: str) -> dt.timedelta:

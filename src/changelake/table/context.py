@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 from pyroaring import BitMap
 
+from changelake.errors import ScanError
 from changelake.options import TableOptions
 from changelake.table.format import binary_row, data_file, kv, snapshot
 from changelake.table.format.data_file import FileSettings
@@ -86,6 +88,20 @@ class TableContext:
             renames = self.schema.names_in(self.schemas.get(meta.schema_id))
         return data_file.read_batches(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns,
                                       batch_rows, renames, kinds_for_retractions=kinds_for_retractions)
+
+    def selected_columns(self, columns: Sequence[str]) -> tuple[str, ...]:
+        """``columns`` as a read selects them: ScanError naming the table unless they are
+        column names of the table, each given once (a string is not a list of names)."""
+        if isinstance(columns, str):
+            raise ScanError(f"columns must be a list of column names, not the string {columns!r}", table=self.name)
+        names = self.arrow_schema.names
+        unknown = [c for c in columns if c not in names]
+        if unknown:
+            raise ScanError(f"unknown columns {unknown}; the table has {names}", table=self.name)
+        twice = sorted(c for c, n in Counter(columns).items() if n > 1)
+        if twice:
+            raise ScanError(f"columns {twice} are selected more than once", table=self.name)
+        return tuple(columns)
 
     @property
     def primary_keys(self) -> tuple[str, ...]:

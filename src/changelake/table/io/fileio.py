@@ -8,7 +8,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -19,7 +19,14 @@ import pyarrow.fs as pafs
 from fsspec.config import apply_config
 from fsspec.implementations.local import LocalFileSystem
 
-from changelake.errors import ChangelakeError, CommitOutcomeUnknownError, StorageError, UnsafeStorageError
+from changelake.errors import (
+    ChangelakeError,
+    CommitOutcomeUnknownError,
+    MissingExtraError,
+    StorageConfigError,
+    StorageError,
+    UnsafeStorageError,
+)
 from changelake.table.io import killpoints
 from changelake.table.io.atomic import MEMORY_LOCK, AtomicCreate, CommitLock, atomic_create_of, table_root_of
 from changelake.table.io.killpoints import KillPoint
@@ -85,6 +92,23 @@ class _ReportingHandler(pafs.FSSpecHandler):  # type: ignore[misc]  # pyarrow sh
         return pa.PythonFile(_ReportedFile(raw, path, "write"), mode="w")
 
 
+def _filesystem_of(url: str, storage_options: Mapping[str, Any] | None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """fsspec's filesystem of ``url`` and the path in it, its errors about the URL and the
+    options raised as changelake's naming them (option names only: values may be secrets)."""
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise StorageConfigError(f"{url}: storage_options must be a dict of fsspec options, "
+                                 f"got {type(storage_options).__name__}")
+    given = f" (storage options {sorted(map(str, storage_options))})" if storage_options else ""
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except ImportError as exc:
+        extra = " (pip install 'changelake[s3]')" if fsspec.core.split_protocol(url)[0] in ("s3", "s3a") else ""
+        raise MissingExtraError(f"{url}: {exc}{extra}") from exc
+    except (ValueError, TypeError) as exc:
+        raise StorageConfigError(f"{url}{given}: {exc}") from exc
+    return fs, path
+
+
 @dataclass(frozen=True)
 class FileIO:
     """A filesystem (any fsspec URL) plus the operations the table needs.
@@ -98,14 +122,17 @@ class FileIO:
     lock: CommitLock | None = None
 
     @staticmethod
-    def for_url(url: str, storage_options: dict[str, Any] | None = None, *,
+    def for_url(url: str, storage_options: Mapping[str, Any] | None = None, *,
                 lock: CommitLock | None = None) -> tuple[FileIO, str]:
         """The FileIO of a URL (or local path) and the path inside that filesystem.
 
         fsspec's own configuration for the protocol (``fsspec.config.conf``, filled from its
         config files and ``FSSPEC_*`` variables) joins the options, explicit ones winning: a
-        process that unpickles the FileIO (a Spark executor) opens the same store."""
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        process that unpickles the FileIO (a Spark executor) opens the same store.
+
+        StorageConfigError for an unknown protocol or storage options the filesystem refuses,
+        MissingExtraError when the filesystem's package is not installed, each naming the URL."""
+        fs, path = _filesystem_of(url, storage_options)
         options: dict[str, Any] = apply_config(type(fs), dict(storage_options or {}))
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         if isinstance(fs, LocalFileSystem):
