@@ -3,12 +3,14 @@ changelog files, the text summary and the PNG picture."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -118,6 +120,35 @@ def test_summary_has_one_aligned_block_per_bucket(tmp_path: Path) -> None:
         assert header.index("file") == files[0].index("data-")
     assert all(isinstance(f.min_key[0], str) and f.min_key <= f.max_key for f in inspection.buckets[0].files)
     assert "(files marked *)" in text
+
+
+NANO_PARTITIONS = pa.schema([pa.field("p", pa.timestamp("ns"), nullable=False), pa.field("k", pa.int64()),
+                             pa.field("v", pa.int64())])
+ODD = 1_700_000_000_123_456_789  # 2023-11-14 22:13:20.123456789: nanoseconds a datetime cannot hold
+WHOLE = 1_700_000_000_123_456_000  # 2023-11-14 22:13:20.123456: a datetime holds it
+
+
+def test_a_nanosecond_timestamp_partition_is_found_by_a_datetime(tmp_path: Path) -> None:
+    """``bucket(partition=...)`` takes a TIMESTAMP(9) partition's value as ``compact(partitions=...)``
+    does: its nanoseconds, a datetime or a pandas Timestamp (not only the int the partition
+    decodes to); the summary shows it as the timestamp."""
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", NANO_PARTITIONS, primary_keys=["p", "k"],
+                                                   partition_keys=["p"], options={"bucket": "1"})
+    table.write(pa.table({"p": pa.array([ODD, WHOLE, WHOLE], pa.timestamp("ns")), "k": [1, 2, 3], "v": [1, 2, 3]}))
+    inspection = table.inspect()
+    whole, odd = sorted(inspection.buckets, key=lambda b: b.partition)
+    assert (odd.partition, odd.rows, whole.rows) == ((("p", ODD),), 1, 2)
+    assert inspection.bucket(partition={"p": ODD}) == odd
+    assert inspection.bucket(partition={"p": dt.datetime(2023, 11, 14, 22, 13, 20, 123456)}) == whole
+    assert inspection.bucket(0, partition={"p": pd.Timestamp(ODD)}) == odd
+    assert "partition p=2023-11-14 22:13:20.123456789 bucket 0: 1 file" in inspection.summary()
+    with pytest.raises(ScanError, match="no bucket"):
+        inspection.bucket(partition={"p": dt.datetime(2023, 11, 14, 22, 13, 20)})
+    with pytest.raises(ScanError, match="does not fit the partition keys' types") as info:
+        inspection.bucket(partition={"p": "yesterday"})
+    assert "db.t" in str(info.value)
+    with pytest.raises(ScanError, match=r"\['q'\] are not partition keys \['p'\]"):
+        inspection.bucket(partition={"p": ODD, "q": 1})
 
 
 def _png_size(path: Path) -> tuple[int, int]:

@@ -234,6 +234,30 @@ def test_inspect_prints_the_tree_and_draws_a_bucket(capfd: pytest.CaptureFixture
     assert code == 1 and "snapshot 99" in err
 
 
+@pytest.mark.parametrize("zone", [None, "UTC"], ids=["TIMESTAMP(9)", "TIMESTAMP_LTZ(9)"])
+def test_inspect_finds_a_nanosecond_partition_by_its_text(capfd: pytest.CaptureFixture[str], tmp_path: Path,
+                                                           zone: str | None) -> None:
+    """``--partition`` takes a TIMESTAMP(9) partition as the summary prints it, not only as the
+    nanoseconds the partition decodes to."""
+    pytest.importorskip("matplotlib")
+    nanos = pa.timestamp("ns", tz=zone)
+    schema = pa.schema([pa.field("p", nanos, nullable=False), pa.field("id", pa.int64(), nullable=False)])
+    made = changelake.Catalog(str(tmp_path)).create_table("db.ns", schema, ["p", "id"], partition_keys=["p"],
+                                                          options={"bucket": "1"})
+    made.write(pa.table({"p": pa.array([1_700_000_000_123_456_789] * 3 + [0], nanos), "id": [1, 2, 3, 4]}))
+    text = "2023-11-14 22:13:20.123456789" + ("+00:00" if zone else "")
+    code, out, err = run(capfd, "inspect", made.location)
+    assert code == 0 and f"partition p={text} bucket 0: 1 file" in out, err
+    picture = tmp_path / "tree.png"
+    code, out, err = run(capfd, "inspect", made.location, "--png", str(picture), "--partition", f"p={text}")
+    assert code == 0, err
+    assert out.splitlines()[-1] == f"wrote {picture}: bucket 0 of partition p={text}"
+    code, _, err = run(capfd, "inspect", made.location, "--png", str(picture), "--partition", "p=soon")
+    assert code == 2 and err.startswith("error: --partition: 'soon' is not a value of column 'p'"), err
+    code, _, err = run(capfd, "inspect", made.location, "--png", str(picture), "--partition", "q=1")
+    assert code == 2 and "'q' is not a partition key of db.ns (partitioned by p)" in err, err
+
+
 NESTED = pa.schema([
     pa.field("id", pa.int64(), nullable=False), ("b", pa.binary()), ("fixed", pa.binary(2)), ("f", pa.float64()),
     ("l", pa.list_(pa.int32())), ("m", pa.map_(pa.string(), pa.float64())),

@@ -5,23 +5,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import pyarrow as pa
 import typer
 
+from changelake import Table
 from changelake.cli.common import StorageOpt, TableArg, UsageError, WarehouseOpt, key_values, load_table
+from changelake.errors import ScanError
 from changelake.table.lsm.inspection import TableInspection
 
 
-def _partition(found: TableInspection, pairs: list[str] | None) -> dict[str, Any] | None:
-    """``--partition k=v`` pairs as the typed partition values of a bucket that has them (the
-    command line gives text; the table's partition values may be dates or numbers)."""
+def _partition(table: Table, found: TableInspection, pairs: list[str] | None) -> dict[str, Any] | None:
+    """``--partition k=v`` pairs as values of the partition keys' types: the text is cast as
+    ``--where`` casts its literals (``2024-01-02`` for a DATE, ``2024-01-02 03:04:05.123456789``
+    for a TIMESTAMP(9)), and a bucket of the partition must exist."""
     if not pairs:
         return None
     wanted = key_values(pairs, "--partition", "COLUMN=VALUE")
-    for b in found.buckets:
-        values = dict(b.partition)
-        if set(values) == set(wanted) and all(str(values[k]) == v for k, v in wanted.items()):
-            return values
-    raise UsageError(f"--partition: no bucket in partition {wanted} (snapshot {found.snapshot_id})")
+    typed: dict[str, Any] = {}
+    for key, text in wanted.items():
+        if key not in table.partition_keys:
+            raise UsageError(f"--partition: {key!r} is not a partition key of {table.name} "
+                             f"(partitioned by {', '.join(table.partition_keys) or 'nothing'})")
+        column_type = table.schema.field(key).type
+        try:
+            typed[key] = pa.scalar(text).cast(column_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise UsageError(f"--partition: {text!r} is not a value of column {key!r} ({column_type}): "
+                             f"{str(error).splitlines()[0]}") from None
+    try:
+        found.bucket(partition=typed)
+    except ScanError:
+        raise UsageError(f"--partition: no bucket in partition {wanted} (snapshot {found.snapshot_id})") from None
+    return typed
 
 
 def inspect(
@@ -37,9 +52,10 @@ def inspect(
 ) -> None:
     """Show every bucket's LSM tree: levels, sorted runs, files with sizes and key ranges, what
     universal compaction would pick next and why, and the snapshot's changelog files."""
-    found = load_table(table, warehouse, storage).inspect(snapshot_id=snapshot)
+    opened = load_table(table, warehouse, storage)
+    found = opened.inspect(snapshot_id=snapshot)
     typer.echo(found.summary())
     if png is not None:
-        chosen = found.bucket(bucket, partition=_partition(found, partition))
+        chosen = found.bucket(bucket, partition=_partition(opened, found, partition))
         found.to_png(str(png), partition=dict(chosen.partition) or None, bucket=chosen.bucket)
-        typer.echo(f"wrote {png}: bucket {chosen.bucket} of partition {dict(chosen.partition) or '(none)'}")
+        typer.echo(f"wrote {png}: bucket {chosen.bucket} of partition {chosen.partition_text or '(none)'}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -179,6 +179,11 @@ class TableContext:
             return binary_row.from_bytes(binary_row.deserialize(partition)[1], self.partition_types)
         return functools.lru_cache(maxsize=4096)(values)
 
+    def partition_of(self, given: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The values of a partition a caller names by its keys, as :meth:`partition_values`
+        decodes them (see :func:`partition_of`)."""
+        return partition_of(self.name, self.partition_keys, self.partition_types, given)
+
     def describe_partition(self, partition: bytes) -> str:
         """A serialized partition as Paimon's messages name it: ``partition {dt=2024-01-01, hr=10}``,
         or ``table`` for an unpartitioned table."""
@@ -212,6 +217,26 @@ class TableContext:
     def snapshot(self, snapshot_id: int) -> Snapshot:
         """Snapshot ``snapshot_id`` (SnapshotNotFoundError if absent)."""
         return snapshot.read(self.file_io, self.paths, snapshot_id, self.name)
+
+
+def partition_of(table: str, keys: Sequence[str], types: Sequence[pa.DataType],
+                 given: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The values of a partition of ``table`` that a caller names by its ``keys`` (one left
+    out is null), as the table's partitions decode: each value is encoded in a partition
+    BinaryRow and decoded again, so any value pyarrow takes for the key's type matches (a
+    datetime or the nanoseconds, an int, for a TIMESTAMP(7..9), which decodes as the int).
+    ScanError naming the table for a key that is not a partition key or a value that does not
+    fit its type."""
+    unknown = sorted(set(given) - set(keys))
+    if unknown:
+        raise ScanError(f"{unknown} are not partition keys {list(keys)}", table=table)
+    values = [given.get(k) for k in keys]
+    try:
+        row = binary_row.to_bytes(values, types)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise ScanError(f"partition {dict(given)} does not fit the partition keys' types: {exc}",
+                        table=table) from None
+    return binary_row.from_bytes(row, types)
 
 
 def _rebuild(name: str, file_io: FileIO, paths: TablePaths, schema_json: str) -> TableContext:

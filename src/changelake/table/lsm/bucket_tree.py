@@ -58,16 +58,14 @@ class BucketInspection:
     """The LSM tree of one bucket."""
 
     partition: tuple[tuple[str, Any], ...]  # (partition key, value) pairs
+    # ``key=value,...`` (empty for an unpartitioned table); a TIMESTAMP(7..9) value, which
+    # decodes as its nanoseconds, shows as the timestamp
+    partition_text: str
     bucket: int
     num_levels: int
     runs: tuple[SortedRunInspection, ...]  # newest data first: level-0 files, then levels 1..
     pending: PendingCompaction
     changelog: tuple[FileInspection, ...]  # changelog files the snapshot added in this bucket
-
-    @property
-    def partition_text(self) -> str:
-        """``key=value,...`` (empty for an unpartitioned table)."""
-        return ",".join(f"{k}={v}" for k, v in self.partition)
 
     @property
     def files(self) -> tuple[FileInspection, ...]:

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from changelake.errors import ScanError, SchemaError
+from changelake.errors import SchemaError
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
-from changelake.table.format import binary_row, data_file, deletion_vector, kv
+from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
@@ -356,18 +356,6 @@ def compact_bucket(
             return levels, total
 
 
-def _partition_values(ctx: TableContext, partition: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A partition's values given by a caller, as the table's partitions decode (a
-    TIMESTAMP(7..9) as nanoseconds): encoded as a partition BinaryRow and decoded again."""
-    values = [partition.get(k) for k in ctx.partition_keys]
-    try:
-        row = binary_row.to_bytes(values, ctx.partition_types)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise ScanError(f"partition {dict(partition)} does not fit the partition keys' types: {exc}",
-                        table=ctx.name) from None
-    return binary_row.from_bytes(row, ctx.partition_types)
-
-
 def compact_table(
     ctx: TableContext,
     *,
@@ -383,12 +371,7 @@ def compact_table(
     latest = ctx.latest_snapshot()
     if latest is None:
         return []
-    wanted = None
-    if partitions is not None:
-        unknown = {k for p in partitions for k in p} - set(ctx.partition_keys)
-        if unknown:
-            raise ScanError(f"{sorted(unknown)} are not partition keys {ctx.partition_keys}", table=ctx.name)
-        wanted = [_partition_values(ctx, p) for p in partitions]
+    wanted = None if partitions is None else [ctx.partition_of(p) for p in partitions]
     entries = live_files.live_entries(ctx, latest)
     files = live_files.files_by_bucket(entries)
     # A compaction keeps its bucket's layout: a partition a rescale left at another number of

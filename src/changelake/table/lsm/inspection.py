@@ -14,10 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from changelake.errors import ScanError
-from changelake.table.context import TableContext
+from changelake.table.context import TableContext, partition_of
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.snapshot import Snapshot
+from changelake.table.io import paths
 from changelake.table.lsm import picture
 from changelake.table.lsm.bucket_tree import (
     BucketInspection,
@@ -39,6 +42,8 @@ class TableInspection:
     table: str
     snapshot_id: int | None
     key_names: tuple[str, ...]
+    partition_keys: tuple[str, ...]
+    partition_types: tuple[pa.DataType, ...]
     num_levels: int
     full_compaction_every: int | None  # a writer fully compacts every this many commits
     buckets: tuple[BucketInspection, ...]
@@ -61,11 +66,15 @@ class TableInspection:
 
     def bucket(self, bucket: int | None = None, *, partition: dict[str, Any] | None = None) -> BucketInspection:
         """One bucket (by number and/or partition values); when either is left out, the
-        largest bucket (in bytes) of those matching. ScanError when none matches."""
-        wanted = None if partition is None else tuple(sorted(partition.items()))
+        largest bucket (in bytes) of those matching. The partition's values match as in
+        ``Table.compact(partitions=...)``: a datetime or its nanoseconds for a TIMESTAMP(7..9).
+        ScanError when none matches."""
+        wanted = None
+        if partition is not None:
+            wanted = partition_of(self.table, self.partition_keys, self.partition_types, partition)
         matching = [b for b in self.buckets
                     if (bucket is None or b.bucket == bucket)
-                    and (wanted is None or tuple(sorted(b.partition)) == wanted)]
+                    and (wanted is None or tuple(v for _, v in b.partition) == wanted)]
         if not matching:
             raise ScanError(f"no bucket {bucket if bucket is not None else ''} in partition {partition or '(any)'} "
                             f"of snapshot {self.snapshot_id}", table=self.table)
@@ -92,6 +101,17 @@ def _file(ctx: TableContext, f: DataFileMeta) -> FileInspection:
     return FileInspection(f.file_name, f.level, f.row_count, f.file_size, ctx.key_of(f.min_key), ctx.key_of(f.max_key),
                           f.min_sequence_number, f.max_sequence_number, f.delete_row_count,
                           f.file_source == FileSource.COMPACT)
+
+
+def _partition_text(ctx: TableContext, values: Sequence[Any]) -> str:
+    """``key=value,...``, a TIMESTAMP(7..9) value (its nanoseconds) as the timestamp, which
+    ``--partition`` on the command line takes back (with its zone, UTC, if it has one)."""
+    def text(value: Any, data_type: pa.DataType) -> str:
+        if isinstance(value, int) and pa.types.is_timestamp(data_type):
+            return paths.timestamp_text(value, 9) + ("+00:00" if data_type.tz is not None else "")
+        return str(value)
+    return ",".join(f"{k}={text(v, t)}" for k, v, t in zip(ctx.partition_keys, values, ctx.partition_types,
+                                                             strict=True))
 
 
 def inspect(ctx: TableContext, snapshot: Snapshot | None, *, force_level0_up: bool,
@@ -121,15 +141,18 @@ def inspect(ctx: TableContext, snapshot: Snapshot | None, *, force_level0_up: bo
         if pick.unit is not None:
             pending = PendingCompaction(pick.rule, pick.reason, tuple(f.file_name for f in pick.unit.files),
                                         pick.unit.output_level)
+        values = ctx.partition_values(partition)
         buckets.append(BucketInspection(
-            partition=tuple(zip(ctx.partition_keys, ctx.partition_values(partition), strict=True)),
+            partition=tuple(zip(ctx.partition_keys, values, strict=True)),
+            partition_text=_partition_text(ctx, values),
             bucket=bucket,
             num_levels=levels.num_levels,
             runs=tuple(SortedRunInspection(r.level, tuple(_file(ctx, f) for f in r.run.files)) for r in runs),
             pending=pending,
             changelog=tuple(_file(ctx, f) for f in sorted(changelog.get(key, ()), key=lambda f: f.file_name)),
         ))
-    return TableInspection(ctx.name, None if snapshot is None else snapshot.id, ctx.key_names, options.num_levels,
+    return TableInspection(ctx.name, None if snapshot is None else snapshot.id, ctx.key_names, ctx.partition_keys,
+                           tuple(ctx.partition_types), options.num_levels,
                            full_compaction_every, tuple(buckets))
 
 
