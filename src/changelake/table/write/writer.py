@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from changelake.errors import CommitConflictError
+from changelake.errors import CommitConflictError, CorruptMetadataError
 from changelake.option_values import LookupCompactMode
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
@@ -31,7 +31,7 @@ from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 from changelake.table.write import conform as rows
 from changelake.table.write import landing, spill
-from changelake.table.write.bucket_state import BucketState
+from changelake.table.write.bucket_state import BucketState, removed_meanwhile
 from changelake.table.write.bucketing import SortedFlush, group_by_bucket, merge_flush, restored_files, sort_flush
 
 if TYPE_CHECKING:
@@ -276,6 +276,20 @@ class TableWrite:
 
     def _compact(self, state: BucketState, *, full: bool,
                  committed: dict[tuple[bytes, int], list[DataFileMeta]] | None) -> None:
+        """Compact the bucket as it needs, or start its background compaction. A compaction
+        (collected, or run here) whose input another writer's commit removed and its expiry
+        deleted is void: the bucket is rebased on what is committed and commits no compaction."""
+        try:
+            self._compact_or_start(state, full=full, committed=committed)
+        except (CorruptMetadataError, FileNotFoundError) as error:
+            unlanded = {f.file_name for m in self._unlanded for f in m.new_files}
+            now = removed_meanwhile(self.ctx, state, error, unlanded)
+            if now is None:
+                raise
+            state.void_compactions(self.ctx, now)
+
+    def _compact_or_start(self, state: BucketState, *, full: bool,
+                          committed: dict[tuple[bytes, int], list[DataFileMeta]] | None) -> None:
         ctx = self.ctx
         options = ctx.options
         if options.write_only:
