@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from changelake.changelog import producers
 from changelake.table.commit import committer as commit_module
 from changelake.table.format.data_file import EMPTY_STATS
 from changelake.table.format.manifest import DataFileMeta
+from changelake.table.lsm import lookup_files
 from changelake.table.lsm.compactor import CompactResult
+from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 from changelake.table.write.writer import TableWrite
 
@@ -202,3 +205,157 @@ def test_a_landed_commit_is_not_reported_failed_when_work_after_it_fails(
         assert writer.commit(7) == []  # a retry of the identifier is a replay
     assert table.scan().to_arrow().to_pylist() == [{"k": 1, "v": 15}]
     _assert_files_present(table)
+
+
+# -- a compaction whose inputs another writer's commit removed and its expiry deleted ------------
+
+RACING = {"num-sorted-run.compaction-trigger": "2", "snapshot.num-retained.min": "1",
+          "snapshot.num-retained.max": "1"}
+
+
+def _live_paths(table: cl.Table) -> set[str]:
+    snap = table.latest_snapshot()
+    assert snap is not None
+    return {f"{table.context.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
+            for e in live_files.live_entries(table.context, snap)}
+
+
+def _data_files(table: cl.Table) -> set[str]:
+    """Data files present (changelog files aside)."""
+    return {os.path.join(d, n) for d, _, names in os.walk(table.location) for n in names if n.startswith("data-")}
+
+
+class _Model:
+    """The table as its commits say it must be: each commit's rows win over the earlier ones."""
+
+    def __init__(self, table: cl.Table) -> None:
+        self.table = table
+        self.rows: dict[int, int] = {}
+
+    def commit(self, writer: cl.TableWriter, identifier: int, keys: Sequence[int], value: int) -> list[cl.CommitKind]:
+        writer.write(pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array([value] * len(keys), pa.int64())}))
+        kinds = [s.commit_kind for s in writer.commit(identifier)]
+        self.rows.update(dict.fromkeys(keys, value))
+        got = self.table.scan().to_arrow()
+        assert got.num_rows == len(self.rows)
+        assert dict(zip(got.column("k").to_pylist(), got.column("v").to_pylist(), strict=True)) == self.rows
+        _assert_files_present(self.table)
+        return kinds
+
+
+@pytest.mark.parametrize("where", ["in the commit", "in the background"])
+def test_a_compaction_whose_input_another_writer_compacted_away_and_expired_is_void(
+        tmp_path: Path, where: str) -> None:
+    """The race behind a "data file is missing" from ``writer.commit`` under two writers:
+    writer a's levels still name its file F, which writer b's compaction removed and b's expiry
+    (retain max 1) then deleted; a's next compaction (in its commit, or in the background and
+    collected by a later commit) finds F missing. As a compaction a concurrent commit voided, it
+    is void: a's rows land without it, a's view is rebased on the table, and later commits of
+    both writers compact again; the table always matches the model, with no file left over."""
+    mode = {"commit.force-compact": "true"} if where == "in the commit" else {"num-sorted-run.stop-trigger": "2"}
+    table = _table(tmp_path, **RACING, **mode)
+    model = _Model(table)
+    with table.writer("a") as a, table.writer("b") as b:
+        assert model.commit(a, 1, range(0, 100), 1) == [cl.CommitKind.APPEND]  # one run: no compaction
+        (f,) = _live_paths(table)
+        model.commit(b, 1, range(100, 200), 2)  # b's levels: F and its own file
+        model.commit(b, 2, range(200, 300), 3)  # F compacted away (b's third run forces it at the latest)
+        assert f not in _live_paths(table) and not os.path.exists(f), "b's expiry deleted F"
+        # a's levels still name F: a compaction of F and a's new file runs in this commit (void:
+        # only the APPEND lands), or starts in the background ...
+        assert model.commit(a, 2, range(0, 100), 4) == [cl.CommitKind.APPEND]
+        # ... and the next commit, past the stop trigger, waits for it (void: only the APPEND lands)
+        third = model.commit(a, 3, range(50, 150), 5)
+        if where == "in the background":
+            assert third == [cl.CommitKind.APPEND]
+        kinds = []
+        for identifier in range(3, 9):  # both writers go on, each compacting what the other wrote
+            kinds += model.commit(b, identifier, range(identifier * 37, identifier * 37 + 100), identifier * 10)
+            kinds += model.commit(a, identifier + 1, range(identifier * 23, identifier * 23 + 100), identifier * 10 + 1)
+    assert cl.CommitKind.COMPACT in kinds
+    assert _data_files(table) == _live_paths(table), "a void compaction left files behind"
+
+
+@pytest.mark.parametrize("new_keys", [
+    range(2, 20_002),  # F is merged in the rewrite whose files rolled over first
+    [*range(2, 20_002), *range(500_000, 510_000), 2_000_000],  # after that rewrite, a file moved up, F merged
+], ids=["in-the-rewrite", "after-a-rewrite"])
+def test_a_void_compaction_deletes_what_it_and_the_compactions_before_it_wrote(
+        tmp_path: Path, new_keys: Sequence[int]) -> None:
+    """Writer a's full compaction (every third commit) first collects a background compaction of
+    two small files, then merges its new rows with them (rolling past ``target-file-size``) and
+    only then reads F, which another writer's write compacted away and expired: the compaction
+    is void, and neither the files it wrote before F nor the collected compaction's output is
+    left behind; the new rows land, and the next commit compacts again."""
+    table = _table(tmp_path, **RACING, **{"full-compaction.delta-commits": "3", "target-file-size": "8 kb"})
+    model = _Model(table)
+    high = 1_000_000  # F's keys: above the others but 2,000,000, so that F is merged last
+    with table.writer("a") as a:
+        model.commit(a, 1, range(high, high + 250), 1)
+        model.commit(a, 2, range(high + 250, high + 500), 2)
+        assert model.commit(a, 3, range(high + 500, high + 750), 3)[-1] is cl.CommitKind.COMPACT
+        (f,) = _live_paths(table)  # small enough to be rewritten, not moved, by a full compaction
+        table.write(_rows(high, high + 1300, 4))  # compacts F away; its expiry deletes F
+        model.rows.update(dict.fromkeys(range(high, high + 1300), 4))
+        assert not os.path.exists(f)
+        # two small files spanning the keys below 100,000 (and much smaller than F): they compact
+        # in the background, without F, and their output overlaps the next flush's files there
+        model.commit(a, 4, [0, 100_000], 5)
+        model.commit(a, 5, [1, 99_999], 6)
+        assert model.commit(a, 6, new_keys, 7) == [cl.CommitKind.APPEND]  # full, void
+        assert _data_files(table) == _live_paths(table), "a void compaction left files behind"
+        assert model.commit(a, 7, range(5, 25), 8)[-1] is cl.CommitKind.COMPACT  # rebased: compacts again
+    assert _data_files(table) == _live_paths(table)
+
+
+@pytest.mark.parametrize("lost", ["committed", "new"])
+def test_a_missing_file_no_commit_removed_still_raises(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str) -> None:
+    """A compaction input that is missing although the latest snapshot names it (``committed``),
+    or that the commit itself would land (``new``: flushed by a write past the buffer), is a lost
+    file, not a race: the commit raises CorruptMetadataError naming it and lands nothing."""
+    monkeypatch.setattr(lookup_files, "WRITTEN_ROWS_MEMORY", 0)  # compactions read the files, not a copy
+    table = _table(tmp_path, **RACING, **{"commit.force-compact": "true", "write-buffer-size": "1 kb",
+                                          "write-buffer-spillable": "false"})
+    with table.writer("a") as a:
+        a.write(_rows(0, 100, 1))
+        a.commit(1)
+        before = _live_paths(table)
+        a.write(_rows(0, 100, 2))  # flushed: past the buffer
+        gone = min(before if lost == "committed" else _data_files(table) - before)
+        os.remove(gone)
+        with pytest.raises(cl.errors.CorruptMetadataError, match="data file is missing") as raised:
+            a.commit(2)
+        assert raised.value.file == gone
+    assert [s.id for s in table.snapshots()] == [1]
+
+
+@pytest.mark.parametrize("lookup", [{"deletion-vectors.enabled": "true"}, {"changelog-producer": "lookup"}],
+                         ids=["deletion-vectors", "lookup-changelog"])
+def test_a_lookup_compaction_whose_input_another_writer_compacted_away_and_expired_is_void(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lookup: dict[str, str]) -> None:
+    """Compactions that look up older levels rebase on the latest snapshot when they start;
+    another writer's compaction and expiry between that read and the compaction (driven here
+    from the writer's read of the snapshot's deletion vectors) delete a file it looks up. The
+    compaction is void, the rows land, and their level 0 is moved up from the table as it is."""
+    table = _table(tmp_path, **{"snapshot.num-retained.min": "1", "snapshot.num-retained.max": "1"}, **lookup)
+    model = _Model(table)
+    with table.writer("a") as a:
+        model.commit(a, 1, range(0, 100), 1)
+        (f,) = _live_paths(table)
+        real = read_vectors.snapshot_vectors
+
+        def others_compact_meanwhile(ctx: Any, snapshot: Any) -> Any:
+            found = real(ctx, snapshot)
+            monkeypatch.setattr(read_vectors, "snapshot_vectors", real)
+            table.write(_rows(50, 250, 2))  # its level 0 goes up over F, and its expiry deletes F
+            model.rows.update(dict.fromkeys(range(50, 250), 2))
+            return found
+
+        monkeypatch.setattr(read_vectors, "snapshot_vectors", others_compact_meanwhile)
+        kinds = model.commit(a, 2, range(0, 100), 3)
+        assert read_vectors.snapshot_vectors is real and not os.path.exists(f)
+        assert kinds == [cl.CommitKind.APPEND]  # its own compaction was void
+        assert not any(file.level == 0 for split in table.scan().plan() for file in split.files), "level 0 went up"
+        model.commit(a, 3, range(150, 300), 4)
+    assert _data_files(table) == _live_paths(table), "a void compaction left files behind"

@@ -242,6 +242,8 @@ def write(
     except BaseException:
         if current is not None:
             current.abandon(file_io)
+        # the files closed before the failure: the caller never learns of them
+        file_io.discard(f"{bucket_dir}/{meta.file_name}" for meta in written)
         raise
     return written
 

@@ -67,6 +67,12 @@ class CompactResult:
             self.vectors = later.vectors  # the later compaction started from the earlier's vectors
         return obsolete
 
+    def written(self) -> list[DataFileMeta]:
+        """The data and changelog files these compactions wrote: not the files they only moved
+        to another level, which keep their data."""
+        moved = {f.file_name for f in self.before}
+        return [f for f in [*self.after, *self.changelog] if f.file_name not in moved]
+
 
 def picker(ctx: TableContext) -> UniversalCompaction:
     options = ctx.options
@@ -309,9 +315,15 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
         lookup = tuple(f for f in levels.files if f.level > 0 and (f.file_name, f.level) not in picked)
     working = None if vectors is None else dict(vectors)
     store = lookup_files.store_for(ctx)
-    result = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, changelog, lookup, working, store).run()
-    after = levels.replace(result.before, result.after)
-    result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit, vectors)
+    task = _Task(ctx, bucket_dir, unit, levels.max_level, drop_delete, changelog, lookup, working, store)
+    try:
+        result = task.run()
+        after = levels.replace(result.before, result.after)
+        result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit, vectors)
+    except BaseException:
+        # a failed compaction (an input gone, say) is void: nothing will name what it wrote
+        ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in task.result.written())
+        raise
     if store is not None:  # removed files are never looked up again
         removed = {f.file_name for f in levels.files} - {f.file_name for f in after.files}
         store.discard(lookup_files.path_of(bucket_dir, name) for name in removed)
@@ -346,7 +358,11 @@ def compact_bucket(
             unit = choose.pick(levels.num_levels, runs)
         if unit is None:
             return levels, total
-        result = compact(ctx, bucket_dir, levels, unit, changelog, vectors)
+        try:
+            result = compact(ctx, bucket_dir, levels, unit, changelog, vectors)
+        except BaseException:
+            ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in total.written())  # void as a whole
+            raise
         if result.vectors is not None:
             vectors = result.vectors
         levels = levels.replace(result.before, result.after)

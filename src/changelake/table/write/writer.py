@@ -6,15 +6,14 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from changelake.errors import CommitConflictError
+from changelake.errors import CommitConflictError, CorruptMetadataError
 from changelake.option_values import LookupCompactMode
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
@@ -32,36 +31,11 @@ from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 from changelake.table.write import conform as rows
 from changelake.table.write import landing, spill
+from changelake.table.write.bucket_state import BucketState, removed_meanwhile
 from changelake.table.write.bucketing import SortedFlush, group_by_bucket, merge_flush, restored_files, sort_flush
 
 if TYPE_CHECKING:
     from changelake.table.write.conform import WriteInput
-
-
-@dataclass
-class _Bucket:
-    """A writer's view of one (partition, bucket): its LSM levels (committed files plus this
-    writer's uncommitted ones), the next sequence number, and work not yet committed."""
-
-    partition: bytes
-    bucket: int
-    levels: Levels
-    next_sequence: int
-    spilled: list[spill.SpilledRun] = field(default_factory=list)
-    new_files: list[DataFileMeta] = field(default_factory=list)
-    changelog: list[DataFileMeta] = field(default_factory=list)
-    compacted: compaction.CompactResult = field(default_factory=compaction.CompactResult)
-    running: Future[compaction.CompactResult] | None = None
-    # deletion vectors: the bucket's index files a commit's compaction replaced, and what they held
-    index_added: tuple[IndexFileMeta, ...] = ()
-    index_deleted: tuple[IndexFileMeta, ...] = ()
-    # lookup-compact gentle: this writer's commits in a row in which universal compaction picked
-    # nothing (Paimon's lookup compaction trigger count)
-    idle_commits: int = 0
-    # deletion vectors: the committed index files (and their vectors) that the compactions in
-    # ``compacted`` started from, and those the running background compaction started from
-    compacted_base: deletion_vectors.IndexBase | None = None
-    running_base: deletion_vectors.IndexBase | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +75,7 @@ class TableWrite:
         self.wait_compaction = wait_compaction
         self._pending: list[tuple[pa.Table, np.ndarray]] = []
         self._pending_bytes = 0
-        self._buckets: dict[tuple[bytes, int], _Bucket] = {}
+        self._buckets: dict[tuple[bytes, int], BucketState] = {}
         self._spill_dir: str | None = None
         # Compactions run in the background unless the writer waits for them (one-shot writes).
         # Tables with deletion vectors compact level 0 up in every commit, from the vectors of
@@ -195,7 +169,7 @@ class TableWrite:
         """Abort what is not committed, waiting for background compactions to finish."""
         self.abort()
 
-    def _discard(self, state: _Bucket) -> None:
+    def _discard(self, state: BucketState) -> None:
         bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
         running, state.running = state.running, None
         if running is not None and not running.cancel():  # a compaction not yet started never runs
@@ -229,7 +203,8 @@ class TableWrite:
             files = committed[key]
             first = max((f.max_sequence_number + 1 for f in files), default=0)
             if key not in self._buckets:
-                self._buckets[key] = _Bucket(key[0], key[1], Levels(tuple(files), self.ctx.options.num_levels), first)
+                levels = Levels(tuple(files), self.ctx.options.num_levels)
+                self._buckets[key] = BucketState(key[0], key[1], levels, first)
             else:
                 self._buckets[key].next_sequence = max(self._buckets[key].next_sequence, first)
         states = [self._buckets[key] for key in keys]
@@ -261,7 +236,7 @@ class TableWrite:
         return spill.SpilledRun.write(os.path.join(self._spill_dir, f"{uuid.uuid4().hex}.arrow"), part,
                                 kv.key_column(self.ctx.key_names[0]))
 
-    def _write_level0(self, state: _Bucket, part: pa.Table, *, raw: Iterable[pa.Table] | None = None) -> None:
+    def _write_level0(self, state: BucketState, part: pa.Table, *, raw: Iterable[pa.Table] | None = None) -> None:
         """Write ``part`` and the bucket's spilled runs as level-0 files, and hand their raw
         rows to the changelog producer. ``part`` is sorted by key, and merged when ``raw`` (its
         rows unmerged) is given, else not merged."""
@@ -285,7 +260,7 @@ class TableWrite:
         state.levels = state.levels.replace((), files)
         state.spilled = []  # their files go with the spill directory once the final flush is done
 
-    def _collect(self, state: _Bucket) -> None:
+    def _collect(self, state: BucketState) -> None:
         """Take in a background compaction's result (waiting for it if still running)."""
         running, state.running = state.running, None
         if running is None:
@@ -299,8 +274,22 @@ class TableWrite:
         state.compacted_base = state.compacted_base or state.running_base
         state.running_base = None
 
-    def _compact(self, state: _Bucket, *, full: bool,
+    def _compact(self, state: BucketState, *, full: bool,
                  committed: dict[tuple[bytes, int], list[DataFileMeta]] | None) -> None:
+        """Compact the bucket as it needs, or start its background compaction. A compaction
+        (collected, or run here) whose input another writer's commit removed and its expiry
+        deleted is void: the bucket is rebased on what is committed and commits no compaction."""
+        try:
+            self._compact_or_start(state, full=full, committed=committed)
+        except (CorruptMetadataError, FileNotFoundError) as error:
+            unlanded = {f.file_name for m in self._unlanded for f in m.new_files}
+            now = removed_meanwhile(self.ctx, state, error, unlanded)
+            if now is None:
+                raise
+            state.void_compactions(self.ctx, now)
+
+    def _compact_or_start(self, state: BucketState, *, full: bool,
+                          committed: dict[tuple[bytes, int], list[DataFileMeta]] | None) -> None:
         ctx = self.ctx
         options = ctx.options
         if options.write_only:
@@ -361,11 +350,11 @@ class TableWrite:
                 state.running = compaction_executor().submit(compaction.compact, ctx, bucket_dir, state.levels, unit,
                                                              self.changelog, vectors)
 
-    def _committed_vectors(self, state: _Bucket) -> deletion_vectors.IndexBase:
+    def _committed_vectors(self, state: BucketState) -> deletion_vectors.IndexBase:
         files = tuple(self._index_files.get((state.partition, state.bucket), []))
         return deletion_vectors.IndexBase(files, read_vectors.bucket_vectors(self.ctx, files))
 
-    def _vectors_after_commit(self, state: _Bucket) -> deletion_vectors.IndexBase:
+    def _vectors_after_commit(self, state: BucketState) -> deletion_vectors.IndexBase:
         """The bucket's index files and vectors once this commit lands: the committed ones, or
         those its collected compactions leave (the index files it adds replace those it
         deletes). A background compaction starts from them and lands with a later commit."""
@@ -374,7 +363,7 @@ class TableWrite:
         return state.compacted_base.after(state.compacted.vectors, state.index_added, state.index_deleted,
                                           state.levels.files)
 
-    def _interval_reached(self, state: _Bucket) -> bool:
+    def _interval_reached(self, state: BucketState) -> bool:
         """``lookup-compact`` gentle: a commit in which universal compaction picks nothing
         counts, and every ``lookup-compact.max-interval``-th one forces level 0 up (at least
         every ``num-sorted-run.compaction-trigger``-th, as Paimon bounds it)."""
@@ -385,7 +374,7 @@ class TableWrite:
         state.idle_commits = 0
         return True
 
-    def _refresh(self, state: _Bucket, files: list[DataFileMeta]) -> None:
+    def _refresh(self, state: BucketState, files: list[DataFileMeta]) -> None:
         """Rebase the bucket's levels on ``files``, its files committed now: other writers may
         have committed in it since this writer looked, and a compaction that looks up previous
         values (or diffs the top level) must see them. Kept as is when a compaction not yet

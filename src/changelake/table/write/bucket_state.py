@@ -1,0 +1,90 @@
+"""A writer's state of one (partition, bucket), and what becomes of it when a compaction of the
+bucket finds an input file gone: another writer's commit removed it (its compaction) and that
+commit's expiry deleted it, while this writer's view of the bucket still named it.
+
+Such a compaction is void, as one whose inputs a concurrent commit removed is when it commits
+(Paimon's ``FileStoreCommitImpl`` conflict check): its outputs are deleted, the bucket's levels
+are rebased on the files committed now, and the commit lands the new rows without it. A file the
+latest snapshot still names, or one this writer is about to commit, being missing is not a race
+but a lost file: that error stands.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from changelake.errors import CorruptMetadataError
+from changelake.table.context import TableContext
+from changelake.table.format.index_manifest import IndexFileMeta
+from changelake.table.format.manifest import DataFileMeta
+from changelake.table.lsm import compactor as compaction
+from changelake.table.lsm import deletion_vectors
+from changelake.table.lsm.levels import Levels
+from changelake.table.read import deletion_vectors as read_vectors
+from changelake.table.read import live_files
+from changelake.table.write import spill
+
+
+@dataclass
+class BucketState:
+    """A writer's view of one (partition, bucket): its LSM levels (committed files plus this
+    writer's uncommitted ones), the next sequence number, and work not yet committed."""
+
+    partition: bytes
+    bucket: int
+    levels: Levels
+    next_sequence: int
+    spilled: list[spill.SpilledRun] = field(default_factory=list)
+    new_files: list[DataFileMeta] = field(default_factory=list)
+    changelog: list[DataFileMeta] = field(default_factory=list)
+    compacted: compaction.CompactResult = field(default_factory=compaction.CompactResult)
+    running: Future[compaction.CompactResult] | None = None
+    # deletion vectors: the bucket's index files a commit's compaction replaced, and what they held
+    index_added: tuple[IndexFileMeta, ...] = ()
+    index_deleted: tuple[IndexFileMeta, ...] = ()
+    # lookup-compact gentle: this writer's commits in a row in which universal compaction picked
+    # nothing (Paimon's lookup compaction trigger count)
+    idle_commits: int = 0
+    # deletion vectors: the committed index files (and their vectors) that the compactions in
+    # ``compacted`` started from, and those the running background compaction started from
+    compacted_base: deletion_vectors.IndexBase | None = None
+    running_base: deletion_vectors.IndexBase | None = None
+
+    def void_compactions(self, ctx: TableContext, committed: Collection[DataFileMeta]) -> None:
+        """Drop the compactions not yet committed (deleting the files they wrote) and rebase the
+        levels on ``committed``, the bucket's files committed now, plus the new files; the new
+        files and their changelog stay, to be committed. No compaction may be running."""
+        bucket_dir = ctx.bucket_dir(self.partition, self.bucket)
+        ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in self.compacted.written())
+        ctx.file_io.discard(ctx.paths.index(f.file_name) for f in self.index_added)
+        self.compacted = compaction.CompactResult()
+        self.compacted_base = self.running_base = None
+        self.index_added = self.index_deleted = ()
+        self.levels = Levels(tuple(committed) + tuple(self.new_files), self.levels.num_levels)
+
+
+def removed_meanwhile(ctx: TableContext, state: BucketState, error: Exception,
+                      to_commit: Collection[str]) -> list[DataFileMeta] | None:
+    """When ``error``, raised by a compaction of the bucket, is an input file found missing that
+    no longer is live (another commit removed it, and expiry deleted it): the bucket's files
+    committed now, to rebase on. None when the file is not gone, is live in the latest snapshot,
+    or is one of the bucket's new files or ``to_commit`` (names of data files this writer has yet
+    to commit): then it is lost, not raced, and ``error`` stands. Only on this failure path is the
+    latest snapshot read."""
+    path = error.file if isinstance(error, CorruptMetadataError) else getattr(error, "filename", None)
+    if not isinstance(path, str) or ctx.file_io.exists(path):
+        return None
+    name = os.path.basename(path)  # data and index file names are unique (a UUID each)
+    if name in {*to_commit, *(f.file_name for f in state.new_files)}:
+        return None
+    latest = ctx.latest_snapshot()
+    if latest is None:
+        return None
+    key = (state.partition, state.bucket)
+    committed = live_files.files_by_bucket(live_files.live_entries(ctx, latest)).get(key, [])
+    index_files = read_vectors.snapshot_vectors(ctx, latest).get(key, [])
+    live = {f.file_name for f in committed} | {f.file_name for f in index_files}
+    return None if name in live else committed
