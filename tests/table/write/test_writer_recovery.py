@@ -17,7 +17,7 @@ from changelake.changelog import producers
 from changelake.table.commit import committer as commit_module
 from changelake.table.format.data_file import EMPTY_STATS
 from changelake.table.format.manifest import DataFileMeta
-from changelake.table.lsm import lookup_files
+from changelake.table.lsm import compactor, lookup_files
 from changelake.table.lsm.compactor import CompactResult
 from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
@@ -74,6 +74,55 @@ def test_commit_retried_after_an_io_error_lands_once(tmp_path: Path, monkeypatch
     assert [s.commit_identifier for s in landed] == [1]
     assert table.scan().to_arrow().num_rows == 10
     assert writer.commit(1) == []
+    writer.close()
+
+
+def test_abort_after_a_failed_commit_drops_its_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit that failed (an I/O error before its snapshot) keeps its files for a retry;
+    ``abort()`` drops them: the rows of that commit never land with a later one."""
+    table = _table(tmp_path)
+    writer = table.writer("job")
+    writer.write(_rows(0, 10, 1))
+    real = commit_module._write_manifest_list
+
+    def failing(*args: object, **kwargs: object) -> tuple[str, int]:
+        raise OSError("transient storage error")
+
+    monkeypatch.setattr(commit_module, "_write_manifest_list", failing)
+    with pytest.raises(OSError, match="transient"):
+        writer.commit(1)
+    monkeypatch.setattr(commit_module, "_write_manifest_list", real)
+    writer.abort()
+    writer.write(_rows(20, 25, 2))
+    assert [s.commit_identifier for s in writer.commit(2)] == [2]
+    assert sorted(table.scan().to_arrow().column("k").to_pylist()) == list(range(20, 25))
+    writer.close()
+
+
+def test_abort_after_a_failed_compaction_deletes_the_new_files_it_took_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit's compaction of one bucket takes in the new level-0 file, another bucket's
+    compaction fails: ``abort()`` deletes the new files too, leaving only committed ones."""
+    table = _table(tmp_path, bucket="2", **{"full-compaction.delta-commits": "1"})
+    table.write(_rows(0, 100, 1))
+    committed = {p.name for p in Path(table.location).rglob("data-*")}
+    real = compactor.compact_bucket
+    calls: list[int] = []
+
+    def second_fails(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "transient storage error")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compactor, "compact_bucket", second_fails)
+    writer = table.writer("job")
+    writer.write(_rows(0, 100, 2))
+    with pytest.raises(OSError, match="transient"):
+        writer.commit(1)
+    assert len(calls) == 2
+    writer.abort()
+    assert {p.name for p in Path(table.location).rglob("data-*")} == committed
     writer.close()
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from changelake.errors import CommitConflictError, CorruptMetadataError
+from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, CorruptMetadataError
 from changelake.option_values import LookupCompactMode
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
@@ -88,8 +88,10 @@ class TableWrite:
         # lookup and full-compaction changelog) saw; None when no compaction looks up.
         self.view: int | None = None
         # Messages of a commit that failed for a reason other than a conflict (an I/O error,
-        # say): committing again, with the same identifier, retries exactly these.
+        # say): committing again, with the same identifier, retries exactly these. Whether that
+        # commit may have landed all the same (the store never answered its snapshot's put).
         self._unlanded: list[CommitMessage] = []
+        self._unlanded_unknown = False
 
     def __enter__(self) -> TableWrite:
         return self
@@ -155,7 +157,11 @@ class TableWrite:
 
     def abort(self) -> None:
         """Drop everything not committed: buffered rows, spill files, data and changelog files
-        written since the last commit, and compaction results not yet committed."""
+        written since the last commit, compaction results not yet committed, and the files of
+        a commit that failed (left to orphan cleanup when that commit may have landed)."""
+        unlanded, self._unlanded = self._unlanded, []
+        if not self._unlanded_unknown:
+            self.ctx.file_io.discard(path for m in unlanded for path in m.written(self.ctx))
         self._pending.clear()
         self._pending_bytes = 0
         for state in self._buckets.values():
@@ -178,11 +184,9 @@ class TableWrite:
             except Exception:  # a discarded compaction's failure is moot
                 result = compaction.CompactResult()
             self.ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in state.compacted.merge(result))
-        kept = {f.file_name for f in state.compacted.before}
+        # The new files are this writer's, not yet committed, also when a compaction took them in.
         self.ctx.file_io.discard(
-            f"{bucket_dir}/{f.file_name}"
-            for f in [*state.new_files, *state.changelog, *state.compacted.after, *state.compacted.changelog]
-            if f.file_name not in kept)
+            f"{bucket_dir}/{f.file_name}" for f in [*state.new_files, *state.changelog, *state.compacted.written()])
         self.ctx.file_io.discard(self.ctx.paths.index(index_file.file_name) for index_file in state.index_added)
 
     def _flush(self, *, final: bool) -> None:
@@ -440,7 +444,7 @@ class TableWrite:
         If the commit fails (an I/O error), calling ``commit`` again retries it. A conflict
         that voids the commit raises CommitConflictError and the writer starts afresh."""
         if landing.replayed(self.ctx, self.changelog, self.commit_user, identifier):
-            self._unlanded = []
+            self._unlanded = []  # landed after all: in the table, not to be deleted
             self.abort()
             return []
         delta_commits = self.ctx.options.full_compaction_delta_commits or self.changelog.full_compaction_delta_commits
@@ -462,8 +466,9 @@ class TableWrite:
         except CommitConflictError:
             self._forget_buckets()
             raise
-        except Exception:
+        except Exception as exc:
             self._unlanded = messages
+            self._unlanded_unknown = isinstance(exc, CommitOutcomeUnknownError)
             raise
         compacted = any(m.compact_before or m.compact_after for m in messages)
         lost_compaction = compacted and bool(landed) and landed[-1].commit_kind != CommitKind.COMPACT
