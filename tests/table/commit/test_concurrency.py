@@ -17,7 +17,9 @@ import pytest
 
 import changelake as cl
 from changelake.changelog import producers
+from changelake.errors import CommitConflictError
 from changelake.table.commit import committer as table_commit
+from changelake.table.lsm import compactor
 from changelake.table.read import live_files
 from changelake.table.write.writer import TableWrite
 
@@ -435,3 +437,31 @@ def test_racing_replays_of_one_identifier_land_once(tmp_path: Path) -> None:
     assert len(_rows(table)) == 2 * ROWS_PER_BATCH
     assert _parquet_files(table) == _live_data_files(table)
     assert _files(table.context.paths.manifest_dir, "") == _referenced_metadata(table)
+
+
+def test_a_compaction_whose_input_a_concurrent_compaction_expired_is_a_conflict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compact()`` reads a file that another handle's compaction removed and whose expiry
+    deleted it meanwhile: a race, reported as CommitConflictError (the compaction is void, the
+    table whole), not as a missing file of a corrupt table; compacting again succeeds."""
+    table = _create(tmp_path)
+    for batch in range(3):
+        table.write(_batch(0, batch))
+    expected = _rows(table)
+    other = cl.open_table(table.location)
+    real = compactor.compact_bucket
+    raced: list[bool] = []
+
+    def after_a_concurrent_compaction(*args: Any, **kwargs: Any) -> Any:
+        if not raced:
+            raced.append(True)
+            other.compact(full=True)
+            other.expire_snapshots(retain_min=1, retain_max=1, older_than_ms=2**62)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compactor, "compact_bucket", after_a_concurrent_compaction)
+    with pytest.raises(CommitConflictError, match="compacted away by a concurrent commit"):
+        table.compact(full=True)
+    assert _rows(table) == expected
+    table.compact(full=True)
+    assert _rows(table) == expected

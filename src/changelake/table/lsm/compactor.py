@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from changelake.errors import SchemaError
+from changelake.errors import CommitConflictError, CorruptMetadataError, SchemaError
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -404,9 +405,17 @@ def compact_table(
         levels = Levels(tuple(files), ctx.options.num_levels)
         base_files = index_files.get((partition, bucket), [])
         base = read_vectors.bucket_vectors(ctx, base_files) if ctx.options.deletion_vectors_enabled else None
-        after, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full,
-                                       changelog=changelog, force_level0=forces_level0_up(ctx, changelog),
-                                       vectors=base)
+        try:
+            after, result = compact_bucket(ctx, ctx.bucket_dir(partition, bucket), levels, full=full,
+                                           changelog=changelog, force_level0=forces_level0_up(ctx, changelog),
+                                           vectors=base)
+        except (CorruptMetadataError, FileNotFoundError) as error:
+            gone = removed_meanwhile(ctx, error, (partition, bucket))
+            if gone is None:
+                raise
+            raise CommitConflictError(
+                f"{gone[0]} of bucket {bucket} was compacted away by a concurrent commit and expired while this "
+                "compaction read it; this compaction is void (compact again)", table=ctx.name) from None
         added, deleted = deletion_vectors.index_changes(ctx, base_files, base or {}, result.vectors, after.files)
         return CommitMessage(partition, bucket, total_buckets[(partition, bucket)],
                              compact_before=tuple(result.before), compact_after=tuple(result.after),
@@ -415,3 +424,25 @@ def compact_table(
 
     messages = map_all(run, files.items(), progress=progress)
     return [m for m in messages if m.compact_before or m.compact_after]
+
+
+
+def removed_meanwhile(ctx: TableContext, error: Exception, key: tuple[bytes, int], *,
+                      ours: Collection[str] = ()) -> tuple[str, list[DataFileMeta]] | None:
+    """When ``error``, raised by a compaction of bucket ``key``, is an input file found missing
+    that the latest snapshot no longer names (another commit compacted it away and its expiry
+    deleted it: a race, which voids the compaction): the file's name and the bucket's files
+    committed now. None when the file is there, is live, or is one of ``ours`` (files a writer
+    has yet to commit): then it is lost, not raced, and ``error`` stands. Only this failure path
+    reads the latest snapshot."""
+    path = error.file if isinstance(error, CorruptMetadataError) else getattr(error, "filename", None)
+    if not isinstance(path, str) or ctx.file_io.exists(path):
+        return None
+    name = os.path.basename(path)  # data and index file names are unique (a UUID each)
+    latest = ctx.latest_snapshot()
+    if name in ours or latest is None:
+        return None
+    committed = live_files.files_by_bucket(live_files.live_entries(ctx, latest)).get(key, [])
+    index_files = read_vectors.snapshot_vectors(ctx, latest).get(key, [])
+    live = {f.file_name for f in committed} | {f.file_name for f in index_files}
+    return None if name in live else (name, committed)

@@ -11,20 +11,16 @@ but a lost file: that error stands.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from changelake.errors import CorruptMetadataError
 from changelake.table.context import TableContext
 from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.lsm import compactor as compaction
 from changelake.table.lsm import deletion_vectors
 from changelake.table.lsm.levels import Levels
-from changelake.table.read import deletion_vectors as read_vectors
-from changelake.table.read import live_files
 from changelake.table.write import spill
 
 
@@ -68,23 +64,10 @@ class BucketState:
 
 def removed_meanwhile(ctx: TableContext, state: BucketState, error: Exception,
                       to_commit: Collection[str]) -> list[DataFileMeta] | None:
-    """When ``error``, raised by a compaction of the bucket, is an input file found missing that
-    no longer is live (another commit removed it, and expiry deleted it): the bucket's files
-    committed now, to rebase on. None when the file is not gone, is live in the latest snapshot,
-    or is one of the bucket's new files or ``to_commit`` (names of data files this writer has yet
-    to commit): then it is lost, not raced, and ``error`` stands. Only on this failure path is the
-    latest snapshot read."""
-    path = error.file if isinstance(error, CorruptMetadataError) else getattr(error, "filename", None)
-    if not isinstance(path, str) or ctx.file_io.exists(path):
-        return None
-    name = os.path.basename(path)  # data and index file names are unique (a UUID each)
-    if name in {*to_commit, *(f.file_name for f in state.new_files)}:
-        return None
-    latest = ctx.latest_snapshot()
-    if latest is None:
-        return None
-    key = (state.partition, state.bucket)
-    committed = live_files.files_by_bucket(live_files.live_entries(ctx, latest)).get(key, [])
-    index_files = read_vectors.snapshot_vectors(ctx, latest).get(key, [])
-    live = {f.file_name for f in committed} | {f.file_name for f in index_files}
-    return None if name in live else committed
+    """When ``error``, raised by a compaction of the bucket, is an input file that another
+    commit removed and expiry deleted meanwhile (:func:`compactor.removed_meanwhile`): the
+    bucket's files committed now, to rebase on. None when the file is lost instead, among them
+    the bucket's new files and ``to_commit`` (names of data files this writer has yet to commit)."""
+    ours = {*to_commit, *(f.file_name for f in state.new_files)}
+    gone = compaction.removed_meanwhile(ctx, error, (state.partition, state.bucket), ours=ours)
+    return None if gone is None else gone[1]
