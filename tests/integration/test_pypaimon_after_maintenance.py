@@ -28,11 +28,17 @@ def _ours(table: cl.Table, **at: Any) -> list[dict[str, Any]]:
     return sorted(table.scan(**at).to_arrow().to_pylist(), key=lambda r: r["k"])
 
 
+_SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
+
+
+def _two_bucket_table(warehouse: str, *, compaction_trigger: int) -> cl.Table:
+    options = {"bucket": "2", "num-sorted-run.compaction-trigger": str(compaction_trigger)}
+    return cl.Catalog(warehouse).create_table("db.t", _SCHEMA, primary_keys=["k"], options=options)
+
+
 def test_pypaimon_reads_a_rolled_back_and_swept_table(tmp_path: Path, pypaimon: Pypaimon) -> None:
     warehouse = str(tmp_path)
-    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
-    table = cl.Catalog(warehouse).create_table("db.t", schema, primary_keys=["k"],
-                                               options={"bucket": "2", "num-sorted-run.compaction-trigger": "2"})
+    table = _two_bucket_table(warehouse, compaction_trigger=2)
     for i in range(6):
         table.write(pa.table({"k": [i, i + 10], "v": [f"a{i}", f"b{i}"]}))
     table.create_tag("at3", 3)
@@ -70,16 +76,14 @@ def _rollback(table: cl.Table) -> None:
 def test_a_branch_pypaimon_made_survives_the_tables_maintenance(tmp_path: Path, pypaimon: Pypaimon,
                                                                 maintain: Callable[[cl.Table], None]) -> None:
     warehouse = str(tmp_path)
-    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
-    table = cl.Catalog(warehouse).create_table("db.t", schema, primary_keys=["k"],
-                                               options={"bucket": "2", "num-sorted-run.compaction-trigger": "50"})
+    table = _two_bucket_table(warehouse, compaction_trigger=50)
     for i in range(3):
         table.write(pa.table({"k": [i, i + 1], "v": [f"a{i}", f"b{i}"]}))
     table.create_tag("t2", 2)
     pypaimon.create_branch(warehouse, "db.t", "b1", "t2")
     branch = "db.t$branch_b1"
-    pypaimon.write(warehouse, branch, pa.table({"k": [2, 50], "v": ["br", "br"]}, schema=schema))
-    pypaimon.write(warehouse, branch, pa.table({"k": [0, 51], "v": ["br2", "br2"]}, schema=schema))
+    pypaimon.write(warehouse, branch, pa.table({"k": [2, 50], "v": ["br", "br"]}, schema=_SCHEMA))
+    pypaimon.write(warehouse, branch, pa.table({"k": [0, 51], "v": ["br2", "br2"]}, schema=_SCHEMA))
     reads: list[dict[str, str]] = [{}, {"scan.snapshot-id": "2"}, {"scan.snapshot-id": "3"},
                                    {"scan.snapshot-id": "4"}, {"scan.tag-name": "t2"}]
     expected = [_paimon_rows(pypaimon, warehouse, options, name=branch) for options in reads]
