@@ -180,7 +180,7 @@ def test_set_and_reset_options(tmp_path: Path) -> None:
     table.reset_options(["file.compression"])
     assert "file.compression" not in table.options and table.options["target-file-size"] == "64 mb"
     assert _schema_files(table) == ["schema-0", "schema-1", "schema-2"]
-    for options, option in (({"bucket": "4"}, "bucket"), ({"merge-engine": "first-row"}, "merge-engine"),
+    for options, option in (({"bucket": "-1"}, "bucket"), ({"merge-engine": "first-row"}, "merge-engine"),
                             ({"sequence.field": "a"}, "sequence.field"), ({"bucket-key": "id"}, "bucket-key"),
                             ({"no-such-option": "1"}, "no-such-option"), ({"file.format": "orc"}, "file.format"),
                             ({"target-file-size": "lots"}, "target-file-size")):

@@ -24,7 +24,7 @@ from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.lsm import compactor, inspection
 from changelake.table.lsm.inspection import TableInspection
-from changelake.table.maintenance import orphans, rollback
+from changelake.table.maintenance import orphans, rescale, rollback
 from changelake.table.snapshot_expiry import ExpireResult, Retention
 from changelake.table.write.writer import TableWrite
 
@@ -274,6 +274,25 @@ class Table:
         if landed:
             snapshot_expiry.expire_after_commit(self._context)
         return landed[0] if landed else None
+
+    def rescale(self, *, bucket: int | None = None, partitions: list[dict[str, Any]] | None = None,
+                progress: Progress | None = None) -> Snapshot | None:
+        """Rewrite partitions (all, or ``partitions``, each a dict of partition values) with
+        ``bucket`` buckets (default: the table's ``bucket``) as one OVERWRITE snapshot, as
+        Paimon's ``rescale`` procedure: a ``bucket`` other than the table's becomes the table's
+        ``bucket`` first (a new schema, as ``ALTER TABLE ... SET ('bucket' = 'N')``), so writes
+        to the rescaled partitions and to new ones use it; partitions left out keep their number
+        and are written again only once rescaled. Rows stay as they are (merged, at the top
+        level); streams skip the snapshot. A commit that changed the partitions' rows while the
+        rescale ran makes it fail with CommitConflictError (run it again). Returns the snapshot
+        (None when the partitions hold no file any more). ``progress`` gets (partitions done,
+        partitions)."""
+        context, landed = rescale.rescale(self._context, bucket=bucket, partitions=partitions,
+                                          commit_user=str(uuid.uuid4()), progress=progress)
+        self._use(context)
+        if landed is not None:
+            snapshot_expiry.expire_after_commit(context)
+        return landed
 
     # -- maintenance ------------------------------------------------------------------------
 

@@ -80,8 +80,8 @@ def _fail(message: str, code: int) -> NoReturn:
 app = _App(
     name="changelake",
     help="Look at and maintain changelake (Apache Paimon primary-key) tables: list, show, scan, "
-         "read changes, compact, expire, remove orphan files, roll back, tag, inspect the LSM tree. TABLE is a table "
-         "directory (path or fsspec URL) or 'database.table' with --warehouse.",
+         "read changes, compact, rescale, expire, remove orphan files, roll back, tag, inspect the LSM tree. "
+         "TABLE is a table directory (path or fsspec URL) or 'database.table' with --warehouse.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
@@ -93,6 +93,7 @@ app.command()(browse.show)
 app.command()(read.scan)
 app.command()(read.changes)
 app.command()(maintain.compact)
+app.command()(maintain.rescale)
 app.command()(maintain.expire)
 app.command("remove-orphans")(maintain.remove_orphans)
 app.command()(maintain.rollback)

@@ -38,10 +38,10 @@ _PAIMON_IMMUTABLE = frozenset({
     "rowkind.field", "primary-key", "primary-key.nullable", "partition", "dynamic-bucket.initial-buckets",
     "force-lookup", "row-tracking.enabled", "data-evolution.enabled", "index-file-in-data-file-dir",
 })
-# ... and what changelake cannot follow on existing data: Paimon changes ``bucket`` only with a
-# rescale overwrite, which changelake does not do; the sequence field orders rows already
-# written; the partition directory names place files already written.
-IMMUTABLE_OPTIONS = _PAIMON_IMMUTABLE | {"bucket", "sequence.field", "partition.default-name",
+# ... and what changelake cannot follow on existing data: the sequence field orders rows already
+# written; the partition directory names place files already written. (``bucket`` changes as in
+# Paimon: between fixed numbers; partitions written before keep theirs until a rescale.)
+IMMUTABLE_OPTIONS = _PAIMON_IMMUTABLE | {"sequence.field", "partition.default-name",
                                          "partition.legacy-name", "path"}
 # Options whose value names columns: those columns are not renamed or dropped under them.
 _COLUMN_OPTIONS = ("sequence.field", "rowkind.field", "bucket-key")
@@ -146,6 +146,7 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
                 for key, value in change.values.items():
                     if options.get(key) != value:
                         _check_mutable(key, table, has_snapshot=has_snapshot)
+                        _check_bucket_change(key, options.get(key), value, table, has_snapshot=has_snapshot)
                         options[key] = value
                 # unknown keys, unparsable or unsupported values: as for a new table
                 TableOptions.parse(dict(change.values), table=table, new=True)
@@ -153,6 +154,10 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
                 for key in change.keys:
                     if key in options:
                         _check_mutable(key, table, has_snapshot=has_snapshot)
+                        if key == "bucket" and has_snapshot:
+                            raise OptionError("cannot be reset on a table that holds data (Paimon's "
+                                              "SchemaManager refuses it too); set a number of buckets",
+                                              table=table, option=key)
                         del options[key]
     evolved = schema.model_copy(update={
         "id": schema.id + 1, "fields": tuple(fields), "highest_field_id": highest, "options": options,
@@ -202,6 +207,18 @@ def _check_value_column(schema: TableSchema, options: Mapping[str, str], name: s
         match = _FIELDS_OPTION.match(key)
         if match and (name in match.group(1).split(",") or name in [c.strip() for c in value.split(",")]):
             raise SchemaError(f"is named by option {key!r} and cannot be {verb}", table=table, column=name)
+
+
+def _check_bucket_change(key: str, old: str | None, new: str, table: str, *, has_snapshot: bool) -> None:
+    """``bucket`` of a table that holds data changes between fixed numbers only (Paimon's
+    ``SchemaManager.checkAlterTableOption`` refuses -1 either side; changelake keeps the bucket
+    mode too): the partitions written before keep their number until ``table.rescale``."""
+    if key != "bucket" or not has_snapshot:
+        return
+    if old is None or not old.strip().lstrip("-").isdigit() or int(old) < 1 or \
+            not new.strip().lstrip("-").isdigit() or int(new) < 1:
+        raise OptionError(f"changes from {old} to {new} only between fixed numbers of buckets (1 or more) on "
+                          "a table that holds data", table=table, option=key)
 
 
 def _check_mutable(key: str, table: str, *, has_snapshot: bool) -> None:

@@ -33,7 +33,7 @@ _log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Attempt:
+class Attempt:
     """Files written for one commit that must be removed if it does not land."""
 
     written: list[str] = field(default_factory=list)
@@ -92,7 +92,7 @@ def _changelog_entries(messages: Iterable[CommitMessage], *, compact: bool) -> l
 
 
 @dataclass
-class _Delta:
+class Delta:
     """One snapshot's delta: its entries and changelog entries, written as manifests."""
 
     entries: list[ManifestEntry]
@@ -101,11 +101,11 @@ class _Delta:
     changelog_manifest: ManifestFileMeta | None
 
     @staticmethod
-    def write(ctx: TableContext, kind: CommitKind, messages: Sequence[CommitMessage], attempt: _Attempt) -> _Delta:
+    def write(ctx: TableContext, kind: CommitKind, messages: Sequence[CommitMessage], attempt: Attempt) -> Delta:
         compact = kind is CommitKind.COMPACT
         entries = _entries(messages, compact=compact)
         changelog = _changelog_entries(messages, compact=compact)
-        return _Delta(entries, write_manifest(ctx, entries, attempt), changelog,
+        return Delta(entries, write_manifest(ctx, entries, attempt), changelog,
                       write_manifest(ctx, changelog, attempt) if changelog else None)
 
 
@@ -129,7 +129,7 @@ def _partition_stats(ctx: TableContext, partitions: Sequence[bytes]) -> SimpleSt
     )
 
 
-def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt: _Attempt) -> ManifestFileMeta:
+def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt: Attempt) -> ManifestFileMeta:
     name = f"manifest-{uuid.uuid4()}-0"
     data = manifest.encode_avro(
         manifest.ENTRY_SCHEMA, [e.to_avro() for e in entries], ctx.options.manifest_compression
@@ -162,7 +162,7 @@ def _common_total_buckets(entries: Sequence[ManifestEntry]) -> int | None:
     return counts.pop() if len(counts) == 1 else None
 
 
-def _write_manifest_list(ctx: TableContext, metas: Sequence[ManifestFileMeta], attempt: _Attempt) -> tuple[str, int]:
+def _write_manifest_list(ctx: TableContext, metas: Sequence[ManifestFileMeta], attempt: Attempt) -> tuple[str, int]:
     name = f"manifest-list-{uuid.uuid4()}-0"
     data = manifest.encode_avro(
         manifest.MANIFEST_FILE_SCHEMA, [m.to_avro() for m in metas], ctx.options.manifest_compression
@@ -246,7 +246,7 @@ def _check_view(ctx: TableContext, view: int, latest: Snapshot | None, entries: 
 
 
 def _index_manifest(ctx: TableContext, latest: Snapshot | None, messages: Sequence[CommitMessage],
-                    attempt: _Attempt) -> str | None:
+                    attempt: Attempt) -> str | None:
     """The index manifest of the new snapshot: the latest one's, or when the messages replace
     deletion-vector index files, a new one listing every index file after them (Paimon's
     IndexManifestFileHandler: all ADD entries). A replaced index file that is gone already means
@@ -373,7 +373,7 @@ def _commit_one(
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
     """Land one snapshot of ``kind`` for the messages, retrying lost races; returns it (None:
     already committed) and the messages as landed (renumbered copies, for an APPEND)."""
-    attempt = _Attempt()
+    attempt = Attempt()
     try:
         return _land(ctx, kind, messages, commit_user, identifier, attempt, first=first, on_renumber=on_renumber,
                      view=view)
@@ -390,13 +390,13 @@ def _land(
     messages: list[CommitMessage],
     commit_user: str,
     identifier: int,
-    attempt: _Attempt,
+    attempt: Attempt,
     *,
     first: bool,
     on_renumber: Callable[[], None] | None,
     view: int | None,
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
-    delta = _Delta.write(ctx, kind, messages, attempt)
+    delta = Delta.write(ctx, kind, messages, attempt)
     options = ctx.options
     retries = options.commit_max_retries
     for attempt_number in range(retries + 1):
@@ -417,53 +417,65 @@ def _land(
                 on_renumber()
             _remove(ctx, attempt.written)
             attempt.written.clear()
-            delta = _Delta.write(ctx, kind, messages, attempt)
+            delta = Delta.write(ctx, kind, messages, attempt)
         entries = delta.entries
         try:
             _check_bucket_counts(ctx, latest, entries)
             _check_conflicts(ctx, latest, entries)
             if view is not None and kind is CommitKind.COMPACT:
                 _check_view(ctx, view, latest, entries)
-            lists = _Attempt()
+            lists = Attempt()
             index_name = _index_manifest(ctx, latest, messages if kind is CommitKind.COMPACT else [], lists)
         except CommitConflictError:
             _remove(ctx, attempt.written)
             raise
-        previous = live_files.data_manifests(ctx, latest) if latest is not None else []
-        base = manifest_merge.merge(ctx, previous, functools.partial(write_manifest, ctx, attempt=lists))
-        base_name, base_size = _write_manifest_list(ctx, base, lists)
-        delta_name, delta_size = _write_manifest_list(ctx, [delta.manifest], lists)
-        changelog_name, changelog_size = (None, None) if delta.changelog_manifest is None else (
-            _write_manifest_list(ctx, [delta.changelog_manifest], lists))
-        delta_count = sum(e.file.row_count if e.kind == FileKind.ADD else -e.file.row_count for e in entries)
-        new = Snapshot(
-            id=(latest.id + 1) if latest is not None else 1,
-            # Paimon's FileStoreCommitImpl stamps the table's newest schema, also when the
-            # writer works on an older one (its files carry their own schema id)
-            schemaId=metadata.latest_schema_id(ctx.file_io, ctx.paths, ctx.name),
-            baseManifestList=base_name,
-            baseManifestListSize=base_size,
-            deltaManifestList=delta_name,
-            deltaManifestListSize=delta_size,
-            changelogManifestList=changelog_name,
-            changelogManifestListSize=changelog_size,
-            indexManifest=index_name,
-            commitUser=commit_user,
-            commitIdentifier=identifier,
-            commitKind=kind,
-            timeMillis=int(time.time() * 1000),
-            logOffsets={},
-            totalRecordCount=((latest.total_record_count or 0) if latest is not None else 0) + delta_count,
-            deltaRecordCount=delta_count,
-            # as Paimon: null without changelog files
-            changelogRecordCount=sum(e.file.row_count for e in delta.changelog) if delta.changelog else None,
-        )
-        if snapshot.try_commit(ctx.file_io, ctx.paths, new):
+        new = try_snapshot(ctx, kind, latest, delta, index_name, commit_user, identifier, lists)
+        if new is not None:
             attempt.copies = []  # they are part of the table now
             return new, messages
-        _remove(ctx, lists.written)
     _remove(ctx, attempt.written)
     raise CommitConflictError(f"commit gave up after {retries} lost races", table=ctx.name)
+
+
+def try_snapshot(ctx: TableContext, kind: CommitKind, latest: Snapshot | None, delta: Delta, index_name: str | None,
+                 commit_user: str, identifier: int, lists: Attempt) -> Snapshot | None:
+    """Try to create the snapshot after ``latest`` holding ``delta`` (its manifest lists are
+    written here, into ``lists``): the snapshot, or None when another commit took its id first
+    (what was written for it is removed; the caller re-checks and retries)."""
+    entries = delta.entries
+    previous = live_files.data_manifests(ctx, latest) if latest is not None else []
+    base = manifest_merge.merge(ctx, previous, functools.partial(write_manifest, ctx, attempt=lists))
+    base_name, base_size = _write_manifest_list(ctx, base, lists)
+    delta_name, delta_size = _write_manifest_list(ctx, [delta.manifest], lists)
+    changelog_name, changelog_size = (None, None) if delta.changelog_manifest is None else (
+        _write_manifest_list(ctx, [delta.changelog_manifest], lists))
+    delta_count = sum(e.file.row_count if e.kind == FileKind.ADD else -e.file.row_count for e in entries)
+    new = Snapshot(
+        id=(latest.id + 1) if latest is not None else 1,
+        # Paimon's FileStoreCommitImpl stamps the table's newest schema, also when the
+        # writer works on an older one (its files carry their own schema id)
+        schemaId=metadata.latest_schema_id(ctx.file_io, ctx.paths, ctx.name),
+        baseManifestList=base_name,
+        baseManifestListSize=base_size,
+        deltaManifestList=delta_name,
+        deltaManifestListSize=delta_size,
+        changelogManifestList=changelog_name,
+        changelogManifestListSize=changelog_size,
+        indexManifest=index_name,
+        commitUser=commit_user,
+        commitIdentifier=identifier,
+        commitKind=kind,
+        timeMillis=int(time.time() * 1000),
+        logOffsets={},
+        totalRecordCount=((latest.total_record_count or 0) if latest is not None else 0) + delta_count,
+        deltaRecordCount=delta_count,
+        # as Paimon: null without changelog files
+        changelogRecordCount=sum(e.file.row_count for e in delta.changelog) if delta.changelog else None,
+    )
+    if snapshot.try_commit(ctx.file_io, ctx.paths, new):
+        return new
+    _remove(ctx, lists.written)
+    return None
 
 
 def _remove(ctx: TableContext, paths: Iterable[str]) -> None:

@@ -30,6 +30,8 @@ class KillPoint(enum.StrEnum):
     INDEX_FILE = "index-file"  # half of a deletion-vector index file's bytes are on disk
     COMPACTION = "compaction"  # a compaction wrote some of its output files
     BEFORE_COMPACT_SNAPSHOT = "before-compact-snapshot"  # a commit's APPEND landed, its COMPACT not yet
+    RESCALE = "rescale"  # a rescale wrote some of its partitions' new files, nothing committed
+    OVERWRITE = "overwrite"  # an overwrite's files and delta manifest are written, its snapshot not yet
     MANIFEST_COMPACTION = "manifest-compaction"  # manifest compaction wrote some of its manifests
     ORPHAN_FILE = "orphan-file"  # orphan cleanup is about to delete its next orphan
     ROLLBACK = "rollback"  # a rollback is about to delete its next tag, snapshot, commit user record or file

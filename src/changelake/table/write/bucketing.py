@@ -89,8 +89,8 @@ def _check_bucket_counts(ctx: TableContext, entries: Iterable[ManifestEntry], pa
         if entry.partition in partitions and entry.total_buckets != total_buckets:
             raise BucketRescaleError(
                 f"try to write {ctx.describe_partition(entry.partition)} with a new bucket num {total_buckets}, "
-                f"but the previous bucket num is {entry.total_buckets}: changelake does not rescale written "
-                "partitions; rescale it with Paimon first (INSERT OVERWRITE in batch mode)",
+                f"but the previous bucket num is {entry.total_buckets}: rescale the partition first "
+                "(table.rescale(), or Paimon's rescale procedure or INSERT OVERWRITE)",
                 table=ctx.name, option="bucket")
 
 

@@ -1,0 +1,139 @@
+"""Overwrite commits: replace every file of some partitions with new ones as one OVERWRITE
+snapshot (Paimon's ``FileStoreCommitImpl.overwritePartition``), for table operations that
+rewrite partitions (a rescale; an INSERT OVERWRITE).
+
+The snapshot deletes every data file the partitions hold at the snapshot it lands on (and
+their deletion-vector index files) and adds the new files. The rows of the new files were
+planned from a ``base`` snapshot: a commit after it that changed the partitions' rows (an
+APPEND or OVERWRITE that touched one of them) makes the overwrite void (CommitConflictError),
+as Paimon's ``commit.strict-mode.last-safe-snapshot`` does, so a concurrent writer's rows are
+never dropped unseen. COMPACT snapshots since ``base`` rewrite rows without changing them, so
+the overwrite deletes their outputs instead and still lands.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+
+from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
+from changelake.table.commit import committer
+from changelake.table.commit.committer import Attempt, Delta
+from changelake.table.commit.message import CommitMessage
+from changelake.table.context import TableContext
+from changelake.table.format import index_manifest
+from changelake.table.format.manifest import FileKind, ManifestEntry
+from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
+from changelake.table.read import deletion_vectors, live_files
+
+
+def commit_overwrite(
+    ctx: TableContext,
+    partitions: Collection[bytes],
+    messages: Sequence[CommitMessage],
+    commit_user: str,
+    identifier: int,
+    *,
+    base: Snapshot | None,
+) -> Snapshot | None:
+    """Land one OVERWRITE snapshot that replaces the files of ``partitions`` (serialized
+    partition rows) with the ``new_files`` of ``messages`` (which must lie in those partitions);
+    None when ``commit_user`` already committed ``identifier``. ``base`` is the snapshot the new
+    rows were read from (None: the overwrite does not depend on what is there). Lost races are
+    retried on the new latest snapshot; the messages' files are deleted when the commit fails,
+    unless its outcome is unknown (CommitOutcomeUnknownError)."""
+    targets = frozenset(partitions)
+    _check_messages(ctx, targets, messages)
+    added = [ManifestEntry(FileKind.ADD, m.partition, m.bucket, m.total_buckets, f)
+             for m in messages for f in m.new_files]
+    new_files = [path for m in messages for path in m.written(ctx)]
+    lists = Attempt()
+    try:
+        for attempt_number in range(ctx.options.commit_max_retries + 1):
+            if attempt_number:
+                committer.back_off(ctx, attempt_number)
+            latest = ctx.latest_snapshot()
+            if committer.already_committed(ctx, commit_user, identifier, latest):
+                ctx.file_io.discard(new_files)
+                return None
+            if base is not None:
+                _check_unchanged(ctx, base, latest, targets)
+            lists = Attempt()
+            removed = [] if latest is None else [
+                ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file)
+                for e in live_files.live_entries(ctx, latest) if e.partition in targets]
+            entries = [*removed, *added]
+            delta = Delta(entries, committer.write_manifest(ctx, entries, lists), [], None)
+            index_name = _index_manifest(ctx, latest, targets, lists)
+            killpoints.reached(KillPoint.OVERWRITE)
+            landed = committer.try_snapshot(ctx, CommitKind.OVERWRITE, latest, delta, index_name, commit_user,
+                                            identifier, lists)
+            if landed is not None:
+                return landed
+        raise CommitConflictError(f"overwrite gave up after {ctx.options.commit_max_retries} lost races",
+                                  table=ctx.name)
+    except BaseException as error:
+        if not isinstance(error, CommitOutcomeUnknownError):
+            ctx.file_io.discard([*lists.written, *new_files])
+        raise
+
+
+def _check_messages(ctx: TableContext, targets: frozenset[bytes], messages: Sequence[CommitMessage]) -> None:
+    """The new files lie in the overwritten partitions, each partition's at one number of
+    buckets (a key must live in one bucket of its partition)."""
+    totals: dict[bytes, int] = {}
+    for m in messages:
+        if m.partition not in targets:
+            raise ValueError(f"table {ctx.name}: an overwrite adds files to {ctx.describe_partition(m.partition)}, "
+                             "which it does not overwrite")
+        if totals.setdefault(m.partition, m.total_buckets) != m.total_buckets:
+            raise ValueError(f"table {ctx.name}: an overwrite adds files of {totals[m.partition]} and "
+                             f"{m.total_buckets} buckets to {ctx.describe_partition(m.partition)}")
+
+
+def _check_unchanged(ctx: TableContext, base: Snapshot, latest: Snapshot | None,
+                     targets: frozenset[bytes]) -> None:
+    """CommitConflictError when a snapshot after ``base`` added or removed rows of a target
+    partition (an APPEND or OVERWRITE naming one in its delta), or when one of them expired
+    before this check could read it."""
+    if latest is None or latest.id <= base.id:
+        return
+    for snapshot_id in range(base.id + 1, latest.id + 1):
+        try:
+            landed = latest if snapshot_id == latest.id else ctx.snapshot(snapshot_id)
+        except SnapshotNotFoundError:
+            raise CommitConflictError(
+                f"snapshot {snapshot_id}, committed after the overwrite read snapshot {base.id}, expired before "
+                "the overwrite could check it; the overwrite is void (run it again)", table=ctx.name) from None
+        if landed.commit_kind is CommitKind.COMPACT:
+            continue  # rewrites rows without changing them: the overwrite replaces its outputs too
+        for meta in live_files.manifest_list(ctx, landed.delta_manifest_list):
+            for e in live_files.manifest_entries(ctx, meta.file_name):
+                if e.partition in targets:
+                    raise CommitConflictError(
+                        f"snapshot {snapshot_id} ({landed.commit_kind.value} by {landed.commit_user}) changed "
+                        f"{ctx.describe_partition(e.partition)} after the overwrite read it at snapshot {base.id}; "
+                        "the overwrite is void (run it again)", table=ctx.name)
+
+
+def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: frozenset[bytes],
+                    lists: Attempt) -> str | None:
+    """The new snapshot's index manifest: the latest one's without the index files of the
+    overwritten partitions (their data files are all gone)."""
+    previous = latest.index_manifest if latest is not None else None
+    if latest is None or previous is None:
+        return previous
+    entries = deletion_vectors.index_entries(ctx, latest)
+    kept = [e for e in entries if e.partition not in targets]
+    if len(kept) == len(entries):
+        return previous
+    if not kept:
+        return None
+    name = f"index-manifest-{uuid.uuid4()}-0"
+    data = index_manifest.encode(kept, ctx.options.manifest_compression)
+    ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST)
+    lists.written.append(ctx.paths.manifest(name))
+    return name
+

@@ -1,0 +1,174 @@
+"""Rescale: rewrite partitions of a fixed-bucket table with another number of buckets, as one
+OVERWRITE snapshot (Paimon's ``rescale`` procedure: ``ALTER TABLE ... SET ('bucket' = 'N')``,
+then an overwrite of the partitions with their own rows, hashed by the new number).
+
+Each partition's rows are its merged rows at the snapshot the rescale starts from (merge-on-read
+of every bucket, deletion vectors applied, deletes dropped), as a full compaction leaves them:
+each new bucket is one sorted run at the top level, and every row keeps its sequence number, so
+a later write of a key (numbered above the bucket's maximum) still wins. A commit that changed
+the partitions' rows meanwhile makes the rescale void (CommitConflictError); nothing is lost.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from changelake.errors import OptionError, ScanError, SnapshotNotFoundError
+from changelake.table import metadata, schema_update
+from changelake.table.commit import overwrite
+from changelake.table.commit.message import CommitMessage
+from changelake.table.context import TableContext
+from changelake.table.executor import map_all
+from changelake.table.format import bucket as bucket_hash
+from changelake.table.format import data_file, kv
+from changelake.table.format.manifest import DataFileMeta, FileSource, ManifestEntry
+from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
+from changelake.table.merge import sort
+from changelake.table.read import deletion_vectors, live_files
+
+
+def rescale(
+    ctx: TableContext,
+    *,
+    bucket: int | None,
+    partitions: Sequence[Mapping[str, Any]] | None,
+    commit_user: str,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[TableContext, Snapshot | None]:
+    """Rewrite ``partitions`` (dicts of partition values; None: every partition) with ``bucket``
+    buckets (None: the table's ``bucket``) as one OVERWRITE snapshot. A ``bucket`` other than the
+    table's is first set as the table's ``bucket`` (a new schema), as Paimon's ``ALTER TABLE``
+    before the overwrite. Returns the context at the schema written with and the snapshot (None
+    when the partitions hold no rows and no files). ``progress`` gets (partitions done,
+    partitions). Bad input raises before anything is written."""
+    # The newest schema: files written since under a newer one would lose its columns if
+    # rewritten under an older one.
+    ctx = metadata.open_context(ctx.file_io, ctx.paths.root, ctx.name)
+    latest = ctx.latest_snapshot()
+    target = _checked_bucket(ctx, bucket, latest)
+    entries = live_files.live_entries(ctx, latest) if latest is not None else []
+    chosen = _chosen_partitions(ctx, entries, partitions)
+    if target != ctx.options.bucket:
+        ctx = schema_update.commit(ctx, [schema_update.SetOptions({"bucket": str(target)})])
+    base = ctx.latest_snapshot()
+    assert base is not None  # snapshots are never all deleted
+    live = [e for e in live_files.live_entries(ctx, base) if e.partition in chosen]
+    if not live:
+        return ctx, None  # a concurrent overwrite emptied them: nothing to rewrite
+    messages = _rewrite(ctx, base, live, target, progress)
+    landed = overwrite.commit_overwrite(ctx, chosen, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=base)
+    return ctx, landed
+
+
+def _checked_bucket(ctx: TableContext, bucket: int | None, latest: Snapshot | None) -> int:
+    """The number of buckets to rescale to; OptionError unless the table has fixed buckets and
+    ``bucket`` is None or a positive int, SnapshotNotFoundError for a table never written."""
+    current = ctx.options.bucket
+    if current < 1:
+        raise OptionError(f"rescale rewrites tables of fixed buckets; this table has bucket={current}",
+                          table=ctx.name, option="bucket")
+    if bucket is not None and (isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1):
+        raise OptionError(f"rescale takes a number of buckets of 1 or more, not {bucket!r}",
+                          table=ctx.name, option="bucket")
+    if latest is None:
+        raise SnapshotNotFoundError("has no snapshot: nothing to rescale (set_options changes 'bucket' of an "
+                                    "empty table)", table=ctx.name)
+    return current if bucket is None else bucket
+
+
+def _chosen_partitions(ctx: TableContext, entries: Sequence[ManifestEntry],
+                       partitions: Sequence[Mapping[str, Any]] | None) -> frozenset[bytes]:
+    """The serialized partitions to rescale; ScanError naming a partition that holds no file."""
+    present = {e.partition for e in entries}
+    if partitions is None:
+        return frozenset(present)
+    if isinstance(partitions, Mapping):
+        raise ScanError("partitions must be a list of dicts of partition values", table=ctx.name)
+    by_values = {ctx.partition_values(p): p for p in present}
+    chosen = set()
+    for spec in partitions:
+        values = ctx.partition_of(spec)
+        if values not in by_values:
+            raise ScanError(f"partition {dict(spec)} holds no data: nothing to rescale", table=ctx.name)
+        chosen.add(by_values[values])
+    return frozenset(chosen)
+
+
+def _rewrite(ctx: TableContext, base: Snapshot, live: Sequence[ManifestEntry], target: int,
+             progress: Callable[[int, int], None] | None) -> list[CommitMessage]:
+    """The new files of every partition of ``live``, a partition at a time (its rows are held
+    in memory while its new buckets are written); they are deleted when this fails."""
+    by_partition: dict[bytes, dict[int, list[DataFileMeta]]] = defaultdict(lambda: defaultdict(list))
+    for e in live:
+        by_partition[e.partition][e.bucket].append(e.file)
+    vectors = deletion_vectors.snapshot_vectors(ctx, base) if ctx.options.deletion_vectors_enabled else {}
+    written: list[str] = []
+    lock = threading.Lock()
+    messages: list[CommitMessage] = []
+    try:
+        if progress is not None:
+            progress(0, len(by_partition))
+        for done, (partition, buckets) in enumerate(sorted(by_partition.items()), start=1):
+            def merged(item: tuple[int, list[DataFileMeta]], partition: bytes = partition) -> pa.Table:
+                old_bucket, files = item
+                index_files = vectors.get((partition, old_bucket), [])
+                return _merged_rows(ctx, ctx.bucket_dir(partition, old_bucket), files,
+                                    deletion_vectors.bucket_vectors(ctx, index_files) if index_files else {})
+
+            pieces = _by_new_bucket(ctx, map_all(merged, sorted(buckets.items())), target)
+
+            def write(item: tuple[int, list[pa.Table]], partition: bytes = partition) -> CommitMessage:
+                new_bucket, parts = item
+                bucket_dir = ctx.bucket_dir(partition, new_bucket)
+                files = data_file.write(ctx.file_io, bucket_dir, [_sorted_by_key(ctx, pa.concat_tables(parts))],
+                                        ctx.file_settings, ctx.options.num_levels - 1, file_source=FileSource.COMPACT)
+                with lock:
+                    written.extend(f"{bucket_dir}/{f.file_name}" for f in files)
+                killpoints.reached(KillPoint.RESCALE)
+                return CommitMessage(partition, new_bucket, target, new_files=tuple(files))
+
+            messages += map_all(write, sorted(pieces.items()))
+            if progress is not None:
+                progress(done, len(by_partition))
+    except BaseException:
+        ctx.file_io.discard(written)
+        raise
+    return messages
+
+
+def _merged_rows(ctx: TableContext, bucket_dir: str, files: Sequence[DataFileMeta],
+                 vectors: Mapping[str, Any]) -> pa.Table:
+    """A bucket's rows merged by the merge engine, in key-value layout, deletes dropped."""
+    oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
+    rows = pa.concat_tables([ctx.read_file(bucket_dir, f, deleted=vectors.get(f.file_name)) for f in oldest_first])
+    return ctx.merge_rows(rows, drop_deletes=True)
+
+
+def _by_new_bucket(ctx: TableContext, merged: Sequence[pa.Table], target: int) -> dict[int, list[pa.Table]]:
+    """Each new bucket's rows, from every old bucket's merged rows."""
+    pieces: dict[int, list[pa.Table]] = defaultdict(list)
+    for rows in merged:
+        if not rows.num_rows:
+            continue
+        ids = bucket_hash.buckets([rows.column(k).combine_chunks() for k in ctx.bucket_key], target)
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        bounds = np.searchsorted(sorted_ids, np.arange(target + 1))
+        for new_bucket in np.unique(sorted_ids):
+            pieces[int(new_bucket)].append(rows.take(order[bounds[new_bucket]:bounds[new_bucket + 1]]))
+    return pieces
+
+
+def _sorted_by_key(ctx: TableContext, rows: pa.Table) -> pa.Table:
+    """Rows of one new bucket in key order (every key is there once: keys of a partition lived
+    in one old bucket each)."""
+    order = sort.sort_indices([rows.column(c) for c in ctx.key_columns], rows.column(kv.SEQUENCE))
+    return rows.take(order)
