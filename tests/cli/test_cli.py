@@ -66,7 +66,8 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> changelake.Table:
 def test_help_lists_every_command() -> None:
     result = cli("--help")
     assert result.returncode == 0
-    for command in ("ls", "show", "scan", "changes", "compact", "expire", "remove-orphans", "rollback", "tag"):
+    for command in ("ls", "show", "scan", "changes", "compact", "rescale", "expire", "remove-orphans", "rollback",
+                    "tag"):
         assert command in result.stdout
 
 

@@ -199,11 +199,35 @@ def test_an_unexpected_error_is_one_line_too(capfd: pytest.CaptureFixture[str], 
 
 
 def test_every_command_has_help(capfd: pytest.CaptureFixture[str]) -> None:
-    for command in (["ls"], ["show"], ["scan"], ["changes"], ["compact"], ["expire"], ["remove-orphans"],
+    for command in (["ls"], ["show"], ["scan"], ["changes"], ["compact"], ["rescale"], ["expire"], ["remove-orphans"],
                     ["rollback"], ["tag"], ["tag", "create"], ["tag", "delete"], ["tag", "list"]):
         code, out, _ = run(capfd, *command, "--help")
         assert code == 0
         assert "Usage:" in out and len(out.splitlines()) > 5, command
+
+
+def test_rescale_rewrites_the_partitions_given(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("d", pa.date32(), nullable=False), pa.field("id", pa.int64(), nullable=False),
+                        pa.field("v", pa.int64())])
+    made = changelake.Catalog(str(tmp_path)).create_table("db.r", schema, ["d", "id"], partition_keys=["d"],
+                                                          options={"bucket": "2"})
+    days = [dt.date(2024, 1, 1), dt.date(2024, 1, 2)]
+    made.write(pa.table({"d": days * 20, "id": list(range(40)), "v": list(range(40))}, schema=schema))
+    before = made.scan().to_arrow().sort_by("id")
+    code, out, err = run(capfd, "rescale", made.location, "--bucket", "3", "--partition", "d=2024-01-02")
+    assert (code, err) == (0, "")
+    assert out == "rescaled to 3 buckets: snapshot 2 (40 records)\n"
+    made.refresh()
+    assert made.options["bucket"] == "3" and made.scan().to_arrow().sort_by("id").equals(before)
+    code, out, _ = run(capfd, "rescale", made.location, "--partition", "d=2024-01-01")
+    assert (code, out) == (0, "rescaled to 3 buckets: snapshot 3 (40 records)\n")
+    made.write(pa.table({"d": days, "id": [0, 1], "v": [9, 9]}, schema=schema))  # both partitions at 3 now
+    for args, message in ((["--partition", "e=1"], "--partition: 'e' is not a partition key of db.r"),
+                          (["--partition", "d=soon"], "--partition: 'soon' is not a value of column 'd'"),
+                          (["--partition", "d=2024-01-09"], "holds no data: nothing to rescale"),
+                          (["--bucket", "0"], "rescale takes a number of buckets of 1 or more, not 0")):
+        code, _, err = run(capfd, "rescale", made.location, *args)
+        assert code and message in err, err
 
 
 def test_inspect_prints_the_tree_and_draws_a_bucket(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from workload import MODES, Diff, Log, Mode
 import changelake as cl
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
+from changelake.table.read import live_files
 from pypaimon_oracle import PypaimonWorker
 
 RANDOM = "random"
@@ -63,11 +64,13 @@ REACH = {
     KillPoint.EXPIRE_RECORDED: 4,
     KillPoint.EXPIRE_SNAPSHOTS: 4,
     KillPoint.EXPIRE_FILES: 8,
+    KillPoint.RESCALE: 4,
+    KillPoint.OVERWRITE: 2,
 }
 # The mode whose children maintain the table before writing: remove orphans (two strays made
-# for the purpose, and whatever a kill left) and roll back a full compaction made for the
+# for the purpose, and whatever a kill left), roll back a full compaction made for the
 # purpose (which changes no row, so the model holds), which moves back two consumers that had
-# read it.
+# read it; after writing, they rescale the table twice (no row changes either).
 MAINTAINED = "compaction"
 ROLLBACK_TARGET = "before-maintenance"  # the tag of the snapshot the maintenance rolls back to
 READERS = ("reader-1", "reader-2")  # consumers that read the compaction the maintenance rolls back
@@ -80,6 +83,7 @@ def points_of(mode: Mode) -> list[str]:
     reaches = {KillPoint.SPILL_RUN: "write-buffer-size" in mode.options, KillPoint.CHANGELOG_FILE: mode.input_changelog,
                KillPoint.ORPHAN_FILE: mode.name == MAINTAINED, KillPoint.ROLLBACK: mode.name == MAINTAINED,
                KillPoint.ROLLBACK_CONSUMER: mode.name == MAINTAINED,
+               KillPoint.RESCALE: mode.name == MAINTAINED, KillPoint.OVERWRITE: mode.name == MAINTAINED,
                # only commits with an identifier are recorded: the long-lived writer's
                KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
@@ -139,6 +143,8 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
             sys.exit(4)
     if writer is not None:
         writer.close()
+    if mode.name == MAINTAINED:
+        rescale(table)
 
 
 # Which tries of the hint writes fail, in turn: one write fails once, the next on every try
@@ -165,6 +171,10 @@ def maintain(table: cl.Table) -> None:
     """A rollback a kill interrupted is run again, which completes it; then orphan cleanup (with
     two stray files, as a crashed writer leaves), then a full compaction that two consumers
     read, rolled back; no writer runs meanwhile, so no threshold is needed."""
+    latest = table.latest_snapshot()
+    if latest is not None and any(e.total_buckets != table.context.options.bucket
+                                  for e in live_files.live_entries(table.context, latest)):
+        table.rescale()  # a kill fell between a rescale's new schema and its overwrite
     if ROLLBACK_TARGET in table.tags():
         table.rollback_to(tag=ROLLBACK_TARGET)
         table.delete_tag(ROLLBACK_TARGET)
@@ -186,6 +196,14 @@ def maintain(table: cl.Table) -> None:
         if {table.stream(consumer_id=c).offset.snapshot_id for c in READERS} != {before.id + 1}:
             sys.exit(5)  # a consumer resumed after the rollback would skip the next commits
     table.delete_tag(ROLLBACK_TARGET)
+
+
+def rescale(table: cl.Table) -> None:
+    """Every partition to the other number of buckets (2 <-> 3: a new schema, then the overwrite;
+    a kill between them leaves the partitions at the old number, which the next run's writer
+    would refuse to write: its maintenance rescales them first), then again at that number."""
+    table.rescale(bucket=5 - int(table.options["bucket"]))
+    table.rescale()
 
 
 # -- the driver -------------------------------------------------------------------------------

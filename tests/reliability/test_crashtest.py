@@ -26,7 +26,7 @@ PLANS = {
     "write": [KillPoint.MANIFEST_LIST, KillPoint.COMPACTION, crashtest.RANDOM],
     "spill": [KillPoint.SPILL_RUN, KillPoint.DATA_FILE, crashtest.RANDOM],
     "compaction": [KillPoint.ORPHAN_FILE, KillPoint.MANIFEST_COMPACTION, KillPoint.ROLLBACK_CONSUMER,
-                   KillPoint.ROLLBACK],
+                   KillPoint.ROLLBACK, KillPoint.RESCALE, KillPoint.OVERWRITE],
     "partial-update": [KillPoint.COMPACTION, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "aggregation": [KillPoint.SNAPSHOT_BEFORE_LATEST, KillPoint.DATA_FILE, crashtest.RANDOM],
     "first-row": [KillPoint.COMPACTION, KillPoint.MANIFEST, crashtest.RANDOM],

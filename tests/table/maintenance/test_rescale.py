@@ -1,0 +1,286 @@
+"""``table.rescale``: partitions rewritten with another number of buckets as one OVERWRITE
+snapshot (Paimon's rescale procedure), their rows unchanged; writes to them succeed after it and
+later writes win; a concurrent commit that changed the partitions makes it fail, losing nothing;
+bad input raises before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import changelake as cl
+from changelake import errors
+from changelake.table.format.snapshot import CommitKind
+from changelake.table.read.live_files import live_entries
+
+SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
+                    pa.field("v", pa.int64())])
+
+
+def _rows(dt: str, keys: range | list[int], v: int) -> pa.Table:
+    keys = list(keys)
+    return pa.table({"dt": [dt] * len(keys), "k": pa.array(keys, pa.int64()), "v": pa.array([v] * len(keys))},
+                    schema=SCHEMA)
+
+
+def _table(tmp_path: Path, **options: str) -> cl.Table:
+    return cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["dt", "k"], partition_keys=["dt"],
+                                                  options={"bucket": "2", **options})
+
+
+def _read(table: cl.Table, snapshot_id: int | None = None) -> list[dict[str, Any]]:
+    return sorted(table.scan(snapshot_id).to_arrow().to_pylist(), key=lambda r: (r["dt"], r["k"]))
+
+
+def _layout(table: cl.Table) -> dict[str, set[tuple[int, int]]]:
+    """Each partition's (total buckets, level) pairs of its live files."""
+    latest = table.latest_snapshot()
+    assert latest is not None
+    out: dict[str, set[tuple[int, int]]] = {}
+    for e in live_entries(table.context, latest):
+        out.setdefault(table.context.partition_values(e.partition)[0], set()).add((e.total_buckets, e.file.level))
+    return out
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def _history(table: cl.Table) -> None:
+    """Inserts, updates and deletes over several commits in partitions a and b, unmerged."""
+    table.write(pa.concat_tables([_rows("a", range(0, 60), 1), _rows("b", range(0, 40), 1)]))
+    table.write(pa.concat_tables([_rows("a", range(30, 90), 2), _rows("b", range(20, 30), 2)]))
+    with table.writer() as writer:
+        writer.write(pa.table({"rowkind": ["-D"] * 10, "dt": ["a"] * 10, "k": pa.array(range(0, 10), pa.int64()),
+                               "v": pa.array([None] * 10, pa.int64())}))
+        writer.commit(1)
+
+
+def test_rescale_rewrites_every_partition_as_one_overwrite(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    _history(table)
+    seen = {s.id: _read(table, s.id) for s in table.snapshots()}
+    schema_before = table.context.schema.id
+    landed = table.rescale(bucket=4)
+    assert landed is not None and landed.commit_kind is CommitKind.OVERWRITE
+    assert [s.id for s in table.snapshots()] == [*seen, landed.id]
+    # the table's bucket is 4 now, in a new schema (Paimon's ALTER TABLE before the overwrite)
+    assert table.options["bucket"] == "4" and table.context.schema.id == schema_before + 1
+    assert cl.open_table(table.location).options["bucket"] == "4"
+    assert _read(table) == seen[landed.id - 1]
+    assert all(_read(table, i) == rows for i, rows in seen.items())  # time travel still sees the old layout
+    top = table.context.options.num_levels - 1
+    assert _layout(table) == {"a": {(4, top)}, "b": {(4, top)}}
+    assert landed.total_record_count == len(seen[landed.id - 1])  # merged: one row per key, no deletes left
+    # later writes go to the rescaled buckets and win over the rescaled rows
+    table.write(pa.concat_tables([_rows("a", range(80, 100), 3), _rows("b", [5], 3)]))
+    expected = {(r["dt"], r["k"]): r["v"] for r in seen[landed.id - 1]}
+    expected |= {("a", k): 3 for k in range(80, 100)} | {("b", 5): 3}
+    assert {(r["dt"], r["k"]): r["v"] for r in _read(table)} == expected
+    table.compact(full=True)
+    assert {(r["dt"], r["k"]): r["v"] for r in _read(table)} == expected
+    # a key filter prunes by each partition's own number of buckets
+    assert table.scan(filter=pc.field("k") == 85).to_arrow().to_pylist() == [{"dt": "a", "k": 85, "v": 3}]
+
+
+@pytest.mark.parametrize("options", [
+    {"deletion-vectors.enabled": "true"},
+    {"merge-engine": "partial-update"},
+    {"merge-engine": "aggregation", "fields.v.aggregate-function": "sum"},
+    {"merge-engine": "first-row"},
+    {"changelog-producer": "lookup"},
+    {"sequence.field": "v"},
+], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_rescale_keeps_the_merged_rows_of_each_merge_engine(tmp_path: Path, options: dict[str, str]) -> None:
+    table = _table(tmp_path, **options)
+    table.write(_rows("a", range(0, 50), 1))
+    table.write(_rows("a", range(25, 75), 2))
+    before = _read(table)
+    table.rescale(bucket=3)
+    assert _read(table) == before
+    table.write(_rows("a", range(70, 80), 5))
+    table.write(_rows("a", range(70, 80), 4))
+    got = {r["k"]: r["v"] for r in _read(table)}
+    old = {r["k"]: r["v"] for r in before}
+    engine = options.get("merge-engine")
+    for k in range(70, 80):
+        want = {"aggregation": old.get(k, 0) + 9, "first-row": old.get(k, 5)}.get(engine or "", 4)
+        if options.get("sequence.field") == "v":
+            want = 5  # the highest sequence field wins, whenever written
+        assert got[k] == want, (k, options)
+
+
+def test_partitions_keep_their_own_number_until_rescaled(tmp_path: Path) -> None:
+    """Paimon's model: ``bucket`` changes for the table (ALTER TABLE), each partition is rewritten
+    by its own overwrite; partitions of other numbers read correctly meanwhile and are written
+    again only once rescaled."""
+    table = _table(tmp_path)
+    _history(table)
+    table.write(_rows("c", range(10), 7))
+    before = _read(table)
+    table.set_options({"bucket": "3"})  # Paimon's ALTER TABLE ... SET ('bucket' = '3')
+    with pytest.raises(errors.BucketRescaleError, match=r"partition \{dt=a\} with a new bucket num 3, but the "
+                                                        r"previous bucket num is 2: rescale the partition first"):
+        table.write(_rows("a", [1], 9))
+    landed = table.rescale(partitions=[{"dt": "a"}])  # at the table's bucket
+    assert landed is not None
+    assert table.options["bucket"] == "3"
+    table.rescale(bucket=5, partitions=[{"dt": "c"}])
+    top = table.context.options.num_levels - 1
+    layout = _layout(table)
+    assert layout["a"] == {(3, top)} and layout["c"] == {(5, top)} and {t for t, _ in layout["b"]} == {2}
+    assert _read(table) == before
+    for k in range(0, 100, 7):
+        assert table.scan(filter=pc.field("k") == k).to_arrow().num_rows == sum(r["k"] == k for r in before)
+    with pytest.raises(errors.BucketRescaleError):
+        table.write(_rows("a", [1], 9))  # a is at 3, the table at 5 now
+    table.write(_rows("c", [1, 50], 9))
+    table.rescale(partitions=[{"dt": "a"}, {"dt": "b"}])
+    table.write(_rows("a", [1], 9))
+    table.write(_rows("b", [1], 9))
+    assert {t for p in _layout(table).values() for t, _ in p} == {5}
+    want = {(r["dt"], r["k"]): r["v"] for r in before} | {(p, 1): 9 for p in "abc"} | {("c", 50): 9}
+    assert {(r["dt"], r["k"]): r["v"] for r in _read(table)} == want
+
+
+def test_unpartitioned_table(tmp_path: Path) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table("db.u", SCHEMA.remove(0), primary_keys=["k"],
+                                                   options={"bucket": "1"})
+    table.write(pa.table({"k": pa.array(range(100), pa.int64()), "v": pa.array(range(100), pa.int64())}))
+    table.write(pa.table({"k": pa.array(range(50), pa.int64()), "v": pa.array([0] * 50, pa.int64())}))
+    before = table.scan().to_arrow().sort_by("k")
+    table.rescale(bucket=8)
+    assert table.scan().to_arrow().sort_by("k").equals(before)
+    assert len({e.bucket for e in live_entries(table.context, table.latest_snapshot())}) == 8  # type: ignore[arg-type]
+    with pytest.raises(errors.ScanError, match=r"\['dt'\] are not partition keys"):
+        table.rescale(partitions=[{"dt": "a"}])
+
+
+def test_a_commit_into_a_partition_while_it_is_rescaled_voids_the_rescale(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    _history(table)
+    other = cl.open_table(table.location)
+    before = _read(table)
+    files = _files(tmp_path)
+
+    def meanwhile(done: int, total: int) -> None:
+        if done == 1:  # partition a is read and rewritten; another writer commits to it
+            other.write(_rows("a", [0, 200], 5))
+
+    with pytest.raises(errors.CommitConflictError, match=r"changed partition \{dt=a\} after the overwrite read it"):
+        table.rescale(bucket=4, progress=meanwhile)
+    expected = sorted([*before, {"dt": "a", "k": 0, "v": 5}, {"dt": "a", "k": 200, "v": 5}],
+                      key=lambda r: (r["dt"], r["k"]))
+    assert _read(table) == expected  # the concurrent rows are kept
+    latest = table.latest_snapshot()
+    assert latest is not None and latest.commit_kind is CommitKind.APPEND
+    # nothing of the rescale's files is left: only the other writer's commit and the new schema
+    new = {f for f in _files(tmp_path) - files if "/bucket-" in f}
+    named = {f"dt={table.context.partition_values(e.partition)[0]}/bucket-{e.bucket}/{e.file.file_name}"
+             for e in live_entries(table.context, latest)}
+    assert {f.split("db.db/t/")[1] for f in new} <= named
+    # run again: it lands, and the writer with the old number is refused now (its partition moved)
+    table.rescale()
+    assert _read(table) == expected
+    with pytest.raises(errors.BucketRescaleError):
+        other.write(_rows("a", [1], 1))
+
+
+def test_commits_to_other_partitions_and_compactions_meanwhile_do_not_void_it(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    _history(table)
+    table.write(_rows("c", range(10), 7))
+    other = cl.open_table(table.location)
+    before = _read(table)
+
+    def meanwhile(done: int, total: int) -> None:
+        if done == 1:
+            other.write(_rows("c", [100], 8))  # a partition the rescale does not rewrite
+            other.compact(full=True)  # rewrites a and b too, changing no row
+
+    landed = table.rescale(partitions=[{"dt": "a"}, {"dt": "b"}], progress=meanwhile)
+    assert landed is not None and landed.commit_kind is CommitKind.OVERWRITE
+    assert _read(table) == sorted([*before, {"dt": "c", "k": 100, "v": 8}], key=lambda r: (r["dt"], r["k"]))
+    assert {t for t, _ in _layout(table)["a"]} == {2}
+
+
+def test_a_writer_that_flushed_before_the_rescale_commits_after_it(tmp_path: Path) -> None:
+    """Its rows were hashed by the old number: its commit is void once the partition has the new
+    one (the committer's bucket-count check for the files it flushed, the writer's own for the rows
+    it flushes at commit); at the same number it lands and wins."""
+    table = _table(tmp_path, **{"write-buffer-size": "1 kb"})
+    _history(table)
+    with table.writer(commit_user="late") as writer:
+        writer.write(_rows("a", [1, 2], 11))
+        table.rescale()  # same number: the writer's files fit
+        writer.commit(1)
+    assert [r["v"] for r in _read(table) if r["dt"] == "a" and r["k"] in (1, 2)] == [11, 11]
+    with table.writer(commit_user="later") as writer:
+        writer.write(_rows("a", [1, 2] * 40, 12))  # past the buffer: flushed now, hashed by 2
+        cl.open_table(table.location).rescale(bucket=3)
+        with pytest.raises((errors.CommitConflictError, errors.BucketRescaleError),
+                           match=r"(total buckets of partition \{dt=a\} would change|new bucket num 2, but the "
+                                 r"previous bucket num is 3)"):
+            writer.commit(1)
+    assert [r["v"] for r in _read(table) if r["dt"] == "a" and r["k"] in (1, 2)] == [11, 11]
+
+
+def test_streams_skip_the_overwrite(tmp_path: Path) -> None:
+    """As Paimon's streaming reads (``streaming-read-overwrite`` false): the OVERWRITE snapshot
+    changes no row, a stream reads nothing of it and goes on with the next commit."""
+    table = _table(tmp_path)
+    table.write(_rows("a", range(20), 1))
+    stream = table.stream()
+    assert sum(b.data.num_rows for b in stream) == 20
+    table.rescale(bucket=3)
+    table.write(_rows("a", [3], 2))
+    assert [r for b in stream for r in b.data.to_pylist()] == [{"rowkind": "+I", "dt": "a", "k": 3, "v": 2}]
+    latest = table.latest_snapshot()
+    assert latest is not None
+    assert table.changes(1, latest.id).to_arrow().to_pylist() == [{"rowkind": "+I", "dt": "a", "k": 3, "v": 2}]
+
+
+def _dynamic(table_dir: Path) -> None:
+    """The table's next schema with ``bucket`` = -1, as Java Paimon would have made the table."""
+    schemas = sorted(table_dir.glob("schema/schema-*"), key=lambda p: int(p.name.split("-")[1]))
+    latest = json.loads(schemas[-1].read_text())
+    latest["id"] += 1
+    latest["options"]["bucket"] = "-1"
+    (table_dir / "schema" / f"schema-{latest['id']}").write_text(json.dumps(latest))
+
+
+@pytest.mark.parametrize(("call", "error", "message"), [
+    ({"bucket": 0}, errors.OptionError, r"option 'bucket': rescale takes a number of buckets of 1 or more, not 0"),
+    ({"bucket": -1}, errors.OptionError, "not -1"),
+    ({"bucket": True}, errors.OptionError, "not True"),
+    ({"bucket": "4"}, errors.OptionError, "not '4'"),
+    ({"partitions": [{"dt": "zz"}]}, errors.ScanError, r"partition \{'dt': 'zz'\} holds no data"),
+    ({"partitions": [{"nope": "a"}]}, errors.ScanError, r"\['nope'\] are not partition keys"),
+    ({"partitions": {"dt": "a"}}, errors.ScanError, "a list of dicts"),
+])
+def test_bad_input_writes_nothing(tmp_path: Path, call: dict[str, Any], error: type[Exception], message: str) -> None:
+    table = _table(tmp_path)
+    _history(table)
+    files = _files(tmp_path)
+    with pytest.raises(error, match=message):
+        table.rescale(**call)
+    assert _files(tmp_path) == files
+
+
+def test_tables_rescale_cannot_rewrite(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    files = _files(tmp_path)
+    with pytest.raises(errors.SnapshotNotFoundError, match="has no snapshot: nothing to rescale"):
+        table.rescale(bucket=3)
+    assert _files(tmp_path) == files
+    table.write(_rows("a", [1], 1))
+    _dynamic(tmp_path / "db.db" / "t")
+    files = _files(tmp_path)
+    with pytest.raises(errors.OptionError, match="rescale rewrites tables of fixed buckets; this table has bucket=-1"):
+        cl.open_table(table.location).rescale(bucket=3)
+    assert _files(tmp_path) == files
