@@ -416,6 +416,41 @@ def test_writes_after_java_paimon_rescales_buckets(tmp_path: Any, java: JavaPaim
         [r if (r["dt"], r["id"]) != ("b", 0) else {**r, "v": "java"} for r in expected])
 
 
+def test_java_paimon_reads_and_writes_after_changelake_rescales(tmp_path: Any, java: JavaPaimon) -> None:
+    """changelake rescales partitions Java Paimon wrote (a to 4 buckets, the table's ``bucket``
+    with it; then b): Java reads the same rows at every snapshot, the OVERWRITE ones included,
+    refuses to write b while b keeps 2 buckets (as changelake does), and writes both once
+    rescaled, each engine reading the other's rows."""
+    warehouse = str(tmp_path)
+    java.create_table(warehouse, "db.t", [("dt", "STRING"), ("id", "BIGINT"), ("v", "STRING")],
+                      primary_keys=["dt", "id"], partition_keys=["dt"], options={"bucket": "2"})
+    java.write(warehouse, "db.t", [("+I", {"dt": p, "id": i, "v": "java"}) for p in "ab" for i in range(30)])
+    java.write(warehouse, "db.t", [("+U", {"dt": "a", "id": i, "v": "java2"}) for i in range(10)] +
+               [("-D", {"dt": "b", "id": i}) for i in range(5)])
+    table = cl.open_table(f"{warehouse}/db.db/t")
+    _write_ours(table, [("+I", {"dt": "a", "id": i, "v": "ours"}) for i in range(25, 40)])
+    landed = table.rescale(bucket=4, partitions=[{"dt": "a"}])
+    assert landed is not None and landed.commit_kind is cl.CommitKind.OVERWRITE
+    for snapshot in table.snapshots():
+        assert theirs(java, warehouse, options={"scan.snapshot-id": str(snapshot.id)}) == \
+            ours(table, snapshot_id=snapshot.id), snapshot.id
+    refusal = "Try to write partition {dt=b} with a new bucket num 4, but the previous bucket num is 2"
+    with pytest.raises(Py4JJavaError, match=re.escape(refusal)):
+        java.write(warehouse, "db.t", [("+I", {"dt": "b", "id": 99, "v": "java"})])
+    java.write(warehouse, "db.t", [("+U", {"dt": "a", "id": i, "v": "java3"}) for i in range(35, 45)])
+    table.rescale(partitions=[{"dt": "b"}])
+    java.write(warehouse, "db.t", [("+U", {"dt": "b", "id": 7, "v": "java3"})])
+    _write_ours(table, [("+U", {"dt": "b", "id": 8, "v": "ours3"}), ("-D", {"dt": "a", "id": 0, "v": None})])
+    assert theirs(java, warehouse) == ours(table)
+    got = {(r["dt"], r["id"]): r["v"] for r in ours(table)}
+    assert (got.get(("a", 0)), got[("a", 40)], got[("b", 7)], got[("b", 8)]) == \
+        (None, "java3", "java3", "ours3")
+    assert len(got) == 45 + 25 - 1
+    totals = {(table.context.partition_values(e.partition)[0], e.total_buckets)
+              for e in live_entries(table.context, table.latest_snapshot())}
+    assert totals == {("a", 4), ("b", 4)}
+
+
 # -- tags --------------------------------------------------------------------------------------
 
 def test_tags_made_by_either_engine(tmp_path: Any, java: JavaPaimon) -> None:
