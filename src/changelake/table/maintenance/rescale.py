@@ -14,10 +14,13 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyroaring import BitMap
 
 from changelake.errors import OptionError, ScanError, SnapshotNotFoundError
 from changelake.table import metadata, schema_update
@@ -110,8 +113,7 @@ def _rewrite(ctx: TableContext, base: Snapshot, live: Sequence[ManifestEntry], t
     for e in live:
         by_partition[e.partition][e.bucket].append(e.file)
     vectors = deletion_vectors.snapshot_vectors(ctx, base) if ctx.options.deletion_vectors_enabled else {}
-    written: list[str] = []
-    lock = threading.Lock()
+    out = _Output(ctx, target)
     messages: list[CommitMessage] = []
     try:
         if progress is not None:
@@ -124,28 +126,39 @@ def _rewrite(ctx: TableContext, base: Snapshot, live: Sequence[ManifestEntry], t
                                     deletion_vectors.bucket_vectors(ctx, index_files) if index_files else {})
 
             pieces = _by_new_bucket(ctx, map_all(merged, sorted(buckets.items())), target)
-
-            def write(item: tuple[int, list[pa.Table]], partition: bytes = partition) -> CommitMessage:
-                new_bucket, parts = item
-                bucket_dir = ctx.bucket_dir(partition, new_bucket)
-                files = data_file.write(ctx.file_io, bucket_dir, [_sorted_by_key(ctx, pa.concat_tables(parts))],
-                                        ctx.file_settings, ctx.options.num_levels - 1, file_source=FileSource.COMPACT)
-                with lock:
-                    written.extend(f"{bucket_dir}/{f.file_name}" for f in files)
-                killpoints.reached(KillPoint.RESCALE)
-                return CommitMessage(partition, new_bucket, target, new_files=tuple(files))
-
-            messages += map_all(write, sorted(pieces.items()))
+            messages += map_all(partial(out.write, partition), sorted(pieces.items()))
             if progress is not None:
                 progress(done, len(by_partition))
     except BaseException:
-        ctx.file_io.discard(written)
+        ctx.file_io.discard(out.written)
         raise
     return messages
 
 
+@dataclass
+class _Output:
+    """Writes the new buckets' files (on the executor's threads) and remembers their paths."""
+
+    ctx: TableContext
+    target: int
+    written: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def write(self, partition: bytes, item: tuple[int, list[pa.Table]]) -> CommitMessage:
+        """One new bucket's rows as files at the top level, sorted by key."""
+        ctx = self.ctx
+        new_bucket, parts = item
+        bucket_dir = ctx.bucket_dir(partition, new_bucket)
+        files = data_file.write(ctx.file_io, bucket_dir, [_sorted_by_key(ctx, pa.concat_tables(parts))],
+                                ctx.file_settings, ctx.options.num_levels - 1, file_source=FileSource.COMPACT)
+        with self.lock:
+            self.written += [f"{bucket_dir}/{f.file_name}" for f in files]
+        killpoints.reached(KillPoint.RESCALE)
+        return CommitMessage(partition, new_bucket, self.target, new_files=tuple(files))
+
+
 def _merged_rows(ctx: TableContext, bucket_dir: str, files: Sequence[DataFileMeta],
-                 vectors: Mapping[str, Any]) -> pa.Table:
+                 vectors: Mapping[str, BitMap]) -> pa.Table:
     """A bucket's rows merged by the merge engine, in key-value layout, deletes dropped."""
     oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
     rows = pa.concat_tables([ctx.read_file(bucket_dir, f, deleted=vectors.get(f.file_name)) for f in oldest_first])
