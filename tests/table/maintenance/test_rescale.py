@@ -5,6 +5,7 @@ bad input raises before anything is written."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -284,3 +285,28 @@ def test_tables_rescale_cannot_rewrite(tmp_path: Path) -> None:
     with pytest.raises(errors.OptionError, match="rescale rewrites tables of fixed buckets; this table has bucket=-1"):
         cl.open_table(table.location).rescale(bucket=3)
     assert _files(tmp_path) == files
+
+
+def test_expiry_orphans_and_rollback_after_a_rescale(tmp_path: Path) -> None:
+    """Expiry deletes the files only the snapshots before the rescale named; orphan removal keeps
+    the rescaled files; a rollback to before the rescale brings the old layout back (the schema
+    stays: the table's ``bucket`` is the new number, so the partitions are rescaled again before
+    they take writes)."""
+    table = _table(tmp_path)
+    _history(table)
+    before = _read(table)
+    table.create_tag("old", table.latest_snapshot().id)  # type: ignore[union-attr]
+    table.rescale(bucket=3)
+    table.write(_rows("a", [500], 1))
+    assert table.remove_orphan_files(older_than=dt.timedelta(0)) == []
+    table.expire_snapshots(retain_min=1, retain_max=1, older_than_ms=2**62)
+    after = sorted([*before, {"dt": "a", "k": 500, "v": 1}], key=lambda r: (r["dt"], r["k"]))
+    assert _read(table) == after
+    assert sorted(table.scan(tag="old").to_arrow().to_pylist(), key=lambda r: (r["dt"], r["k"])) == before
+    table.rollback_to(tag="old")
+    assert _read(table) == before and {t for p in _layout(table).values() for t, _ in p} == {2}
+    with pytest.raises(errors.BucketRescaleError):
+        table.write(_rows("a", [1], 1))
+    table.rescale()
+    table.write(_rows("a", [50], 7))
+    assert _read(table) == [r if (r["dt"], r["k"]) != ("a", 50) else {**r, "v": 7} for r in before]
