@@ -17,6 +17,8 @@ import pytest
 import changelake as cl
 from changelake import errors
 from changelake.table.format.snapshot import CommitKind
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.read.live_files import live_entries
 
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
@@ -310,3 +312,33 @@ def test_expiry_orphans_and_rollback_after_a_rescale(tmp_path: Path) -> None:
     table.rescale()
     table.write(_rows("a", [50], 7))
     assert _read(table) == [r if (r["dt"], r["k"]) != ("a", 50) else {**r, "v": 7} for r in before]
+
+
+@pytest.mark.parametrize("partition", ["a", "c"])
+def test_a_commit_that_wins_the_race_for_the_snapshot_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         partition: str) -> None:
+    """Another commit takes the snapshot id the overwrite was about to create: the overwrite
+    tries again on it, and lands unless that commit wrote a partition it rewrites."""
+    table = _table(tmp_path)
+    _history(table)
+    table.write(_rows("c", range(5), 7))
+    other = cl.open_table(table.location)
+    before = _read(table)
+    real = killpoints.reached
+    raced = []
+
+    def race(point: KillPoint, **kwargs: Any) -> None:
+        if point is KillPoint.OVERWRITE and not raced:
+            raced.append(other.write(_rows(partition, [300], 3)))
+        real(point, **kwargs)
+
+    monkeypatch.setattr(killpoints, "reached", race)
+    expected = sorted([*before, {"dt": partition, "k": 300, "v": 3}], key=lambda r: (r["dt"], r["k"]))
+    if partition == "a":
+        with pytest.raises(errors.CommitConflictError, match=r"changed partition \{dt=a\}"):
+            table.rescale(bucket=3, partitions=[{"dt": "a"}, {"dt": "b"}])
+        assert table.latest_snapshot() == raced[0]
+    else:
+        landed = table.rescale(bucket=3, partitions=[{"dt": "a"}, {"dt": "b"}])
+        assert landed is not None and landed.id == raced[0].id + 1
+    assert _read(table) == expected
