@@ -342,3 +342,26 @@ def test_a_commit_that_wins_the_race_for_the_snapshot_id(tmp_path: Path, monkeyp
         landed = table.rescale(bucket=3, partitions=[{"dt": "a"}, {"dt": "b"}])
         assert landed is not None and landed.id == raced[0].id + 1
     assert _read(table) == expected
+
+
+@pytest.mark.parametrize(("when", "then_write"), [(1, False), (2, False), (2, True)])
+def test_a_rollback_while_it_runs_voids_the_rescale(tmp_path: Path, when: int, then_write: bool) -> None:
+    """The rows it read hold commits the rollback dropped: it must not bring them back (also
+    when another commit has taken the snapshot id it read since); files the rollback deleted
+    while the rescale still had to read them void it too."""
+    table = _table(tmp_path)
+    _history(table)
+    other = cl.open_table(table.location)
+    kept = _read(table, 1)
+
+    def meanwhile(done: int, total: int) -> None:
+        if done == when:  # 1: partition a is rewritten, b not read yet; 2: both rewritten
+            other.rollback_to(snapshot_id=1)
+            if then_write:
+                other.write(_rows("c", [1], 1))
+                other.write(_rows("c", [2], 1))
+
+    with pytest.raises(errors.CommitConflictError, match="was rolled back"):
+        table.rescale(progress=meanwhile)
+    extra = [{"dt": "c", "k": 1, "v": 1}, {"dt": "c", "k": 2, "v": 1}] if then_write else []
+    assert _read(table) == [*kept, *extra]

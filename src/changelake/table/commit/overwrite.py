@@ -74,9 +74,10 @@ def commit_overwrite(
                 return landed
         raise CommitConflictError(f"overwrite gave up after {ctx.options.commit_max_retries} lost races",
                                   table=ctx.name)
-    except BaseException as error:
-        if not isinstance(error, CommitOutcomeUnknownError):
-            ctx.file_io.discard([*lists.written, *new_files])
+    except CommitOutcomeUnknownError:
+        raise  # the snapshot may have landed: nothing it may name is deleted
+    except Exception:
+        ctx.file_io.discard([*lists.written, *new_files])
         raise
 
 
@@ -96,10 +97,13 @@ def _check_messages(ctx: TableContext, targets: frozenset[bytes], messages: Sequ
 def _check_unchanged(ctx: TableContext, base: Snapshot, latest: Snapshot | None,
                      targets: frozenset[bytes]) -> None:
     """CommitConflictError when a snapshot after ``base`` added or removed rows of a target
-    partition (an APPEND or OVERWRITE naming one in its delta), or when one of them expired
-    before this check could read it."""
-    if latest is None or latest.id <= base.id:
-        return
+    partition (an APPEND or OVERWRITE naming one in its delta), when one of them expired before
+    this check could read it, or when a rollback took ``base`` away (the rows read from it may
+    hold commits the rollback dropped)."""
+    if latest is None or latest.id < base.id or (latest.id == base.id and latest != base) or \
+            (latest.id > base.id and _rolled_back(ctx, base)):
+        raise CommitConflictError(f"snapshot {base.id}, which the overwrite read, was rolled back; the overwrite "
+                                  "is void (run it again)", table=ctx.name)
     for snapshot_id in range(base.id + 1, latest.id + 1):
         try:
             landed = latest if snapshot_id == latest.id else ctx.snapshot(snapshot_id)
@@ -116,6 +120,15 @@ def _check_unchanged(ctx: TableContext, base: Snapshot, latest: Snapshot | None,
                         f"snapshot {snapshot_id} ({landed.commit_kind.value} by {landed.commit_user}) changed "
                         f"{ctx.describe_partition(e.partition)} after the overwrite read it at snapshot {base.id}; "
                         "the overwrite is void (run it again)", table=ctx.name)
+
+
+def _rolled_back(ctx: TableContext, base: Snapshot) -> bool:
+    """Whether snapshot ``base.id`` is no longer ``base`` (a rollback removed it and another
+    commit took its id); an expired one is not rolled back."""
+    try:
+        return ctx.snapshot(base.id) != base
+    except SnapshotNotFoundError:
+        return False
 
 
 def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: frozenset[bytes],

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from changelake.errors import OptionError, ScanError, SnapshotNotFoundError
+from changelake.errors import CommitConflictError, CorruptMetadataError, OptionError, ScanError, SnapshotNotFoundError
 from changelake.table import metadata, schema_update
 from changelake.table.commit import overwrite
 from changelake.table.commit.message import CommitMessage
@@ -129,10 +129,25 @@ def _rewrite(ctx: TableContext, base: Snapshot, live: Sequence[ManifestEntry], t
             messages += map_all(partial(out.write, partition), sorted(pieces.items()))
             if progress is not None:
                 progress(done, len(by_partition))
+    except (CorruptMetadataError, FileNotFoundError) as error:
+        ctx.file_io.discard(out.written)
+        if _still(ctx, base):
+            raise
+        raise CommitConflictError(f"snapshot {base.id}, which the rescale read, was rolled back or expired while it "
+                                  f"read it ({error}); the rescale is void (run it again)", table=ctx.name) from None
     except BaseException:
         ctx.file_io.discard(out.written)
         raise
     return messages
+
+
+def _still(ctx: TableContext, base: Snapshot) -> bool:
+    """Whether snapshot ``base.id`` is still ``base``: a file it names that is missing is lost,
+    not taken away by a rollback or an expiry while the rescale read it."""
+    try:
+        return ctx.snapshot(base.id) == base
+    except SnapshotNotFoundError:
+        return False
 
 
 @dataclass
