@@ -6,8 +6,9 @@ every level-0 file the commits left, the worst case for the merge) is rescaled t
 floor is the work a rescale cannot avoid: the latest merged read of the table (``scan``) and the
 same rows written once more as plain Parquet files (zstd level 1). Prints both, rows/s of
 merged rows, their ratio, the peak RSS, and checks that the rescaled table reads the same rows.
+Partitions over 32 MB of files take the bounded-memory path (``--bounded`` forces it).
 
-Run: ./dev bench rescale [--commits 20] [--batch 100000] [--bucket 8]
+Run: ./dev bench rescale [--commits 20] [--batch 100000] [--bucket 8] [--bounded]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from ingest_read import SCHEMA, batches, rss_mb
 
 import changelake as cl
+from changelake.table.merge import chunked
 
 
 def main() -> None:
@@ -34,7 +36,12 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--bucket", type=int, default=8)
+    parser.add_argument("--bounded", action="store_true",
+                        help="take the bounded-memory path (partitions merged in chunks, spilled per new bucket) "
+                             "whatever the partitions' sizes")
     args = parser.parse_args()
+    if args.bounded:
+        chunked.CHUNKED_MERGE_BYTES = 0
     root = tempfile.mkdtemp(prefix="changelake-bench-rescale-")
     try:
         table = cl.Catalog(os.path.join(root, "wh")).create_table(

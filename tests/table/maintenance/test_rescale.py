@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from changelake import errors
 from changelake.table.format.snapshot import CommitKind
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
+from changelake.table.merge import chunked
 from changelake.table.read.live_files import live_entries
 
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
@@ -365,3 +367,33 @@ def test_a_rollback_while_it_runs_voids_the_rescale(tmp_path: Path, when: int, t
         table.rescale(progress=meanwhile)
     extra = [{"dt": "c", "k": 1, "v": 1}, {"dt": "c", "k": 2, "v": 1}] if then_write else []
     assert _read(table) == [*kept, *extra]
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"deletion-vectors.enabled": "true"},
+    {"merge-engine": "partial-update", "partial-update.remove-record-on-delete": "true"},
+], ids=["deduplicate", "vectors", "partial-update"])
+def test_big_partitions_are_rewritten_in_bounded_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        options: dict[str, str]) -> None:
+    """Partitions whose files are big together are merged a chunk of keys at a time and spilled
+    to local disk per new bucket (forced here with tiny chunks): the same rows and layout as a
+    rescale in memory, and no spill left behind."""
+    def history(table: cl.Table) -> None:
+        _history(table)
+        table.write(pa.concat_tables([_rows("a", range(85, 140), 4), _rows("b", range(35, 60), 4)]))
+
+    small = _table(tmp_path / "small", **options)
+    history(small)
+    small.rescale(bucket=3)
+    big = _table(tmp_path / "big", **options)
+    history(big)
+    before = _read(big)
+    monkeypatch.setattr(chunked, "CHUNKED_MERGE_BYTES", 0)
+    monkeypatch.setattr(chunked, "BATCH_ROWS", 7)
+    spills_before = set(Path(tempfile.gettempdir()).glob("changelake-rescale-*"))
+    big.rescale(bucket=3)
+    assert set(Path(tempfile.gettempdir()).glob("changelake-rescale-*")) == spills_before
+    assert _read(big) == before == _read(small)
+    assert _layout(big) == _layout(small)
+    big.write(_rows("a", [100, 101], 9))
+    assert [r["v"] for r in _read(big) if r["dt"] == "a" and r["k"] in (100, 101)] == [9, 9]

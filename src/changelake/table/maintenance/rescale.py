@@ -11,11 +11,12 @@ the partitions' rows meanwhile makes the rescale void (CommitConflictError); not
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,13 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import bucket as bucket_hash
-from changelake.table.format import data_file, kv
+from changelake.table.format import data_file, deletion_vector, kv
+from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta, FileSource, ManifestEntry
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
-from changelake.table.io import killpoints
+from changelake.table.io import killpoints, scratch
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.merge import sort
+from changelake.table.merge import chunked, sort
 from changelake.table.read import deletion_vectors, live_files
 
 
@@ -107,36 +109,30 @@ def _chosen_partitions(ctx: TableContext, entries: Sequence[ManifestEntry],
 
 def _rewrite(ctx: TableContext, base: Snapshot, live: Sequence[ManifestEntry], target: int,
              progress: Callable[[int, int], None] | None) -> list[CommitMessage]:
-    """The new files of every partition of ``live``, a partition at a time (its rows are held
-    in memory while its new buckets are written); they are deleted when this fails."""
+    """The new files of every partition of ``live``, a partition at a time; they are deleted
+    when this fails."""
     by_partition: dict[bytes, dict[int, list[DataFileMeta]]] = defaultdict(lambda: defaultdict(list))
     for e in live:
         by_partition[e.partition][e.bucket].append(e.file)
     vectors = deletion_vectors.snapshot_vectors(ctx, base) if ctx.options.deletion_vectors_enabled else {}
-    out = _Output(ctx, target)
+    work = _Rewrite(ctx, target, vectors)
     messages: list[CommitMessage] = []
     try:
         if progress is not None:
             progress(0, len(by_partition))
         for done, (partition, buckets) in enumerate(sorted(by_partition.items()), start=1):
-            def merged(item: tuple[int, list[DataFileMeta]], partition: bytes = partition) -> pa.Table:
-                old_bucket, files = item
-                index_files = vectors.get((partition, old_bucket), [])
-                return _merged_rows(ctx, ctx.bucket_dir(partition, old_bucket), files,
-                                    deletion_vectors.bucket_vectors(ctx, index_files) if index_files else {})
-
-            pieces = _by_new_bucket(ctx, map_all(merged, sorted(buckets.items())), target)
-            messages += map_all(partial(out.write, partition), sorted(pieces.items()))
+            big = chunked.is_big([f for files in buckets.values() for f in files])
+            messages += (work.spilled if big else work.in_memory)(partition, sorted(buckets.items()))
             if progress is not None:
                 progress(done, len(by_partition))
     except (CorruptMetadataError, FileNotFoundError) as error:
-        ctx.file_io.discard(out.written)
+        ctx.file_io.discard(work.written)
         if _still(ctx, base):
             raise
         raise CommitConflictError(f"snapshot {base.id}, which the rescale read, was rolled back or expired while it "
                                   f"read it ({error}); the rescale is void (run it again)", table=ctx.name) from None
     except BaseException:
-        ctx.file_io.discard(out.written)
+        ctx.file_io.discard(work.written)
         raise
     return messages
 
@@ -150,49 +146,134 @@ def _still(ctx: TableContext, base: Snapshot) -> bool:
         return False
 
 
+_Buckets = Sequence[tuple[int, list[DataFileMeta]]]
+
+
 @dataclass
-class _Output:
-    """Writes the new buckets' files (on the executor's threads) and remembers their paths."""
+class _Rewrite:
+    """Rewrites partitions with ``target`` buckets, old buckets and new ones in parallel on the
+    executor, and remembers the paths of the files it wrote."""
 
     ctx: TableContext
     target: int
+    vectors: Mapping[tuple[bytes, int], Sequence[IndexFileMeta]]
     written: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def write(self, partition: bytes, item: tuple[int, list[pa.Table]]) -> CommitMessage:
-        """One new bucket's rows as files at the top level, sorted by key."""
+    def in_memory(self, partition: bytes, buckets: _Buckets) -> list[CommitMessage]:
+        """A partition whose files are small together: every old bucket merged whole, the rows
+        held in memory until every new bucket is written."""
+        def merged(item: tuple[int, list[DataFileMeta]]) -> pa.Table:
+            old_bucket, files = item
+            ctx, bucket_dir = self.ctx, self.ctx.bucket_dir(partition, old_bucket)
+            vectors = self._bucket_vectors(partition, old_bucket)
+            rows = pa.concat_tables([ctx.read_file(bucket_dir, f, deleted=vectors.get(f.file_name))
+                                     for f in _oldest_first(files)])
+            return ctx.merge_rows(rows, drop_deletes=True)
+
+        pieces: dict[int, list[pa.Table]] = defaultdict(list)
+        for rows in map_all(merged, buckets):
+            for new_bucket, part in _split(self.ctx, rows, self.target):
+                pieces[new_bucket].append(part)
+
+        def write(item: tuple[int, list[pa.Table]]) -> CommitMessage:
+            new_bucket, parts = item
+            return self._write(partition, new_bucket, [_sorted_by_key(self.ctx, pa.concat_tables(parts))])
+
+        return map_all(write, sorted(pieces.items()))
+
+    def spilled(self, partition: bytes, buckets: _Buckets) -> list[CommitMessage]:
+        """A big partition in bounded memory: each old bucket merged a chunk of keys at a time
+        (:func:`chunked.key_bounded`), its rows spilled to local disk per new bucket (each such
+        run sorted by key), then each new bucket's runs merged by key into its files."""
+        directory = scratch.make("rescale")
+        try:
+            def spill(item: tuple[int, list[DataFileMeta]]) -> dict[int, str]:
+                old_bucket, files = item
+                bucket_dir = self.ctx.bucket_dir(partition, old_bucket)
+                vectors = self._bucket_vectors(partition, old_bucket)
+                sources = [_live_batches(self.ctx, bucket_dir, f, vectors.get(f.file_name))
+                           for f in _oldest_first(files)]
+                runs: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+                paths: dict[int, str] = {}
+                try:
+                    for chunk in chunked.key_bounded(sources, self.ctx.key_columns):
+                        for new_bucket, part in _split(self.ctx, self.ctx.merge_rows(chunk, drop_deletes=True),
+                                                       self.target):
+                            if new_bucket not in runs:
+                                paths[new_bucket] = os.path.join(directory, f"{old_bucket}-{new_bucket}.arrow")
+                                runs[new_bucket] = pa.ipc.new_file(paths[new_bucket], part.schema,
+                                                                   options=_SPILL_OPTIONS)
+                            runs[new_bucket].write_table(part)
+                finally:
+                    for run in runs.values():
+                        run.close()
+                return paths
+
+            runs: dict[int, list[str]] = defaultdict(list)
+            for paths in map_all(spill, buckets):
+                for new_bucket, path in paths.items():
+                    runs[new_bucket].append(path)
+
+            def write(item: tuple[int, list[str]]) -> CommitMessage:
+                new_bucket, paths = item
+                chunks = chunked.key_bounded([_spilled_batches(path) for path in paths], self.ctx.key_columns)
+                return self._write(partition, new_bucket, (_sorted_by_key(self.ctx, chunk) for chunk in chunks))
+
+            return map_all(write, sorted(runs.items()))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _bucket_vectors(self, partition: bytes, old_bucket: int) -> Mapping[str, BitMap]:
+        index_files = self.vectors.get((partition, old_bucket), [])
+        return deletion_vectors.bucket_vectors(self.ctx, index_files) if index_files else {}
+
+    def _write(self, partition: bytes, new_bucket: int, chunks: Iterable[pa.Table]) -> CommitMessage:
+        """One new bucket's rows (chunks in key order) as files at the top level."""
         ctx = self.ctx
-        new_bucket, parts = item
         bucket_dir = ctx.bucket_dir(partition, new_bucket)
-        files = data_file.write(ctx.file_io, bucket_dir, [_sorted_by_key(ctx, pa.concat_tables(parts))],
-                                ctx.file_settings, ctx.options.num_levels - 1, file_source=FileSource.COMPACT)
+        files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, ctx.options.num_levels - 1,
+                                file_source=FileSource.COMPACT)
         with self.lock:
             self.written += [f"{bucket_dir}/{f.file_name}" for f in files]
         killpoints.reached(KillPoint.RESCALE)
         return CommitMessage(partition, new_bucket, self.target, new_files=tuple(files))
 
 
-def _merged_rows(ctx: TableContext, bucket_dir: str, files: Sequence[DataFileMeta],
-                 vectors: Mapping[str, BitMap]) -> pa.Table:
-    """A bucket's rows merged by the merge engine, in key-value layout, deletes dropped."""
-    oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
-    rows = pa.concat_tables([ctx.read_file(bucket_dir, f, deleted=vectors.get(f.file_name)) for f in oldest_first])
-    return ctx.merge_rows(rows, drop_deletes=True)
+_SPILL_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
-def _by_new_bucket(ctx: TableContext, merged: Sequence[pa.Table], target: int) -> dict[int, list[pa.Table]]:
-    """Each new bucket's rows, from every old bucket's merged rows."""
-    pieces: dict[int, list[pa.Table]] = defaultdict(list)
-    for rows in merged:
-        if not rows.num_rows:
-            continue
-        ids = bucket_hash.buckets([rows.column(k).combine_chunks() for k in ctx.bucket_key], target)
-        order = np.argsort(ids, kind="stable")
-        sorted_ids = ids[order]
-        bounds = np.searchsorted(sorted_ids, np.arange(target + 1))
-        for new_bucket in np.unique(sorted_ids):
-            pieces[int(new_bucket)].append(rows.take(order[bounds[new_bucket]:bounds[new_bucket + 1]]))
-    return pieces
+def _oldest_first(files: Sequence[DataFileMeta]) -> list[DataFileMeta]:
+    """Files in the order a merge takes them: a key's rows then come in sequence order."""
+    return sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
+
+
+def _live_batches(ctx: TableContext, bucket_dir: str, meta: DataFileMeta, vector: BitMap | None) -> Iterator[pa.Table]:
+    """The file's rows a batch at a time, without those its deletion vector marks."""
+    position = 0
+    for batch in ctx.read_file_batches(bucket_dir, meta, ctx.file_schema.names, chunked.BATCH_ROWS):
+        keep = deletion_vector.keep_mask(vector, batch.num_rows, position)
+        position += batch.num_rows
+        yield batch if keep is None else batch.filter(keep)
+
+
+def _spilled_batches(path: str) -> Iterator[pa.Table]:
+    with pa.memory_map(path) as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield pa.Table.from_batches([reader.get_batch(i)])
+
+
+def _split(ctx: TableContext, rows: pa.Table, target: int) -> Iterator[tuple[int, pa.Table]]:
+    """Merged rows by the new bucket of their key, each part in the rows' order."""
+    if not rows.num_rows:
+        return
+    ids = bucket_hash.buckets([rows.column(k).combine_chunks() for k in ctx.bucket_key], target)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    bounds = np.searchsorted(sorted_ids, np.arange(target + 1))
+    for new_bucket in np.unique(sorted_ids):
+        yield int(new_bucket), rows.take(order[bounds[new_bucket]:bounds[new_bucket + 1]])
 
 
 def _sorted_by_key(ctx: TableContext, rows: pa.Table) -> pa.Table:
