@@ -100,9 +100,10 @@ class RowKindError(DataError):
 
 class BucketRescaleError(DataError):
     """Rows go to a partition whose files were written with another number of buckets than the
-    table's ``bucket`` now (a Paimon rescale, ``ALTER TABLE ... SET ('bucket' = 'N')``, leaves the
-    old partitions' files as they were): hashing their keys by the new number would put a key in
-    two buckets. Nothing was written."""
+    table's ``bucket`` now (changing ``bucket``, as Paimon's ``ALTER TABLE ... SET ('bucket' =
+    'N')`` does, leaves the old partitions' files as they were): hashing their keys by the new
+    number would put a key in two buckets. Nothing was written; ``table.rescale()`` rewrites the
+    partition with the table's number."""
 
 
 class SnapshotNotFoundError(ChangelakeError):

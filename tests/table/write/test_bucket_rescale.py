@@ -3,7 +3,8 @@ the table's ``bucket`` and leaves the partitions written before with their files
 ``totalBuckets`` in the manifest entries) as they were. A write into such a partition would
 hash keys by the new number and put a key in two buckets: changelake refuses it as Paimon's
 ``AbstractFileStoreWrite`` does, naming the partition and both numbers, and changes nothing;
-new partitions are written with the new number; a compaction keeps each partition's number."""
+new partitions are written with the new number; a compaction keeps each partition's number.
+(``table.rescale``, tests/table/maintenance/test_rescale.py, rewrites such partitions.)"""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def _rows(dt: str, keys: range, v: str) -> pa.Table:
 
 def paimon_alter_bucket(table_dir: Path, buckets: int) -> None:
     """The table's next schema file with ``bucket`` set, as Paimon's ``SchemaManager`` writes it
-    for ``ALTER TABLE ... SET ('bucket' = 'N')`` (changelake refuses to change ``bucket`` of a
-    table with snapshots; Java Paimon and pypaimon do not)."""
+    for ``ALTER TABLE ... SET ('bucket' = 'N')`` by another engine (``set_options`` makes the
+    same change; tests/table/maintenance/test_rescale.py uses it)."""
     schemas = sorted(table_dir.glob("schema/schema-*"), key=lambda p: int(p.name.split("-")[1]))
     latest = json.loads(schemas[-1].read_text())
     latest["id"] += 1
