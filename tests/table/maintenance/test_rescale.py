@@ -397,3 +397,20 @@ def test_big_partitions_are_rewritten_in_bounded_memory(tmp_path: Path, monkeypa
     assert _layout(big) == _layout(small)
     big.write(_rows("a", [100, 101], 9))
     assert [r["v"] for r in _read(big) if r["dt"] == "a" and r["k"] in (100, 101)] == [9, 9]
+
+
+@pytest.mark.parametrize("producer", ["lookup", "full-compaction", "input"])
+def test_changelog_producers_after_a_rescale(tmp_path: Path, producer: str) -> None:
+    """The rescaled rows are the before-images of later changes: a stream sees the update of a
+    rescaled key as -U/+U (lookup, full-compaction), or as written (input), and nothing of the
+    rescale itself."""
+    table = _table(tmp_path, **{"changelog-producer": producer})
+    table.write(_rows("a", range(10), 1))
+    table.compact(full=True)
+    stream = table.stream(mode="latest")
+    table.rescale(bucket=3)
+    table.write(_rows("a", [4], 2))
+    if producer == "full-compaction":
+        table.compact(full=True)
+    got = [(r["rowkind"], r["k"], r["v"]) for b in stream for r in b.data.to_pylist()]
+    assert got == ([("+I", 4, 2)] if producer == "input" else [("-U", 4, 1), ("+U", 4, 2)])
