@@ -414,3 +414,18 @@ def test_changelog_producers_after_a_rescale(tmp_path: Path, producer: str) -> N
         table.compact(full=True)
     got = [(r["rowkind"], r["k"], r["v"]) for b in stream for r in b.data.to_pylist()]
     assert got == ([("+I", 4, 2)] if producer == "input" else [("-U", 4, 1), ("+U", 4, 2)])
+
+
+def test_a_handle_on_an_older_schema_rescales_in_the_newest(tmp_path: Path) -> None:
+    """Files written under a newer schema keep its columns: the rescale rewrites in the table's
+    newest schema, and the handle moves to it."""
+    stale = _table(tmp_path)
+    stale.write(_rows("a", range(5), 1))
+    newer = cl.open_table(stale.location)
+    with newer.update_schema() as update:
+        update.add_column("w", pa.string())
+    newer.write(pa.table({"dt": ["a"], "k": pa.array([9], pa.int64()), "v": pa.array([2], pa.int64()), "w": ["x"]}))
+    stale.rescale(bucket=3)
+    assert stale.schema.names == ["dt", "k", "v", "w"]
+    got = {r["k"]: r["w"] for r in stale.scan().to_arrow().to_pylist()}
+    assert got == {0: None, 1: None, 2: None, 3: None, 4: None, 9: "x"}

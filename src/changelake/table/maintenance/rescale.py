@@ -56,7 +56,7 @@ def rescale(
     partitions). Bad input raises before anything is written."""
     # The newest schema: files written since under a newer one would lose its columns if
     # rewritten under an older one.
-    ctx = metadata.open_context(ctx.file_io, ctx.paths.root, ctx.name)
+    ctx = TableContext(ctx.name, ctx.file_io, ctx.paths, metadata.read_latest_schema(ctx.file_io, ctx.paths, ctx.name))
     latest = ctx.latest_snapshot()
     target = _checked_bucket(ctx, bucket, latest)
     entries = live_files.live_entries(ctx, latest) if latest is not None else []
