@@ -29,6 +29,7 @@ from changelake.errors import (
     SnapshotExpiredError,
     SnapshotNotFoundError,
 )
+from changelake.option_values import ChangelogProducer
 from changelake.options import TableOptions
 from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
@@ -248,7 +249,10 @@ class ChangeSource:
             return None
         if offset.scan_snapshot:
             levels = starting.full_read_levels(self.options)
-            return ChangeKind.FULL, planner.plan(self.context, snapshot, self.row_filter, levels)
+            # Without a changelog producer, Paimon's streams read postpone-bucket files as they
+            # are (with one, the compaction that moves them into real buckets writes changelog).
+            postpone = self.options.changelog_producer is ChangelogProducer.NONE
+            return ChangeKind.FULL, planner.plan(self.context, snapshot, self.row_filter, levels, postpone=postpone)
         kind = follow_up.change_kind(self.options.changelog_producer, snapshot)
         if kind is None:
             return None, []

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
+from changelake.option_values import POSTPONE_BUCKET
 from changelake.table import metadata
 from changelake.table.commit import last_commits, manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
@@ -209,6 +210,9 @@ def _check_bucket_counts(ctx: TableContext, latest: Snapshot | None, entries: Se
     overwrite); a writer that flushed before the table's ``bucket`` changed, or writers of two
     numbers racing into a new partition, would otherwise put a key in two buckets."""
     added: dict[bytes, int] = {}
+    # A postpone-bucket table's partition holds its real buckets and bucket-postpone/ (whose
+    # files say -2): only the real buckets' number is checked.
+    entries = [e for e in entries if e.bucket != POSTPONE_BUCKET]
     for e in entries:
         if e.kind == FileKind.ADD and added.setdefault(e.partition, e.total_buckets) != e.total_buckets:
             raise CommitConflictError(f"this commit adds files of {added[e.partition]} and {e.total_buckets} "
@@ -219,7 +223,7 @@ def _check_bucket_counts(ctx: TableContext, latest: Snapshot | None, entries: Se
     if len(counts) == 1 and all(m.total_buckets in counts for m in live_files.data_manifests(ctx, latest)):
         return  # every manifest says its files have this commit's number: no need to read them
     for e in live_files.live_entries(ctx, latest):
-        if added.get(e.partition, e.total_buckets) != e.total_buckets:
+        if e.bucket != POSTPONE_BUCKET and added.get(e.partition, e.total_buckets) != e.total_buckets:
             raise CommitConflictError(
                 f"total buckets of {ctx.describe_partition(e.partition)} would change from {e.total_buckets} "
                 f"to {added[e.partition]} without overwrite (the table's 'bucket' changed, or another writer wrote "
