@@ -114,8 +114,10 @@ def _as_compaction(ctx: TableContext, message: CommitMessage) -> CommitMessage:
     """A writer's message as compaction output: its new files (those its own compaction did not
     replace, which are deleted) and its changelog land with the COMPACT snapshot."""
     before = {f.file_name for f in message.compact_before}
+    after = {f.file_name for f in message.compact_after}  # a new file moved up a level keeps its name
     new = {f.file_name for f in message.new_files}
-    ctx.file_io.discard(f"{message.bucket_dir(ctx)}/{f.file_name}" for f in message.new_files if f.file_name in before)
+    ctx.file_io.discard(f"{message.bucket_dir(ctx)}/{f.file_name}" for f in message.new_files
+                        if f.file_name in before and f.file_name not in after)
     return dataclasses.replace(
         message, new_files=(), changelog_files=(),
         compact_before=tuple(f for f in message.compact_before if f.file_name not in new),
