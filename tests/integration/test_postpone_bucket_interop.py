@@ -7,8 +7,8 @@
   them into real buckets, and pypaimon reads the result.
 * What changelake writes and compacts, pypaimon 2.1 and pypaimon-rust 0.4 read as changelake
   does at every snapshot: nothing of ``bucket-postpone/``, then an ordinary fixed-bucket layout.
-* Java Paimon 0.9 predates postpone buckets (Paimon 1.1): it takes ``bucket = -2`` for a fixed
-  number and cannot read such a table, so it is not an oracle here.
+* Java Paimon 0.9 predates postpone buckets (Paimon 1.1): it refuses to open a table with
+  ``bucket = -2``, so it is no oracle here; pypaimon 2.1 writes Java's layout.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from java_paimon import JavaPaimon
 
 import changelake as cl
 from pypaimon_oracle import Pypaimon
@@ -134,3 +135,18 @@ def test_pypaimon_streams_the_compactions_changelog(tmp_path: Path, pypaimon: Py
                           for kind, k, v in zip(batch.column("_row_kind").to_pylist(), batch.column("k").to_pylist(),
                                                 batch.column("v").to_pylist(), strict=True))
     assert len(ours) == 4
+
+
+def test_java_paimon_0_9_refuses_postpone_tables(tmp_path: Path, java: JavaPaimon) -> None:
+    """Java Paimon 0.9 predates postpone buckets: it refuses to open a table with ``bucket = -2``
+    (its ``SchemaValidation``), also once a compaction left only real buckets, so it is no
+    oracle here; pypaimon 2.1 writes the Java layout (Avro ``bucket-postpone/`` files)."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", SCHEMA, primary_keys=["dt", "k"], partition_keys=["dt"],
+                                               options={"bucket": "-2", "postpone.default-bucket-num": "2"})
+    with table.writer() as writer:
+        writer.write(_rows("a", range(6), "w1"))
+        writer.commit(1)
+    table.compact()
+    with pytest.raises(Exception, match="number of buckets needs to be greater than 0"):
+        java.read(warehouse, "db.t")
