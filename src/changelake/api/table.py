@@ -270,15 +270,16 @@ class Table:
         level. Tables whose writers force level 0 up (deletion vectors, first-row, the
         ``lookup`` producer) have it moved up, with ``lookup-compact`` gentle too. Returns None
         when there was nothing to compact. ``progress`` gets (buckets done, buckets)."""
+        commit_user = str(uuid.uuid4())
         if postpone.is_postpone(self._context):
-            messages = postpone_compaction.compact(self._context, str(uuid.uuid4()), full=full, partitions=partitions,
-                                                   changelog_for=producers.for_table, progress=progress)
+            # Postpone-bucket tables: the rows waiting in bucket-postpone/ move into real buckets.
+            landed = postpone_compaction.compact(self._context, commit_user, full=full, partitions=partitions,
+                                                 changelog_for=producers.for_table, progress=progress)
         else:
             messages = compactor.compact_table(self._context, full=full, partitions=partitions,
                                                changelog=producers.for_table(self._context), progress=progress)
-        if not messages:
-            return None
-        landed = committer.commit(self._context, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
+            landed = committer.commit(self._context, messages, commit_user, BATCH_COMMIT_IDENTIFIER) \
+                if messages else []
         if landed:
             snapshot_expiry.expire_after_commit(self._context)
         return landed[0] if landed else None

@@ -23,6 +23,7 @@ import changelake as cl
 from changelake import errors
 from changelake.table.format.manifest import ManifestEntry
 from changelake.table.format.snapshot import CommitKind
+from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read.live_files import live_entries
 
@@ -266,3 +267,41 @@ def test_a_killed_compaction_moves_every_row_exactly_once(tmp_path: Path, point:
     assert _rows_of(table) == expected
     changelog = [r for b in table.stream(mode="from-snapshot", snapshot_id=1) for r in b.data.to_pylist()]
     assert sorted((r["k"], r["v"]) for r in changelog if r["v"] == "v1") == [(k, "v1") for k in range(5, 15)]
+
+
+def test_a_compaction_racing_a_write_into_real_buckets_is_void(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Paimon's postpone compaction (``commit.strict-mode.last-safe-snapshot``): rows another
+    user put into real buckets meanwhile may be numbered as the moved rows are, so the
+    compaction is void; postpone rows written meanwhile just wait for the next compaction."""
+    table = _table(tmp_path, **{"postpone.default-bucket-num": "2"})
+    table.write(_rows("a", range(4), "v0"))
+    with table.writer() as writer:
+        writer.write(_rows("a", [1, 2], "v1", "+U"))
+        writer.commit(1)
+    meanwhile: list[pa.Table] = [_rows("a", [2], "batch", "+U"), _rows("a", [3], "postponed", "+U")]
+
+    def write_meanwhile(point: KillPoint, **_: object) -> None:
+        if point is KillPoint.COMPACTION and meanwhile:
+            rows = meanwhile.pop(0)
+            if rows.column("v")[0].as_py() == "batch":
+                table.write(rows)  # into real buckets
+            else:
+                with table.writer() as other:
+                    other.write(rows)
+                    other.commit(1)
+
+    monkeypatch.setattr(killpoints, "reached", write_meanwhile)
+    files_before = {p for p in (tmp_path / "db.db" / "t" / "dt=a").rglob("*.parquet")}
+    with pytest.raises(errors.CommitConflictError, match="wrote real buckets"):
+        table.compact()
+    # Void: its files are gone, the rows it would have moved still wait.
+    written = {p for p in (tmp_path / "db.db" / "t" / "dt=a").rglob("*.parquet")} - files_before
+    assert all(p.parent.name == "bucket-postpone" or p.name in {e.file.file_name for e in _entries(table)}
+               for p in written)
+    assert _rows_of(table) == {("a", 0): "v0", ("a", 1): "v0", ("a", 2): "batch", ("a", 3): "v0"}
+    compacted = table.compact()  # a postpone append meanwhile is no conflict
+    assert compacted is not None and compacted.commit_kind is CommitKind.COMPACT
+    assert _rows_of(table) == {("a", 0): "v0", ("a", 1): "v1", ("a", 2): "v1", ("a", 3): "v0"}
+    table.compact()
+    assert _rows_of(table) == {("a", 0): "v0", ("a", 1): "v1", ("a", 2): "v1", ("a", 3): "postponed"}

@@ -293,6 +293,7 @@ def commit(
     compact_conflicts_fatal: bool = True,
     on_renumber: Callable[[], None] | None = None,
     view: int | None = None,
+    conflicts: Callable[[Snapshot | None], None] | None = None,
 ) -> list[Snapshot]:
     """Commit the messages as an APPEND snapshot (new files) and then a COMPACT snapshot
     (compaction changes), skipping everything if ``commit_user`` already committed
@@ -302,7 +303,8 @@ def commit(
     above them first (``on_renumber`` is told), so this commit, landing later, wins. ``view``
     is the snapshot whose files the compactions looked up (first-row, lookup and
     full-compaction changelog): a compaction another commit landed in the same bucket since is
-    a conflict, since its files were not looked up.
+    a conflict, since its files were not looked up. ``conflicts`` checks every attempt against
+    the latest snapshot too (raising CommitConflictError).
 
     A compaction whose input files another commit removed meanwhile (or that would overlap
     files within a level) is void: its output files are deleted, and CommitConflictError is
@@ -324,7 +326,7 @@ def commit(
             if compact and done:
                 killpoints.reached(KillPoint.BEFORE_COMPACT_SNAPSHOT)
             landed, current = _commit_one(ctx, kind, current, commit_user, identifier, first=not done,
-                                          on_renumber=on_renumber, view=view)
+                                          on_renumber=on_renumber, view=view, conflicts=conflicts)
             if landed is None:
                 _remove(ctx, originals | _written(ctx, current))
                 return done
@@ -374,13 +376,14 @@ def _commit_one(
     first: bool,
     on_renumber: Callable[[], None] | None,
     view: int | None,
+    conflicts: Callable[[Snapshot | None], None] | None,
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
     """Land one snapshot of ``kind`` for the messages, retrying lost races; returns it (None:
     already committed) and the messages as landed (renumbered copies, for an APPEND)."""
     attempt = _Attempt()
     try:
         return _land(ctx, kind, messages, commit_user, identifier, attempt, first=first, on_renumber=on_renumber,
-                     view=view)
+                     view=view, conflicts=conflicts)
     except CommitOutcomeUnknownError:
         raise  # the snapshot may name the copies
     except BaseException:
@@ -399,6 +402,7 @@ def _land(
     first: bool,
     on_renumber: Callable[[], None] | None,
     view: int | None,
+    conflicts: Callable[[Snapshot | None], None] | None,
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
     delta = _Delta.write(ctx, kind, messages, attempt)
     options = ctx.options
@@ -428,6 +432,8 @@ def _land(
             _check_conflicts(ctx, latest, entries)
             if view is not None and kind is CommitKind.COMPACT:
                 _check_view(ctx, view, latest, entries)
+            if conflicts is not None:
+                conflicts(latest)
             lists = _Attempt()
             index_name = _index_manifest(ctx, latest, messages if kind is CommitKind.COMPACT else [], lists)
         except CommitConflictError:

@@ -17,17 +17,21 @@ files into compaction output), and the other real buckets compacted as usual.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from changelake.errors import CommitConflictError, SnapshotNotFoundError
 from changelake.option_values import POSTPONE_BUCKET
+from changelake.table.commit import committer
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import kv
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
+from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.lsm import compactor
@@ -40,13 +44,48 @@ _POSTPONE_MARK = "-w-"  # a postpone file's name up to and including it names it
 
 
 def compact(ctx: TableContext, commit_user: str, *, full: bool, partitions: Sequence[Mapping[str, Any]] | None,
-            changelog_for: ChangelogFor, progress: Callable[[int, int], None] | None = None) -> list[CommitMessage]:
-    """The messages of the table's compaction (of ``partitions`` only, when given): the
-    postpone rows moved into real buckets, then the other real buckets compacted (``full``: into
-    their top level). The caller commits them as one COMPACT snapshot."""
+            changelog_for: ChangelogFor, progress: Callable[[int, int], None] | None = None) -> list[Snapshot]:
+    """Compact the table (``partitions`` only, when given) as one COMPACT snapshot: the postpone
+    rows moved into real buckets, the other real buckets compacted (``full``: into their top
+    level). Returns the snapshot that landed ([] when there was nothing to compact). As Paimon's
+    (``commit.strict-mode.last-safe-snapshot``), the commit is a conflict when another user's
+    compaction or overwrite, or an append into real buckets, landed after the snapshot it read:
+    their rows may be numbered as the moved ones are."""
     latest = ctx.latest_snapshot()
     if latest is None:
         return []
+    messages = _messages(ctx, latest, commit_user, full=full, partitions=partitions, changelog_for=changelog_for,
+                         progress=progress)
+    if not messages:
+        return []
+    return committer.commit(ctx, messages, commit_user, BATCH_COMMIT_IDENTIFIER, view=latest.id,
+                            conflicts=functools.partial(_strict, ctx, latest.id, commit_user))
+
+
+def _strict(ctx: TableContext, base: int, commit_user: str, latest: Snapshot | None) -> None:
+    """CommitConflictError when a snapshot after ``base`` up to ``latest`` is another user's
+    COMPACT or OVERWRITE, or APPEND with files in real buckets (Paimon's ``StrictModeChecker``)."""
+    for snapshot_id in range(base + 1, (latest.id if latest is not None else base) + 1):
+        try:
+            landed = ctx.snapshot(snapshot_id)
+        except SnapshotNotFoundError:
+            raise CommitConflictError(f"snapshot {snapshot_id} landed and expired while this postpone compaction "
+                                      "ran; compact again", table=ctx.name) from None
+        if landed.commit_user == commit_user:
+            continue
+        real = landed.commit_kind is not CommitKind.APPEND or any(
+            e.bucket != POSTPONE_BUCKET for meta in live_files.manifest_list(ctx, landed.delta_manifest_list)
+            for e in live_files.manifest_entries(ctx, meta.file_name))
+        if real:
+            raise CommitConflictError(f"snapshot {snapshot_id} ({landed.commit_kind.value}) wrote real buckets while "
+                                      "this postpone compaction ran; the compaction is void (compact again)",
+                                      table=ctx.name)
+
+
+def _messages(ctx: TableContext, latest: Snapshot, commit_user: str, *, full: bool,
+              partitions: Sequence[Mapping[str, Any]] | None, changelog_for: ChangelogFor,
+              progress: Callable[[int, int], None] | None) -> list[CommitMessage]:
+    """The compaction's messages, its files written."""
     entries = live_files.live_entries(ctx, latest)
     wanted = None if partitions is None else [ctx.partition_of(p) for p in partitions]
     waiting: dict[bytes, list[ManifestEntry]] = defaultdict(list)
