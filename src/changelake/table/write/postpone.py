@@ -33,9 +33,10 @@ from changelake.option_values import POSTPONE_BUCKET
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
+from changelake.table.executor import map_all
 from changelake.table.format import binary_row, data_file, kv
 from changelake.table.format.data_file import FileSettings
-from changelake.table.format.manifest import ManifestEntry
+from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import Levels
 from changelake.table.read import live_files
@@ -91,20 +92,25 @@ class PostponeWrite(TableWrite):
         groups = partition_groups(self.ctx, data)
         order = np.argsort(groups.codes, kind="stable")  # each partition's rows in arrival order
         bounds = np.searchsorted(groups.codes[order], np.arange(len(groups.partitions) + 1))
-        for group, partition in enumerate(groups.partitions):
-            taken = order[bounds[group]:bounds[group + 1]]
+        states = []
+        for partition in groups.partitions:
             key = (partition, POSTPONE_BUCKET)
-            state = self._buckets.get(key)
-            if state is None:
-                state = self._buckets[key] = BucketState(partition, POSTPONE_BUCKET,
-                                                         Levels((), self.ctx.options.num_levels), 0)
+            if key not in self._buckets:
+                self._buckets[key] = BucketState(partition, POSTPONE_BUCKET, Levels((), self.ctx.options.num_levels), 0)
+            states.append(self._buckets[key])
+
+        def write(group: int) -> list[DataFileMeta]:
+            taken = order[bounds[group]:bounds[group + 1]]
             part = data.take(taken)
             sequence = pa.array(np.full(len(taken), UNKNOWN_SEQUENCE, dtype=np.int64))
             laid_out = pa.Table.from_arrays(
                 [*(part.column(k) for k in self.ctx.key_names), sequence, pa.array(kinds[taken], pa.int8()),
                  *part.columns], schema=self.ctx.file_schema)
-            files = data_file.write(self.ctx.file_io, self.ctx.bucket_dir(partition, POSTPONE_BUCKET), [laid_out],
-                                    self._settings, level=0)
+            return data_file.write(self.ctx.file_io, self.ctx.bucket_dir(groups.partitions[group], POSTPONE_BUCKET),
+                                   [laid_out], self._settings, level=0)
+
+        # Partitions are written in parallel on the shared pool, as the LSM writer writes buckets.
+        for state, files in zip(states, map_all(write, range(len(states))), strict=True):
             state.new_files += files
         self._pending.clear()
         self._pending_bytes = 0
