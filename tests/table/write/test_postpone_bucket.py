@@ -21,6 +21,7 @@ import pytest
 
 import changelake as cl
 from changelake import errors
+from changelake.table.format import data_file
 from changelake.table.format.manifest import ManifestEntry
 from changelake.table.format.snapshot import CommitKind
 from changelake.table.io import killpoints
@@ -305,3 +306,27 @@ def test_a_compaction_racing_a_write_into_real_buckets_is_void(tmp_path: Path,
     assert _rows_of(table) == {("a", 0): "v0", ("a", 1): "v1", ("a", 2): "v1", ("a", 3): "v0"}
     table.compact()
     assert _rows_of(table) == {("a", 0): "v0", ("a", 1): "v1", ("a", 2): "v1", ("a", 3): "postponed"}
+
+
+def test_a_failed_flush_leaves_no_file_and_commits_everything_when_retried(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _table(tmp_path, **{"postpone.default-bucket-num": "2"})
+    real = data_file.write
+    failures = ["dt=b"]
+
+    def failing(file_io: object, bucket_dir: str, *args: object, **kwargs: object) -> object:
+        if failures and failures[0] in bucket_dir:
+            failures.pop()
+            raise errors.StorageError("the store failed", file=bucket_dir)
+        return real(file_io, bucket_dir, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(data_file, "write", failing)
+    with table.writer(commit_user="job") as writer:
+        writer.write(pa.concat_tables([_rows("a", range(50), "v"), _rows("b", range(50), "v")]))
+        with pytest.raises(errors.StorageError):
+            writer.commit(1)
+        assert not list(tmp_path.rglob("*.parquet"))  # partition a's file went with the failure
+        assert len(writer.commit(1)) == 1
+    assert {e.file.row_count for e in _entries(table)} == {50}
+    table.compact()
+    assert len(_rows_of(table)) == 100

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from changelake.errors import CommitOutcomeUnknownError
 from changelake.option_values import POSTPONE_BUCKET
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
@@ -99,6 +100,8 @@ class PostponeWrite(TableWrite):
                 self._buckets[key] = BucketState(partition, POSTPONE_BUCKET, Levels((), self.ctx.options.num_levels), 0)
             states.append(self._buckets[key])
 
+        done: list[str] = []
+
         def write(group: int) -> list[DataFileMeta]:
             taken = order[bounds[group]:bounds[group + 1]]
             part = data.take(taken)
@@ -106,11 +109,20 @@ class PostponeWrite(TableWrite):
             laid_out = pa.Table.from_arrays(
                 [*(part.column(k) for k in self.ctx.key_names), sequence, pa.array(kinds[taken], pa.int8()),
                  *part.columns], schema=self.ctx.file_schema)
-            return data_file.write(self.ctx.file_io, self.ctx.bucket_dir(groups.partitions[group], POSTPONE_BUCKET),
-                                   [laid_out], self._settings, level=0)
+            bucket_dir = self.ctx.bucket_dir(groups.partitions[group], POSTPONE_BUCKET)
+            files = data_file.write(self.ctx.file_io, bucket_dir, [laid_out], self._settings, level=0)
+            done.extend(f"{bucket_dir}/{f.file_name}" for f in files)
+            return files
 
         # Partitions are written in parallel on the shared pool, as the LSM writer writes buckets.
-        for state, files in zip(states, map_all(write, range(len(states))), strict=True):
+        try:
+            written = map_all(write, range(len(states)))
+        except BaseException:
+            # The partitions written before the failure: their rows stay buffered, to be
+            # written again.
+            self.ctx.file_io.discard(done)
+            raise
+        for state, files in zip(states, written, strict=True):
             state.new_files += files
         self._pending.clear()
         self._pending_bytes = 0
@@ -193,8 +205,10 @@ def write_fixed_buckets(ctx: TableContext, data: WriteInput, commit_user: str, i
     per_row = conformed.nbytes / conformed.num_rows
     buckets = [known.get(p) or batch_bucket_count(ctx, int(n), int(n * per_row))
                for p, n in zip(groups.partitions, counts, strict=True)]
-    symbols = pa.array(kv.ROW_KIND_SYMBOLS)
-    tagged = conformed.append_column(ROWKIND_COLUMN, symbols.take(pa.array(kinds)))
+    # The rows go through the fixed-bucket writers as conformed, with their row kinds (from
+    # the ``rowkind.field`` column, when the table has one, else in a ``rowkind`` column).
+    tagged = conformed if ctx.options.rowkind_field is not None else conformed.append_column(
+        ROWKIND_COLUMN, pa.array(kv.ROW_KIND_SYMBOLS).take(pa.array(kinds)))
     messages: list[CommitMessage] = []
     writers: list[TableWrite] = []
     try:
@@ -206,7 +220,13 @@ def write_fixed_buckets(ctx: TableContext, data: WriteInput, commit_user: str, i
             wanted = np.flatnonzero(np.array(buckets) == num_buckets)
             write.write(tagged.filter(pa.array(np.isin(groups.codes, wanted))))
             messages += write.prepare()
-        landed = landing.land(ctx, changelog_for(ctx), messages, commit_user, identifier, view=None)
+        try:
+            landed = landing.land(ctx, changelog_for(ctx), messages, commit_user, identifier, view=None)
+        except CommitOutcomeUnknownError:
+            raise  # the snapshot may name the files
+        except Exception:
+            ctx.file_io.discard(path for m in messages for path in m.written(ctx))  # no one retries them
+            raise
     finally:
         for write in writers:
             write.close()
