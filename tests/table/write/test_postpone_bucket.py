@@ -330,3 +330,31 @@ def test_a_failed_flush_leaves_no_file_and_commits_everything_when_retried(tmp_p
     assert {e.file.row_count for e in _entries(table)} == {50}
     table.compact()
     assert len(_rows_of(table)) == 100
+
+
+ENGINES = {
+    "deduplicate": ({}, {1: (100, None), 2: (1, 5), 3: (3, None)}),
+    "deletion-vectors": ({"deletion-vectors.enabled": "true", "changelog-producer": "lookup"},
+                         {1: (100, None), 2: (1, 5), 3: (3, None)}),
+    "first-row": ({"merge-engine": "first-row"}, {1: (1, None), 2: (1, 5), 3: (3, None)}),
+    "partial-update": ({"merge-engine": "partial-update"}, {1: (100, 7), 2: (1, 5), 3: (3, None)}),
+    "aggregation": ({"merge-engine": "aggregation", "fields.a.aggregate-function": "sum",
+                     "fields.b.aggregate-function": "sum"}, {1: (111, 7), 2: (1, 5), 3: (3, None)}),
+}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_merge_engine_merges_postponed_rows_with_real_buckets(tmp_path: Path, engine: str) -> None:
+    options, expected = ENGINES[engine]
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("a", pa.int64()),
+                        pa.field("b", pa.int64())])
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.m", schema, primary_keys=["k"], options={"bucket": "-2", "postpone.default-bucket-num": "2", **options})
+    table.write(pa.table({"k": [1, 2], "a": [1, 1], "b": [None, 5]}, schema=schema))  # into real buckets
+    with table.writer() as writer:
+        writer.write(pa.table({"k": [1, 3], "a": [10, 3], "b": [7, None]}, schema=schema))
+        writer.commit(1)
+        writer.write(pa.table({"k": [1], "a": [100], "b": [None]}, schema=schema))
+        writer.commit(2)
+    table.compact()
+    assert {r["k"]: (r["a"], r["b"]) for r in table.scan().to_arrow().to_pylist()} == expected
