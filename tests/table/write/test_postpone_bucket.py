@@ -358,3 +358,17 @@ def test_every_merge_engine_merges_postponed_rows_with_real_buckets(tmp_path: Pa
         writer.commit(2)
     table.compact()
     assert {r["k"]: (r["a"], r["b"]) for r in table.scan().to_arrow().to_pylist()} == expected
+
+
+def test_a_streams_first_full_read_keeps_the_row_kinds_of_postpone_files(tmp_path: Path) -> None:
+    """Without a producer, Paimon's streams read bucket-postpone/ with its no-merge reader, in the
+    first full read too: a delete waiting there is a -D, not a row of the table."""
+    table = _table(tmp_path, **{"postpone.default-bucket-num": "2"})
+    table.write(_rows("a", [7], "real"))  # a merged row of a real bucket: +I
+    with table.writer() as writer:
+        writer.write(_rows("a", [1, 2], "v"))
+        writer.write(_rows("a", [1], "v", "-D"))
+        writer.commit(1)
+    got = [(r["rowkind"], r["k"]) for b in table.stream() for r in b.data.to_pylist()]
+    assert got == [("+I", 7), ("+I", 1), ("+I", 2), ("-D", 1)]
+    assert [(r["rowkind"], r["k"]) for b in table.stream(mode="latest") for r in b.data.to_pylist()] == []
