@@ -65,6 +65,20 @@ def write(warehouse: str, name: str, data: pa.Table) -> None:
         commit.close()
 
 
+def write_fixed_buckets(warehouse: str, name: str, data: pa.Table) -> None:
+    """One batch commit of ``data`` into a postpone-bucket table's fixed buckets (pypaimon's
+    ``new_postpone_fixed_bucket_write_builder``; its ordinary batch writer writes bucket-postpone/)."""
+    builder = _table(warehouse, name).new_postpone_fixed_bucket_write_builder()
+    writer = builder.new_write()
+    commit = builder.new_commit()
+    try:
+        writer.write_arrow(data)
+        commit.commit(writer.prepare_commit())
+    finally:
+        writer.close()
+        commit.close()
+
+
 def read(warehouse: str, name: str, options: dict[str, str] | None = None,
          catalog_options: dict[str, str] | None = None) -> pa.Table:
     """A batch read of the table (``options`` may time travel: scan.snapshot-id, scan.tag-name)."""

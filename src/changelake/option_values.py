@@ -117,6 +117,11 @@ def percent(text: str) -> int:
     return value
 
 
+# The bucket of a postpone-bucket table's (``bucket = -2``) new files, until a compaction moves
+# them into real buckets; Paimon names its directory ``bucket-postpone``.
+POSTPONE_BUCKET = -2
+
+
 def bucket(text: str) -> int:
     value = int(text.strip())
     if value == 0 or value < -2:

@@ -17,7 +17,14 @@ from typing import Any
 from changelake import option_values as values
 from changelake.errors import OptionError
 from changelake.option_spec import OptionSpec, declare
-from changelake.option_values import ChangelogProducer, LookupCompactMode, MergeEngineKind, ScanMode, SortOrder
+from changelake.option_values import (
+    POSTPONE_BUCKET,
+    ChangelogProducer,
+    LookupCompactMode,
+    MergeEngineKind,
+    ScanMode,
+    SortOrder,
+)
 
 # ``fields.<names>.<setting>`` options (merge engines) and prefixed families accepted as they are.
 _FIELD_OPTION = re.compile(
@@ -40,9 +47,10 @@ class TableOptions:
         "bucket",
         values.bucket,
         "-1",
-        "Number of buckets; changelake writes fixed buckets (>= 1).",
-        supports=lambda v: v >= 1,
-        unsupported="changelake writes a fixed number of buckets (>= 1); dynamic bucket mode is not supported",
+        "Number of buckets; changelake writes fixed buckets (>= 1) and postpone buckets (-2).",
+        supports=lambda v: v >= 1 or v == POSTPONE_BUCKET,
+        unsupported="changelake writes a fixed number of buckets (>= 1) or postpone buckets (-2); "
+        "dynamic bucket mode is not supported",
     )
     bucket_key: tuple[str, ...] = declare(
         "bucket-key",
@@ -314,6 +322,33 @@ class TableOptions:
         "false",
         "Deletion vectors instead of merge-on-read: writers compact level 0 up before each commit, "
         "marking the replaced rows of older files deleted; readers read each file once, without a merge.",
+    )
+    postpone_default_bucket_num: int | None = declare(
+        "postpone.default-bucket-num", values.positive_int, None,
+        "Postpone-bucket tables: buckets of a partition that gets real buckets for the first time "
+        "(by a compaction or a fixed-bucket batch write); unset, they are estimated from "
+        "`postpone.target-row-num-per-bucket` or `postpone.target-size-per-bucket`.",
+    )
+    postpone_batch_write_fixed_bucket: bool = declare(
+        "postpone.batch-write-fixed-bucket", values.parse_bool, "true",
+        "Postpone-bucket tables: batch writes (`Table.write`) put rows straight into fixed buckets "
+        "(a partition's existing number, else `postpone.default-bucket-num` or an estimate) instead "
+        "of `bucket-postpone/`.",
+    )
+    postpone_batch_write_fixed_bucket_max_parallelism: int = declare(
+        "postpone.batch-write-fixed-bucket.max-parallelism", values.positive_int, "2048",
+        "Postpone-bucket tables: most buckets a fixed-bucket batch write infers for a new partition "
+        "(rounded up to a power of two, then capped).",
+    )
+    postpone_target_row_num_per_bucket: int | None = declare(
+        "postpone.target-row-num-per-bucket", values.positive_int, None,
+        "Postpone-bucket tables: rows per bucket when estimating a new partition's buckets; takes "
+        "precedence over `postpone.target-size-per-bucket`.",
+    )
+    postpone_target_size_per_bucket: int = declare(
+        "postpone.target-size-per-bucket", values.parse_memory_size, "1 gb",
+        "Postpone-bucket tables: bytes per bucket when estimating a new partition's buckets (of the "
+        "partition's postpone files for a compaction, of the batch's rows for a batch write).",
     )
     dynamic_bucket_target_row_num: int = declare(
         "dynamic-bucket.target-row-num", values.int_value, "2000000", "Rows per bucket in dynamic bucket mode."

@@ -400,3 +400,20 @@ def test_expire_says_what_kept_more_than_retain_max(capfd: pytest.CaptureFixture
     code, out, err = run(capfd, "expire", made.location, "--retain-max", "3", "--retain-min", "4")
     assert (code, out) == (2, "")
     assert err == "error: --retain-max 3 is less than --retain-min 4\n"
+
+
+def test_postpone_bucket_tables(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """bucket = -2: inspect names bucket-postpone, scan skips it, compact moves its rows."""
+    made = changelake.Catalog(str(tmp_path)).create_table(
+        "db.pp", SCHEMA, ["id"], options={"bucket": "-2", "postpone.default-bucket-num": "2"})
+    with made.writer() as writer:
+        writer.write(pa.table({"id": [1, 2], "d": [None, None], "name": ["a", "b"]}, schema=SCHEMA))
+        writer.commit(1)
+    code, out, _ = run(capfd, "inspect", made.location)
+    assert code == 0 and "bucket postpone: 1 file, " in out
+    code, out, _ = run(capfd, "scan", made.location, "--format", "csv")
+    assert out.splitlines() == ['"id","d","name"']
+    code, out, _ = run(capfd, "compact", made.location)
+    assert code == 0 and out.startswith("compacted: snapshot 2 (2 records)")
+    code, out, _ = run(capfd, "scan", made.location, "--format", "csv", "--columns", "id,name")
+    assert sorted(out.splitlines()) == sorted(['"id","name"', '1,"a"', '2,"b"'])

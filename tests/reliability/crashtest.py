@@ -88,6 +88,8 @@ def points_of(mode: Mode) -> list[str]:
                KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
                KillPoint.INDEX_FILE: "deletion-vectors.enabled" in mode.options,
+               # a postpone writer's commit is an APPEND only, its compaction a COMPACT only
+               KillPoint.BEFORE_COMPACT_SNAPSHOT: not mode.postpones,
                KillPoint.HINT_RETRY: mode.hint_faults}
     points = [p.value for p in KillPoint if p not in SPARK_SINK and reaches.get(p, True)]
     return [*points, RANDOM, RANDOM]
@@ -141,6 +143,8 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
                     "snapshots": [s.id for s in landed], "kinds": [s.commit_kind.value for s in landed]})
         if expected is not None and expected != bool(landed):
             sys.exit(4)
+        if mode.postpones:
+            table.compact()  # the rows waiting in bucket-postpone/ move into real buckets
     if writer is not None:
         writer.close()
     if mode.name == MAINTAINED:

@@ -140,8 +140,8 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     # pypaimon reads the latest snapshot; of a table whose readers skip level 0, the newest
     # without level-0 files.
     oracle = snapshots[-1] if snapshots else None
-    if mode.skips_level0:
-        oracle = next((s for s in reversed(snapshots) if not workload.has_level0(table, s)), None)
+    if mode.skips_level0 or mode.postpones:
+        oracle = next((s for s in reversed(snapshots) if not workload.hides_commits(mode, table, s)), None)
         report.level0_window = oracle is not (snapshots[-1] if snapshots else None)
     oracle_view: dict[workload.Key, workload.Row] = {}
 
@@ -165,10 +165,10 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
             continue
         if oracle is not None and snap.id == oracle.id:
             oracle_view = model.view()
-        if mode.skips_level0 and workload.has_level0(table, snap):
+        if workload.hides_commits(mode, table, snap):
             # Readers of first-row tables and of tables with deletion vectors skip level 0: such
             # a snapshot (its COMPACT was killed) shows its commit only once a later one
-            # compacts it up.
+            # compacts it up; postpone-bucket rows show once a compaction moved them.
             continue
         one = Diff.of(model.view(), got)
         if one.total:

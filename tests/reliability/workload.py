@@ -99,6 +99,13 @@ class Mode:
         return self.options.get("changelog-producer") == "lookup"
 
     @property
+    def postpones(self) -> bool:
+        """Whether the table is a postpone-bucket table: the writer's rows wait in
+        bucket-postpone/, which readers skip, until the child's ``table.compact()`` after each
+        commit moves them (a snapshot with postpone files shows its commits once compacted)."""
+        return self.options.get("bucket") == "-2"
+
+    @property
     def skips_level0(self) -> bool:
         """Whether readers skip level 0 (Paimon's for first-row, and every reader of a table
         with deletion vectors): a snapshot holding level-0 files (a kill between a commit's
@@ -141,6 +148,9 @@ MODES = {m.name: m for m in (
     # A flaky store under the hints: every commit must still be reported as landed (a sum shows
     # a write applied twice), and a kill between a hint's tries leaves a landed commit.
     Mode("hint-faults", one_shot=True, engine="aggregation", options=COMPACTION, hint_faults=True),
+    # Postpone bucket: the lookup changelog comes with each postpone compaction.
+    Mode("postpone", one_shot=False, engine="deduplicate",
+         options=COMPACTION | {"bucket": "-2", "postpone.default-bucket-num": "2", "changelog-producer": "lookup"}),
 )}
 
 
@@ -316,6 +326,17 @@ class FileCheck:
 
 def has_level0(table: cl.Table, snap: cl.Snapshot) -> bool:
     return any(e.file.level == 0 for e in live_files.live_entries(table.context, snap))
+
+
+def has_postponed(table: cl.Table, snap: cl.Snapshot) -> bool:
+    """Whether rows wait in bucket-postpone/ at ``snap`` (readers do not see them yet)."""
+    return any(e.bucket == -2 for e in live_files.live_entries(table.context, snap))
+
+
+def hides_commits(mode: Mode, table: cl.Table, snap: cl.Snapshot) -> bool:
+    """Whether readers do not see every commit up to ``snap`` yet: level 0 that they skip, or
+    rows waiting in bucket-postpone/."""
+    return (mode.skips_level0 and has_level0(table, snap)) or (mode.postpones and has_postponed(table, snap))
 
 
 def kept_changelogs(table: cl.Table) -> list[cl.Snapshot]:

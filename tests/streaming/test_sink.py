@@ -219,3 +219,29 @@ def test_timestamps_cross_flavours_in_the_session_time_zone(spark: Any, tmp_path
         "CAST(event.seen AS STRING)").distinct().collect()
     assert [tuple(r) for r in back] == [("2024-01-15 12:00:00", "2024-07-15 12:00:00", "2024-07-15 12:00:00",
                                          "2024-01-15 12:00:00", "2024-01-15 12:00:00")]
+
+
+def test_a_postpone_bucket_table_takes_batches_once_and_reads_them_once_compacted(spark: Any,
+                                                                                   tmp_path: Path) -> None:
+    """``bucket = -2``: every task writes its rows into bucket-postpone/ as a writer of its own
+    (no shuffle to buckets), a replayed batch lands nothing, readers see the rows once a
+    compaction moved them into real buckets."""
+    streaming.register(spark)
+    table = make_table(tmp_path, bucket="-2", **{"postpone.default-bucket-num": "3"})
+    sink = streaming.ForeachBatchSink(table, commit_user="job")
+    sink(spark.createDataFrame(events(0), SPARK_SCHEMA).repartition(3), 0)
+    first = table.latest_snapshot()
+    assert first is not None and first.commit_kind is cl.CommitKind.APPEND
+    postpone_files = [p for p in Path(table.location).rglob("*.parquet") if p.parent.name == "bucket-postpone"]
+    writers = {p.name.rsplit("-w-", 1)[0] for p in postpone_files}
+    assert len(writers) > 1 and all(w.startswith("data--u-job-s-") for w in writers)
+    assert spark.read.format("changelake").load(table.location).count() == 0
+    sink(spark.createDataFrame(events(0), SPARK_SCHEMA).repartition(3), 0)  # replayed after a crash
+    assert table.latest_snapshot() == first
+    table.compact()
+    sink(spark.createDataFrame(events(1), SPARK_SCHEMA).repartition(2), 1)
+    assert rows_of(table) == model(1)
+    table.compact()
+    got = spark.read.format("changelake").load(table.location).toArrow().to_pylist()
+    assert {(r["dt"], r["id"]): (r["v"], r["name"]) for r in got} == model(2) == rows_of(table)
+    assert {b.bucket for b in table.inspect().buckets} <= {0, 1, 2}  # three real buckets a partition

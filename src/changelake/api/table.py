@@ -26,7 +26,7 @@ from changelake.table.lsm import compactor, inspection
 from changelake.table.lsm.inspection import TableInspection
 from changelake.table.maintenance import orphans, rescale, rollback
 from changelake.table.snapshot_expiry import ExpireResult, Retention
-from changelake.table.write.writer import TableWrite
+from changelake.table.write import postpone, postpone_compaction
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
@@ -245,16 +245,20 @@ class Table:
         """A writer whose ``commit(identifier)`` lands each identifier at most once per user,
         also once expiry deleted the user's snapshots (docs/maintenance.md has the exact
         guarantee). Give a stable ``commit_user`` to keep that across restarts."""
-        return TableWriter(TableWrite(self._context, commit_user or str(uuid.uuid4()),
-                                      changelog=producers.for_table(self._context)))
+        return TableWriter(postpone.table_write(self._context, commit_user or str(uuid.uuid4()),
+                                                changelog=producers.for_table(self._context)))
 
     def write(self, data: WriteInput) -> Snapshot | None:
         """Write rows as one commit and return the new snapshot (None when ``data`` is empty).
         A commit that landed is never reported as failed, so a write that raised StorageError
         can be retried; after CommitOutcomeUnknownError, only once its snapshot is known not to
         have landed (docs/storage.md)."""
+        if postpone.is_postpone(self._context) and self._context.options.postpone_batch_write_fixed_bucket:
+            return postpone.write_fixed_buckets(self._context, data, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER,
+                                                changelog_for=producers.for_table)
         changelog = producers.for_table(self._context)
-        with TableWrite(self._context, str(uuid.uuid4()), changelog=changelog, wait_compaction=True) as writer:
+        with postpone.table_write(self._context, str(uuid.uuid4()), changelog=changelog,
+                                  wait_compaction=True) as writer:
             writer.write(data)
             landed = writer.commit(BATCH_COMMIT_IDENTIFIER)
         return landed[0] if landed else None
@@ -266,11 +270,16 @@ class Table:
         level. Tables whose writers force level 0 up (deletion vectors, first-row, the
         ``lookup`` producer) have it moved up, with ``lookup-compact`` gentle too. Returns None
         when there was nothing to compact. ``progress`` gets (buckets done, buckets)."""
-        messages = compactor.compact_table(self._context, full=full, partitions=partitions,
-                                           changelog=producers.for_table(self._context), progress=progress)
-        if not messages:
-            return None
-        landed = committer.commit(self._context, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
+        commit_user = str(uuid.uuid4())
+        if postpone.is_postpone(self._context):
+            # Postpone-bucket tables: the rows waiting in bucket-postpone/ move into real buckets.
+            landed = postpone_compaction.compact(self._context, commit_user, full=full, partitions=partitions,
+                                                 changelog_for=producers.for_table, progress=progress)
+        else:
+            messages = compactor.compact_table(self._context, full=full, partitions=partitions,
+                                               changelog=producers.for_table(self._context), progress=progress)
+            landed = committer.commit(self._context, messages, commit_user, BATCH_COMMIT_IDENTIFIER) \
+                if messages else []
         if landed:
             snapshot_expiry.expire_after_commit(self._context)
         return landed[0] if landed else None

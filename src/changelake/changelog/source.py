@@ -29,6 +29,7 @@ from changelake.errors import (
     SnapshotExpiredError,
     SnapshotNotFoundError,
 )
+from changelake.option_values import POSTPONE_BUCKET, ChangelogProducer
 from changelake.options import TableOptions
 from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
@@ -57,6 +58,13 @@ class ChangeSplit:
     start: int
     stop: int
     end: StreamOffset
+
+    @property
+    def merged(self) -> bool:
+        """Whether the split's rows are read merged, as inserts (a full read's), rather than as
+        stored with their row kinds. A full read reads postpone-bucket files as stored, as
+        Paimon's no-merge reader of ``bucket-postpone/`` does (streams without a producer)."""
+        return self.kind is ChangeKind.FULL and self.split.bucket != POSTPONE_BUCKET
 
     @property
     def rows(self) -> tuple[int, int]:
@@ -248,7 +256,10 @@ class ChangeSource:
             return None
         if offset.scan_snapshot:
             levels = starting.full_read_levels(self.options)
-            return ChangeKind.FULL, planner.plan(self.context, snapshot, self.row_filter, levels)
+            # Without a changelog producer, Paimon's streams read postpone-bucket files as they
+            # are (with one, the compaction that moves them into real buckets writes changelog).
+            postpone = self.options.changelog_producer is ChangelogProducer.NONE
+            return ChangeKind.FULL, planner.plan(self.context, snapshot, self.row_filter, levels, postpone=postpone)
         kind = follow_up.change_kind(self.options.changelog_producer, snapshot)
         if kind is None:
             return None, []
@@ -283,7 +294,7 @@ class ChangeSource:
         """The rows at the split's positions, before the filter: for a full read the merged
         rows (possibly fewer than positions), else ``_VALUE_KIND`` and the rows as stored."""
         needed = list(self.context.arrow_schema.names) if self.row_filter is not None else list(self.columns)
-        if split.kind is ChangeKind.FULL:
+        if split.merged:
             return reader.read_split(self.context, split.split, needed, None, split.rows)
         return reader.read_changes(self.context, split.split, needed, split.rows)
 
@@ -295,7 +306,7 @@ class ChangeSource:
             last = first + max_rows >= rows.num_rows
             offset = split.end if last else _at(split.end, split.snapshot_id, split.start + first + max_rows,
                                                 full=split.kind is ChangeKind.FULL)
-            data = self._output(split.kind, part)
+            data = self._output(part, merged=split.merged)
             if data.num_rows:
                 yield ChangeChunk(data, offset)
 
@@ -308,9 +319,9 @@ class ChangeSource:
         for chunk in self.read(split, max_rows):
             yield from chunk.data.to_batches()
 
-    def _output(self, kind: ChangeKind, rows: pa.Table) -> pa.Table:
+    def _output(self, rows: pa.Table, *, merged: bool) -> pa.Table:
         rows = reader.apply_filter(self.context, rows, self.row_filter)
-        if kind is ChangeKind.FULL:
+        if merged:
             kinds: pa.Array = pa.repeat(pa.scalar(kv.ROW_KIND_SYMBOLS[kv.INSERT]), rows.num_rows)
         else:
             kinds = _SYMBOLS.take(rows.column(kv.VALUE_KIND))

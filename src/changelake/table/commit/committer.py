@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
+from changelake.option_values import POSTPONE_BUCKET
 from changelake.table import metadata
 from changelake.table.commit import last_commits, manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
@@ -209,6 +210,9 @@ def _check_bucket_counts(ctx: TableContext, latest: Snapshot | None, entries: Se
     overwrite); a writer that flushed before the table's ``bucket`` changed, or writers of two
     numbers racing into a new partition, would otherwise put a key in two buckets."""
     added: dict[bytes, int] = {}
+    # A postpone-bucket table's partition holds its real buckets and bucket-postpone/ (whose
+    # files say -2): only the real buckets' number is checked.
+    entries = [e for e in entries if e.bucket != POSTPONE_BUCKET]
     for e in entries:
         if e.kind == FileKind.ADD and added.setdefault(e.partition, e.total_buckets) != e.total_buckets:
             raise CommitConflictError(f"this commit adds files of {added[e.partition]} and {e.total_buckets} "
@@ -219,7 +223,7 @@ def _check_bucket_counts(ctx: TableContext, latest: Snapshot | None, entries: Se
     if len(counts) == 1 and all(m.total_buckets in counts for m in live_files.data_manifests(ctx, latest)):
         return  # every manifest says its files have this commit's number: no need to read them
     for e in live_files.live_entries(ctx, latest):
-        if added.get(e.partition, e.total_buckets) != e.total_buckets:
+        if e.bucket != POSTPONE_BUCKET and added.get(e.partition, e.total_buckets) != e.total_buckets:
             raise CommitConflictError(
                 f"total buckets of {ctx.describe_partition(e.partition)} would change from {e.total_buckets} "
                 f"to {added[e.partition]} without overwrite (the table's 'bucket' changed, or another writer wrote "
@@ -289,6 +293,7 @@ def commit(
     compact_conflicts_fatal: bool = True,
     on_renumber: Callable[[], None] | None = None,
     view: int | None = None,
+    conflicts: Callable[[Snapshot | None], None] | None = None,
 ) -> list[Snapshot]:
     """Commit the messages as an APPEND snapshot (new files) and then a COMPACT snapshot
     (compaction changes), skipping everything if ``commit_user`` already committed
@@ -298,7 +303,8 @@ def commit(
     above them first (``on_renumber`` is told), so this commit, landing later, wins. ``view``
     is the snapshot whose files the compactions looked up (first-row, lookup and
     full-compaction changelog): a compaction another commit landed in the same bucket since is
-    a conflict, since its files were not looked up.
+    a conflict, since its files were not looked up. ``conflicts`` checks every attempt against
+    the latest snapshot too (raising CommitConflictError).
 
     A compaction whose input files another commit removed meanwhile (or that would overlap
     files within a level) is void: its output files are deleted, and CommitConflictError is
@@ -320,7 +326,7 @@ def commit(
             if compact and done:
                 killpoints.reached(KillPoint.BEFORE_COMPACT_SNAPSHOT)
             landed, current = _commit_one(ctx, kind, current, commit_user, identifier, first=not done,
-                                          on_renumber=on_renumber, view=view)
+                                          on_renumber=on_renumber, view=view, conflicts=conflicts)
             if landed is None:
                 _remove(ctx, originals | _written(ctx, current))
                 return done
@@ -370,13 +376,14 @@ def _commit_one(
     first: bool,
     on_renumber: Callable[[], None] | None,
     view: int | None,
+    conflicts: Callable[[Snapshot | None], None] | None,
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
     """Land one snapshot of ``kind`` for the messages, retrying lost races; returns it (None:
     already committed) and the messages as landed (renumbered copies, for an APPEND)."""
     attempt = Attempt()
     try:
         return _land(ctx, kind, messages, commit_user, identifier, attempt, first=first, on_renumber=on_renumber,
-                     view=view)
+                     view=view, conflicts=conflicts)
     except CommitOutcomeUnknownError:
         raise  # the snapshot may name the copies
     except BaseException:
@@ -395,6 +402,7 @@ def _land(
     first: bool,
     on_renumber: Callable[[], None] | None,
     view: int | None,
+    conflicts: Callable[[Snapshot | None], None] | None,
 ) -> tuple[Snapshot | None, list[CommitMessage]]:
     delta = Delta.write(ctx, kind, messages, attempt)
     options = ctx.options
@@ -424,6 +432,8 @@ def _land(
             _check_conflicts(ctx, latest, entries)
             if view is not None and kind is CommitKind.COMPACT:
                 _check_view(ctx, view, latest, entries)
+            if conflicts is not None:
+                conflicts(latest)
             lists = Attempt()
             index_name = _index_manifest(ctx, latest, messages if kind is CommitKind.COMPACT else [], lists)
         except CommitConflictError:

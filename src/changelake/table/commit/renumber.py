@@ -15,6 +15,7 @@ import dataclasses
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from changelake.option_values import POSTPONE_BUCKET
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import data_file, kv
@@ -37,7 +38,9 @@ def renumber(ctx: TableContext, messages: list[CommitMessage], latest: Snapshot 
     changed = False
     for message in messages:
         new = [*message.new_files, *message.changelog_files]
-        if not new:
+        # Postpone-bucket files are numbered per writer, from 0, as Paimon's: their compaction
+        # reads them writer by writer in order and numbers their rows anew.
+        if not new or message.bucket == POSTPONE_BUCKET:
             result.append(message)
             continue
         # Changelog files hold every input row, also those that merging dropped: the lowest

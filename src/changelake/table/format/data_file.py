@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from changelake.errors import CorruptMetadataError, StorageError
-from changelake.table.format import binary_row, deletion_vector, kv, parquet_layout
+from changelake.table.format import avro_file, binary_row, deletion_vector, kv, parquet_layout
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
 from changelake.table.format.parquet_footer import Int96Sink
 from changelake.table.io import killpoints
@@ -47,6 +47,9 @@ class FileSettings:
     thin: bool = False
     # where the crash test can kill a writer of these files (changelog files have their own)
     kill_point: KillPoint = KillPoint.DATA_FILE
+    # Rows come in key order; postpone-bucket files keep their arrival order instead (their
+    # min/max key are still the first and last rows', as Paimon's, but the key stats are true).
+    ordered: bool = True
 
     def compression_at(self, level: int) -> str:
         """The compression of files at ``level``."""
@@ -113,7 +116,7 @@ class _OpenFile:
         # (not for floats, whose order and equality differ between Arrow and Paimon); the
         # other key columns' bounds are reduced from every chunk's, in Arrow.
         self.bounded = [i for i, k in enumerate(settings.key_names)
-                        if i > 0 or pa.types.is_floating(key_types[i])]
+                        if i > 0 or not settings.ordered or pa.types.is_floating(key_types[i])]
         self.key_bounds: list[list[pa.StructScalar]] = [[] for _ in self.bounded]
         self.seq_min: int | None = None
         self.seq_max: int | None = None
@@ -271,6 +274,8 @@ def read(
     show it holds none."""
     if deleted is not None and rows is not None:
         raise ValueError("a data file is read either whole minus its deleted rows or by row range")
+    if avro_file.is_avro(path):
+        return _from_avro(file_io, path, schema, columns, rows, renames, deleted)
     with _opened(file_io, path) as source:
         parquet = _parquet(source, path)
         if kinds_for_retractions and columns is not None:
@@ -291,6 +296,23 @@ def read(
             table = parquet.read(columns=read_columns).filter(keep)
         else:
             table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
+    return _conform(table, schema, columns, names, present, stored, absent)
+
+
+def _from_avro(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[str] | None,
+               rows: tuple[int, int] | None, renames: Mapping[str, str | None] | None,
+               deleted: BitMap | None) -> pa.Table:
+    """:func:`read` of an Avro data file (another engine's postpone-bucket file)."""
+    table = avro_file.read(file_io, path)
+    names = list(schema.names if columns is None else columns)
+    absent, present, as_stored = _absent_and_present(names, renames)
+    stored = _stored_columns(as_stored, table.column_names, path)
+    table = table.select(list(dict.fromkeys(stored)))
+    keep = deletion_vector.keep_mask(deleted, table.num_rows)
+    if keep is not None:
+        table = table.filter(keep)
+    elif rows is not None:
+        table = table.slice(rows[0], rows[1] - rows[0])
     return _conform(table, schema, columns, names, present, stored, absent)
 
 
@@ -394,6 +416,10 @@ def read_batches(
 ) -> Iterator[pa.Table]:
     """The rows of a data file as :func:`read` reads them, ``batch_rows`` at a time in file
     order, so a big file is never in memory whole."""
+    if avro_file.is_avro(path):
+        whole = read(file_io, path, schema, columns, renames=renames)
+        yield from (whole.slice(start, batch_rows) for start in range(0, whole.num_rows, batch_rows))
+        return
     with _parquet_file(file_io, path) as parquet:
         names = _kinds_if_retracting(parquet, columns) if kinds_for_retractions else list(columns)
         columns = names

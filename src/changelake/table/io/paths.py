@@ -11,6 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from changelake.option_values import POSTPONE_BUCKET
+
 _ESCAPED = set("\"#%'*/:=?\\{}[]^")
 _EPOCH = dt.datetime(1970, 1, 1)
 
@@ -203,4 +205,5 @@ class TablePaths:
         return f"{self.commit_user_dir}/user-{urllib.parse.quote(commit_user, safe='')}"
 
     def bucket_dir(self, partition: str, bucket: int) -> str:
-        return f"{self.root}/{partition}/bucket-{bucket}" if partition else f"{self.root}/bucket-{bucket}"
+        name = "bucket-postpone" if bucket == POSTPONE_BUCKET else f"bucket-{bucket}"
+        return f"{self.root}/{partition}/{name}" if partition else f"{self.root}/{name}"

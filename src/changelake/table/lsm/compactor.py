@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from changelake.errors import CommitConflictError, CorruptMetadataError, SchemaError
+from changelake.option_values import POSTPONE_BUCKET
 from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -395,6 +396,8 @@ def compact_table(
     # buckets than the table's keeps that number (Paimon's writers take the restored files').
     total_buckets = {(e.partition, e.bucket): e.total_buckets for e in entries}
     index_files = read_vectors.snapshot_vectors(ctx, latest)
+    # A postpone-bucket table's bucket-postpone/ moves into real buckets by its own compaction.
+    files = {k: v for k, v in files.items() if k[1] != POSTPONE_BUCKET}
     if wanted is not None:
         files = {k: v for k, v in files.items() if ctx.partition_values(k[0]) in wanted}
     if buckets is not None:

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from changelake.errors import ScanError
+from changelake.option_values import POSTPONE_BUCKET
 from changelake.table.context import TableContext, partition_of
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.snapshot import Snapshot
@@ -31,7 +32,7 @@ from changelake.table.lsm.bucket_tree import (
     key_text,
 )
 from changelake.table.lsm.levels import Levels
-from changelake.table.lsm.universal import UniversalCompaction
+from changelake.table.lsm.universal import PickRule, UniversalCompaction
 from changelake.table.read import live_files
 
 
@@ -138,7 +139,10 @@ def inspect(ctx: TableContext, snapshot: Snapshot | None, *, force_level0_up: bo
         explain = choose.explain_level0 if force_level0_up else choose.explain
         pick = explain(levels.num_levels, runs)
         pending = PendingCompaction(pick.rule, pick.reason)
-        if pick.unit is not None:
+        if bucket == POSTPONE_BUCKET:
+            pending = PendingCompaction(PickRule.NONE, "the table's compaction moves these rows into real buckets "
+                                        "(readers skip bucket-postpone/ until then)")
+        elif pick.unit is not None:
             pending = PendingCompaction(pick.rule, pick.reason, tuple(f.file_name for f in pick.unit.files),
                                         pick.unit.output_level)
         values = ctx.partition_values(partition)
@@ -171,7 +175,8 @@ def _table(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
 
 def _bucket_block(b: BucketInspection) -> list[str]:
     where = f"partition {b.partition_text} " if b.partition else ""
-    lines = [f"{where}bucket {b.bucket}: {_count(len(b.files), 'file')}, {human_size(b.size)}, "
+    name = "postpone" if b.bucket == POSTPONE_BUCKET else b.bucket
+    lines = [f"{where}bucket {name}: {_count(len(b.files), 'file')}, {human_size(b.size)}, "
              f"{_count(b.rows, 'row')}, {_count(len(b.runs), 'sorted run')}"]
     picked = set(b.pending.files)
     rows: list[list[str]] = [["", "level", "run", "file", "rows", "size", "min key", "max key", "seq", "deleted"]]

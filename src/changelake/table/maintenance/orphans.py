@@ -32,7 +32,7 @@ from changelake.table.io.killpoints import KillPoint
 from changelake.table.maintenance import references
 
 DEFAULT_OLDER_THAN = dt.timedelta(days=1)
-_BUCKET = re.compile(r"^bucket-\d+$")
+_BUCKET = re.compile(r"^bucket-(\d+|postpone)$")
 _OUR_TEMP = re.compile(r"\.[0-9a-f]{32}\.tmp$")  # FileIO.create_if_absent / overwrite_hint
 
 

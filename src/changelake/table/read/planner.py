@@ -16,7 +16,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from changelake.errors import ScanError
-from changelake.option_values import MergeEngineKind
+from changelake.option_values import POSTPONE_BUCKET, MergeEngineKind
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
@@ -163,22 +163,30 @@ def plan(
     snapshot: Snapshot,
     expression: pc.Expression | None,
     levels: Callable[[int], bool] | None = None,
+    *,
+    postpone: bool = False,
 ) -> list[Split]:
     """The splits of a snapshot's live files that the filter may need, by (partition, bucket);
     ``levels`` keeps only files at the levels it accepts (change streams' first full read of
-    tables whose changelog covers level 0 separately)."""
+    tables whose changelog covers level 0 separately). The files of postpone-bucket tables'
+    ``bucket-postpone/`` are left out, as Paimon's scans leave them (``onlyReadRealBuckets``)
+    until a compaction moves their rows into real buckets, unless ``postpone``: then each is a
+    split of its own, read as it is (Paimon's change streams without a changelog producer)."""
     manifests = _prune_manifests(ctx, live_files.data_manifests(ctx, snapshot), expression)
     entries = _prune_files(ctx, live_files.live_entries(ctx, snapshot, manifests), expression)
+    waiting = [e for e in entries if e.bucket == POSTPONE_BUCKET]
+    entries = [e for e in entries if e.bucket != POSTPONE_BUCKET]
     if levels is not None:
         entries = [e for e in entries if levels(e.file.level)]
+    postponed = _file_splits(ctx, waiting) if postpone else []
     if ctx.options.deletion_vectors_enabled:
-        return _plan_with_vectors(ctx, snapshot, entries)
+        return _plan_with_vectors(ctx, snapshot, entries) + postponed
     splits = []
     for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
         bucket_dir = ctx.bucket_dir(partition, bucket)
         for group, raw in split_bucket(ctx, files):
             splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw))
-    return splits
+    return splits + postponed
 
 
 def _plan_with_vectors(ctx: TableContext, snapshot: Snapshot, entries: list[ManifestEntry]) -> list[Split]:
@@ -210,7 +218,11 @@ def plan_added_files(ctx: TableContext, manifests: Sequence[ManifestFileMeta],
     the order they were written in."""
     kept = _prune_manifests(ctx, list(manifests), expression)
     entries = [e for m in kept for e in live_files.manifest_entries(ctx, m.file_name) if e.kind is FileKind.ADD]
-    entries = _prune_files(ctx, entries, expression)
+    return _file_splits(ctx, _prune_files(ctx, entries, expression))
+
+
+def _file_splits(ctx: TableContext, entries: list[ManifestEntry]) -> list[Split]:
+    """One split per file, read as it is: by (partition, bucket), then in the given order."""
     ordered = sorted(range(len(entries)), key=lambda i: (entries[i].partition, entries[i].bucket, i))
     bucket_dirs: dict[tuple[bytes, int], str] = {}
     splits = []

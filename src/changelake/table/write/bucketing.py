@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import BucketRescaleError, OptionError
+from changelake.option_values import POSTPONE_BUCKET
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket, kv
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
@@ -86,7 +87,8 @@ def _check_bucket_counts(ctx: TableContext, entries: Iterable[ManifestEntry], pa
     old partitions bucketed as they were until an INSERT OVERWRITE rewrites them."""
     total_buckets = ctx.options.bucket
     for entry in entries:
-        if entry.partition in partitions and entry.total_buckets != total_buckets:
+        # A postpone-bucket table's partition holds its real buckets and bucket-postpone/.
+        if entry.partition in partitions and entry.total_buckets not in (total_buckets, POSTPONE_BUCKET):
             raise BucketRescaleError(
                 f"try to write {ctx.describe_partition(entry.partition)} with a new bucket num {total_buckets}, "
                 f"but the previous bucket num is {entry.total_buckets}: rescale the partition first "
