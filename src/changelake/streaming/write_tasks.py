@@ -12,12 +12,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from changelake.changelog import producers
+from changelake.api.writer import open_write
 from changelake.errors import SchemaMismatchError
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import bucket
-from changelake.table.write.writer import TableWrite
 
 BUCKET_COLUMN = "_changelake_bucket"
 MESSAGE_COLUMN = "message"
@@ -63,7 +62,7 @@ def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordB
     """Write the rows (every row of each of their buckets is here, none elsewhere) with the
     table's merge engine, compaction and changelog producer; yields one row holding the pickled
     :class:`TaskResult` (none when there were no rows)."""
-    with TableWrite(ctx, commit_user, changelog=producers.for_table(ctx), wait_compaction=True) as write:
+    with open_write(ctx, commit_user, one_shot=True) as write:
         wrote = False
         for batch in batches:
             if batch.num_rows:

@@ -17,9 +17,11 @@ import pyarrow.fs as pafs
 
 from changelake.errors import ScanError
 from changelake.option_values import MergeEngineKind
+from changelake.table.append import splits as append_splits
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import interval_partition
 from changelake.table.read import deletion_vectors, live_files
@@ -174,9 +176,10 @@ def plan(
     if ctx.options.deletion_vectors_enabled:
         return _plan_with_vectors(ctx, snapshot, entries)
     splits = []
+    cut = append_splits.split_bucket if ctx.kind is TableKind.APPEND else split_bucket
     for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
         bucket_dir = ctx.bucket_dir(partition, bucket)
-        for group, raw in split_bucket(ctx, files):
+        for group, raw in cut(ctx, files):
             splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw))
     return splits
 
