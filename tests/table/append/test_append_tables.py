@@ -1,0 +1,180 @@
+"""Append tables (no primary key) through the public API: create, write (one-shot and
+long-lived writers, exactly once), read in write order with time travel and tags, change
+streams of +I rows, compaction, maintenance, schema evolution and refusals."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import changelake as cl
+from changelake.errors import OptionError, RowKindError
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("dt", pa.string())])
+
+
+def _rows(ids: list[int], dt: str = "a") -> pa.Table:
+    return pa.table({"id": ids, "v": [f"v{i}" for i in ids], "dt": [dt] * len(ids)}, schema=SCHEMA)
+
+
+def _files(table: cl.Table) -> pa.Table:
+    return table.system("files")
+
+
+@pytest.fixture
+def catalog(tmp_path: object) -> cl.Catalog:
+    return cl.Catalog(str(tmp_path))
+
+
+def test_unaware_table_keeps_write_order_across_many_files(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.t", SCHEMA, partition_keys=["dt"])
+    assert table.primary_keys == [] and table.options["bucket"] == "-1"
+    for start in range(0, 30, 3):
+        table.write(pa.concat_tables([_rows([start, start + 1, start + 2], "a"), _rows([100 + start], "b")]))
+    by_dt = table.scan(filter=pa.compute.field("dt") == "a").to_arrow()
+    assert by_dt.column("id").to_pylist() == list(range(30))
+    assert table.scan(columns=["id"]).to_arrow().num_rows == 40
+    # Paimon's layout: bucket-0 with total buckets -1, plain columns, empty keys, level 0
+    files = _files(table)
+    assert set(files.column("bucket").to_pylist()) == {0}
+    assert set(files.column("level").to_pylist()) == {0}
+    location = table.location
+    path = f"{location}/dt=a/bucket-0/{files.column('file_path').to_pylist()[0].rsplit('/', 1)[-1]}"
+    assert pq.read_schema(path).names == ["id", "v", "dt"]
+    # time travel: snapshot 3 holds the first three writes
+    assert table.scan(snapshot_id=3).to_arrow().num_rows == 12
+
+
+def test_fixed_buckets_hash_bucket_key_and_keep_order_per_bucket(catalog: cl.Catalog) -> None:
+    spread = catalog.create_table("db.f", SCHEMA, options={"bucket": "3", "bucket-key": "id", "write-only": "true"})
+    one = catalog.create_table("db.o", SCHEMA, options={"bucket": "3", "bucket-key": "dt", "write-only": "true"})
+    for start in range(0, 20, 4):
+        spread.write(_rows(list(range(start, start + 4))))
+        one.write(_rows(list(range(start, start + 4))))
+    assert sorted(spread.scan().to_arrow().column("id").to_pylist()) == list(range(20))
+    assert len(set(_files(spread).column("bucket").to_pylist())) == 3
+    # every row in one bucket (one bucket-key value): five files read back in write order
+    assert len(set(_files(one).column("bucket").to_pylist())) == 1 and _files(one).num_rows == 5
+    assert one.scan().to_arrow().column("id").to_pylist() == list(range(20))
+
+
+def test_long_lived_writer_commits_each_identifier_once(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.w", SCHEMA)
+    with table.writer("stream-1") as writer:
+        writer.write(_rows([1, 2]))
+        assert len(writer.commit(1)) == 1
+        writer.write(_rows([3]))
+        assert writer.commit(1) == []  # a replayed identifier lands nothing
+        writer.write(_rows([4]))
+        writer.commit(2)
+    with table.writer("stream-1") as again:  # a restarted writer with the same user
+        again.write(_rows([5]))
+        assert again.commit(2) == []
+    assert table.scan().to_arrow().column("id").to_pylist() == [1, 2, 4]
+
+
+def test_change_streams_see_appends_as_inserts(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.s", SCHEMA, options={"bucket": "2", "bucket-key": "id"})
+    table.write(_rows([1, 2, 3]))
+    table.write(_rows([4]))
+    table.write(_rows([5, 6]))
+    seen = pa.concat_tables([batch.data for batch in table.stream(mode="latest-full")])
+    assert set(seen.column("rowkind").to_pylist()) == {"+I"}
+    assert sorted(seen.column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
+    changes = table.changes(1, 3).to_arrow()
+    assert sorted(changes.column("id").to_pylist()) == [4, 5, 6]
+    assert set(changes.column("rowkind").to_pylist()) == {"+I"}
+    audit = table.system("audit_log")
+    assert sorted(audit.column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
+
+
+def test_unaware_compaction_joins_small_files_as_paimon(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.c", SCHEMA, partition_keys=["dt"],
+                                 options={"compaction.min.file-num": "3", "compaction.max.file-num": "4"})
+    for i in range(9):
+        table.write(_rows([i], "a"))
+    table.write(_rows([100], "b"))
+    compacted = table.compact()
+    assert compacted is not None and compacted.commit_kind is cl.CommitKind.COMPACT
+    # max 4 files per bin: two bins of 4 in dt=a; the ninth file and dt=b wait
+    files = _files(table)
+    assert files.num_rows == 2 + 1 + 1
+    assert table.scan(filter=pa.compute.field("dt") == "a").to_arrow().column("id").to_pylist() == list(range(9))
+    full = table.compact(full=True)
+    assert full is not None
+    assert _files(table).num_rows == 2
+    assert table.compact() is None  # nothing left to join
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [*range(9), 100]
+
+
+def test_fixed_bucket_writer_compacts_adjacent_files_after_commit(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.b", SCHEMA, options={"bucket": "1", "bucket-key": "id",
+                                                           "compaction.max.file-num": "3"})
+    kinds = [[s.commit_kind for s in (table.write(_rows([i])),) if s is not None] for i in range(3)]
+    assert kinds == [[cl.CommitKind.APPEND]] * 3
+    snapshots = table.snapshots()
+    assert snapshots[-1].commit_kind is cl.CommitKind.COMPACT  # the third commit compacted three files
+    assert _files(table).num_rows == 1
+    assert table.scan().to_arrow().column("id").to_pylist() == [0, 1, 2]
+
+
+def test_maintenance_and_schema_evolution(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.m", SCHEMA, options={"snapshot.num-retained.min": "1"})
+    table.write(_rows([1]))
+    table.create_tag("first")
+    table.write(_rows([2]))
+    table.write(_rows([3]))
+    assert table.scan(tag="first").to_arrow().column("id").to_pylist() == [1]
+    table.rollback_to(snapshot_id=2)
+    assert table.scan().to_arrow().column("id").to_pylist() == [1, 2]
+    with table.update_schema() as update:
+        update.add_column("extra", pa.int32())
+    table.write(pa.table({"id": [4], "v": ["x"], "dt": ["a"], "extra": [7]}))
+    rows = table.scan().to_arrow()
+    assert rows.column("extra").to_pylist() == [None, None, 7]
+    table.expire_snapshots(retain_max=1, retain_min=1)
+    assert table.scan().to_arrow().column("id").to_pylist() == [1, 2, 4]
+    assert table.scan(tag="first").to_arrow().column("id").to_pylist() == [1]
+    assert table.remove_orphan_files(older_than=dt.timedelta(0)) == []
+
+
+@pytest.mark.parametrize(("options", "option"), [
+    ({"merge-engine": "aggregation"}, "merge-engine"),
+    ({"changelog-producer": "input"}, "changelog-producer"),
+    ({"sequence.field": "id"}, "sequence.field"),
+    ({"fields.v.aggregate-function": "max"}, "fields.v.aggregate-function"),
+    ({"bucket": "4"}, "bucket-key"),
+    ({"bucket-key": "id"}, "bucket-key"),
+    ({"bucket": "0"}, "bucket"),
+    ({"full-compaction.delta-commits": "2"}, "full-compaction.delta-commits"),
+    ({"deletion-vectors.enabled": "true"}, "deletion-vectors.enabled"),
+])
+def test_definitions_only_primary_key_tables_take_are_refused(catalog: cl.Catalog, options: dict[str, str],
+                                                             option: str) -> None:
+    with pytest.raises(OptionError) as raised:
+        catalog.create_table("db.r", SCHEMA, primary_keys=[], options=options)
+    assert option in str(raised.value) and "db.r" in str(raised.value)
+    assert "db" not in catalog.list_databases() or catalog.list_tables("db") == []
+
+
+def test_altering_an_append_table_refuses_primary_key_options(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.a", SCHEMA)
+    with pytest.raises(OptionError, match="merge-engine"):
+        table.set_options({"merge-engine": "partial-update"})
+    table.set_options({"target-file-size": "64 mb"})
+    assert table.options["target-file-size"] == "64 mb"
+
+
+def test_retractions_are_refused_and_write_nothing(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.k", SCHEMA)
+    bad = _rows([1, 2]).append_column("rowkind", pa.array(["+I", "-D"]))
+    with pytest.raises(RowKindError, match="-D") as raised:
+        table.write(bad)
+    assert "db.k" in str(raised.value)
+    assert table.latest_snapshot() is None
+    good = _rows([1, 2]).append_column("rowkind", pa.array(["+I", "+U"]))
+    table.write(good)
+    assert table.scan().to_arrow().column("id").to_pylist() == [1, 2]
