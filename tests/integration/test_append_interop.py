@@ -1,8 +1,8 @@
 """Append tables (no primary key) between changelake, pypaimon 2.1 and Java Paimon 0.9, both
 ways: unaware (``bucket = -1``, partitioned) and fixed-bucket (``bucket-key``) tables written
 by several commits, so buckets hold many files; every engine reads the same rows at every
-snapshot, also after changelake's compaction and when the engines write in turn.
-(pypaimon-rust 0.4 is left out: its writer makes primary-key tables only.)"""
+snapshot, also after changelake's compaction and when the engines write in turn. pypaimon-rust
+0.4 (unaware tables, made by its SQL, which takes no ``bucket``) writes and reads alongside."""
 
 from __future__ import annotations
 
@@ -107,3 +107,49 @@ def test_java_paimon_and_changelake_share_append_tables(tmp_path: Any, java: Jav
         assert _java_rows(java, warehouse, snapshot.id) == _ours(table, snapshot.id)
     java.write(warehouse, "db.t", [("+I", row) for row in _batch(50, 3).to_pylist()])
     assert _ours(table) == _java_rows(java, warehouse) == _sorted(_batch(0, 53).to_pylist())
+
+
+def _rust_rows(warehouse: str, snapshot_id: int | None = None) -> list[tuple[Any, ...]]:
+    from pypaimon_rust.datafusion import PaimonCatalog
+
+    options = {"scan.snapshot-id": str(snapshot_id)} if snapshot_id is not None else None
+    builder = PaimonCatalog({"warehouse": warehouse}).get_table("db.t").new_read_builder(options)
+    return _sorted(row for batch in builder.new_read().read(builder.new_scan().plan().splits())
+                   for row in batch.to_pylist())
+
+
+def _rust_write(warehouse: str, rows: pa.Table) -> None:
+    from pypaimon_rust.datafusion import PaimonCatalog
+
+    builder = PaimonCatalog({"warehouse": warehouse}).get_table("db.t").new_batch_write_builder()
+    write, commit = builder.new_write(), builder.new_commit()
+    try:
+        for batch in rows.to_batches():
+            write.write_arrow(batch)
+        commit.commit(write.prepare_commit())
+    finally:
+        write.close()
+        commit.close()
+
+
+def test_pypaimon_rust_and_changelake_share_an_unaware_append_table(tmp_path: Any) -> None:
+    pytest.importorskip("pypaimon_rust")
+    from pypaimon_rust.datafusion import SQLContext
+
+    warehouse = str(tmp_path)
+    context = SQLContext()
+    context.register_catalog("p", {"warehouse": warehouse})
+    context.sql("CREATE SCHEMA p.db")
+    context.sql("CREATE TABLE p.db.t (id BIGINT, name STRING, dt STRING) PARTITIONED BY (dt)")
+    for start in range(0, 20, 5):
+        _rust_write(warehouse, _batch(start, 5))
+    table = cl.Catalog(warehouse).get_table("db.t")
+    for snapshot in table.snapshots():
+        assert _ours(table, snapshot.id) == _rust_rows(warehouse, snapshot.id)
+    assert _in_write_order(table, "a") == [i for i in range(20) if i % 3]
+    table.write(_batch(20, 5))
+    table.compact(full=True)
+    for snapshot in table.snapshots():
+        assert _rust_rows(warehouse, snapshot.id) == _ours(table, snapshot.id)
+    _rust_write(warehouse, _batch(25, 5))
+    assert _ours(table) == _rust_rows(warehouse) == _sorted(_batch(0, 30).to_pylist())
