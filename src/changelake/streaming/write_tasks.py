@@ -14,9 +14,11 @@ import pyarrow as pa
 
 from changelake.api.writer import open_write
 from changelake.errors import SchemaMismatchError
+from changelake.table.append.definition import UNAWARE_BUCKET
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import bucket
+from changelake.table.format.schema import TableKind
 
 BUCKET_COLUMN = "_changelake_bucket"
 MESSAGE_COLUMN = "message"
@@ -34,11 +36,15 @@ class TaskResult:
 
 def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The rows with their bucket (Paimon's hash of the bucket key, in the table's types) as a
-    last column ``_changelake_bucket``."""
+    last column ``_changelake_bucket``; 0 for an unaware append table, whose partitions each
+    have one bucket."""
     for batch in batches:
-        keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
-        ids = bucket.buckets(keys, ctx.options.bucket)
-        yield batch.append_column(BUCKET_COLUMN, pa.array(ids, pa.int32()))
+        if ctx.options.bucket == UNAWARE_BUCKET and ctx.kind is TableKind.APPEND:
+            ids = pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows)
+        else:
+            keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
+            ids = pa.array(bucket.buckets(keys, ctx.options.bucket), pa.int32())
+        yield batch.append_column(BUCKET_COLUMN, ids)
 
 
 def _as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Array:
