@@ -27,6 +27,7 @@ from changelake.table.append.definition import UNAWARE_BUCKET
 from changelake.table.commit import committer
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
+from changelake.table.executor import map_all
 from changelake.table.format import binary_row, bucket, data_file, kv
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.format.snapshot import Snapshot
@@ -128,15 +129,27 @@ class AppendWrite:
             # Numbers continue those committed in the bucket (the check refuses a partition
             # written with another number of buckets).
             committed = bucketing.restored_files(self.ctx, groups)
-        for group, where in enumerate(zip(groups.partitions, groups.buckets, strict=True)):
-            first = self._next_sequence.get(where)
-            if first is None:
-                first = max((f.max_sequence_number + 1 for f in committed.get(where, ())), default=0)
+        wheres = list(zip(groups.partitions, groups.buckets, strict=True))
+        firsts = [self._next_sequence.get(where) for where in wheres]
+        firsts = [max((f.max_sequence_number + 1 for f in committed.get(where, ())), default=0) if first is None
+                  else first for where, first in zip(wheres, firsts, strict=True)]
+
+        done: dict[int, list[DataFileMeta]] = {}
+
+        def write_group(group: int) -> None:
             part = data.take(order[bounds[group]:bounds[group + 1]])
-            files = data_file.write(self.ctx.file_io, self.ctx.bucket_dir(*where), [part], settings, level=0,
-                                    first_sequence=first)
-            self._written.setdefault(where, []).extend(files)
-            self._next_sequence[where] = first + part.num_rows
+            done[group] = data_file.write(self.ctx.file_io, self.ctx.bucket_dir(*wheres[group]), [part], settings,
+                                          level=0, first_sequence=firsts[group])
+
+        # Buckets are written in parallel. When one fails, :meth:`_restore` deletes the files
+        # the others wrote, which it finds once they are recorded.
+        try:
+            map_all(write_group, range(len(wheres)))
+        finally:
+            for group, files in sorted(done.items()):
+                self._written.setdefault(wheres[group], []).extend(files)
+        for group, where in enumerate(wheres):
+            self._next_sequence[where] = firsts[group] + int(bounds[group + 1] - bounds[group])
         self._pending.clear()
         self._pending_bytes = 0
 
@@ -238,7 +251,17 @@ def group_rows(ctx: TableContext, data: pa.Table) -> tuple[bucketing.BucketGroup
         encoded = pc.dictionary_encode(column).combine_chunks()
         codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
         radix *= max(1, len(encoded.dictionary))
-    unique, first_rows, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    if radix <= max(data.num_rows, 1 << 16):
+        # Few groups: counted, not sorted; a stable sort of small ints is a radix sort.
+        unique = np.flatnonzero(np.bincount(codes, minlength=radix))
+        index = np.zeros(radix, dtype=np.int64)
+        index[unique] = np.arange(len(unique))
+        inverse = index[codes].astype(np.min_scalar_type(max(len(unique) - 1, 0)))
+        last_row = np.zeros(radix, dtype=np.int64)
+        last_row[codes] = np.arange(len(codes))  # any row of a group will do
+        first_rows = last_row[unique]
+    else:
+        unique, first_rows, inverse = np.unique(codes, return_index=True, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
     arity = len(partition_columns)
