@@ -130,9 +130,9 @@ class AppendWrite:
             # written with another number of buckets).
             committed = bucketing.restored_files(self.ctx, groups)
         wheres = list(zip(groups.partitions, groups.buckets, strict=True))
-        firsts = [self._next_sequence.get(where) for where in wheres]
-        firsts = [max((f.max_sequence_number + 1 for f in committed.get(where, ())), default=0) if first is None
-                  else first for where, first in zip(wheres, firsts, strict=True)]
+        firsts = [self._next_sequence[where] if where in self._next_sequence
+                  else max((f.max_sequence_number + 1 for f in committed.get(where, ())), default=0)
+                  for where in wheres]
 
         done: dict[int, list[DataFileMeta]] = {}
 
