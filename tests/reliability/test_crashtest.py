@@ -40,6 +40,7 @@ PLANS = {
     # the compaction point is reached on the background thread
     "dv-async": [KillPoint.COMPACTION, KillPoint.INDEX_FILE, crashtest.RANDOM],
     "hint-faults": [KillPoint.HINT_RETRY, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
+    "append": [KillPoint.COMPACTION, KillPoint.DATA_FILE, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
 }
 KILLS = sum(len(p) for p in PLANS.values())
 
