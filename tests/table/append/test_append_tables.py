@@ -5,6 +5,7 @@ streams of +I rows, compaction, maintenance, schema evolution and refusals."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,6 +13,7 @@ import pytest
 
 import changelake as cl
 from changelake.errors import OptionError, RowKindError
+from changelake.table.format import data_file
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("dt", pa.string())])
 
@@ -178,3 +180,36 @@ def test_retractions_are_refused_and_write_nothing(catalog: cl.Catalog) -> None:
     good = _rows([1, 2]).append_column("rowkind", pa.array(["+I", "+U"]))
     table.write(good)
     assert table.scan().to_arrow().column("id").to_pylist() == [1, 2]
+
+
+def test_read_optimized_reads_every_file_of_an_append_table(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.ro", SCHEMA)
+    table.write(_rows([1, 2]))
+    table.write(_rows([3]))
+    assert table.scan(read_optimized=True).to_arrow().column("id").to_pylist() == [1, 2, 3]
+    assert table.system("ro").column("id").to_pylist() == [1, 2, 3]
+
+
+def test_a_write_whose_file_fails_leaves_nothing(catalog: cl.Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = catalog.create_table("db.x", SCHEMA, partition_keys=["dt"])
+    table.write(_rows([0], "a"))
+    real = data_file.write
+    calls = 0
+
+    def failing(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise cl.errors.StorageError("the store failed", file="data-x.parquet")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(data_file, "write", failing)
+    before = sorted(p.name for p in Path(table.location).rglob("*.parquet"))
+    with table.writer("w") as writer:
+        writer.write(pa.concat_tables([_rows([1, 2], "a"), _rows([3], "b"), _rows([4], "c")]))
+        with pytest.raises(cl.errors.StorageError):
+            writer.commit(1)
+        assert sorted(p.name for p in Path(table.location).rglob("*.parquet")) == before
+        monkeypatch.setattr(data_file, "write", real)
+        writer.commit(1)  # the rows stayed buffered: committing again lands them
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 3, 4]

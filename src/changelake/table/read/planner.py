@@ -160,6 +160,14 @@ def batch_levels(ctx: TableContext) -> Callable[[int], bool] | None:
     return None
 
 
+def read_optimized_levels(ctx: TableContext) -> Callable[[int], bool] | None:
+    """The levels a read-optimized scan (Paimon's ``$ro``) reads: a primary-key table's top
+    level, which needs no merge; every file of an append table, none of which needs one."""
+    if ctx.kind is TableKind.APPEND:
+        return None
+    return functools.partial(operator.eq, ctx.options.num_levels - 1)
+
+
 def plan(
     ctx: TableContext,
     snapshot: Snapshot,
