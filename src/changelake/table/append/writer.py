@@ -55,10 +55,10 @@ class AppendWrite:
     commit identifier lands at most once (a replayed identifier is skipped).
 
     Rows are buffered up to ``write-buffer-size``, then written as level-0 files per (partition,
-    bucket), rolling at ``target-file-size``. A commit lands them as an APPEND snapshot; unless
-    the table is ``write-only`` it then compacts the buckets it wrote whose small files reached
-    ``compaction.min.file-num`` (see :mod:`changelake.table.append.compaction`), landed as a
-    COMPACT snapshot of the same commit. Call :meth:`close` (or use ``with``) when done.
+    bucket), rolling at ``target-file-size``. A commit lands them as an APPEND snapshot; then a
+    fixed-bucket table's writer (unless ``write-only``) compacts the buckets it wrote whose
+    small files a pick takes (see :mod:`changelake.table.append.compaction`), landed as a
+    COMPACT snapshot right after. Call :meth:`close` (or use ``with``) when done.
     """
 
     # The snapshot a compaction looked up: append compactions look nothing up.
@@ -86,9 +86,7 @@ class AppendWrite:
         """Validate and buffer rows (an optional ``rowkind`` column may say +I or +U; -U and -D
         are refused: an append table keeps every row). A call that raises leaves the writer
         exactly as it was before the call."""
-        checkpoint = _Checkpoint(tuple(self._pending), self._pending_bytes,
-                                 {where: len(files) for where, files in self._written.items()},
-                                 dict(self._next_sequence))
+        checkpoint = self._checkpoint()
         try:
             if isinstance(data, pa.RecordBatchReader):
                 for batch in data:  # a stream is buffered batch by batch, never read whole
@@ -99,7 +97,14 @@ class AppendWrite:
             self._restore(checkpoint)
             raise
 
+    def _checkpoint(self) -> _Checkpoint:
+        return _Checkpoint(tuple(self._pending), self._pending_bytes,
+                           {where: len(files) for where, files in self._written.items()}, dict(self._next_sequence))
+
     def _restore(self, checkpoint: _Checkpoint) -> None:
+        """Undo a failed write call or flush: its rows leave the buffer, the files written
+        meanwhile are deleted, and rows buffered before, which those files also took, are
+        buffered again."""
         self._pending = list(checkpoint.pending)
         self._pending_bytes = checkpoint.pending_bytes
         for where, files in list(self._written.items()):
@@ -156,9 +161,7 @@ class AppendWrite:
     def prepare(self) -> list[CommitMessage]:
         """Flush everything: the messages a committer lands (one per bucket written). A flush
         that fails leaves the rows buffered as before, so that preparing again writes them."""
-        checkpoint = _Checkpoint(tuple(self._pending), self._pending_bytes,
-                                 {where: len(files) for where, files in self._written.items()},
-                                 dict(self._next_sequence))
+        checkpoint = self._checkpoint()
         try:
             self._flush()
         except BaseException:
@@ -171,8 +174,8 @@ class AppendWrite:
         return messages
 
     def commit(self, identifier: int) -> list[Snapshot]:
-        """Flush and commit as ``identifier``; [] if this user already committed it. Then the
-        buckets written are compacted as they need (a COMPACT snapshot). If the commit fails
+        """Flush and commit as ``identifier``; [] if this user already committed it. Then a
+        fixed-bucket table's buckets written are compacted as they need (a COMPACT snapshot). If the commit fails
         (an I/O error), calling ``commit`` again retries it; a conflict raises
         CommitConflictError and the writer starts afresh."""
         ctx = self.ctx
