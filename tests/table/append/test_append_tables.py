@@ -110,6 +110,13 @@ def test_unaware_compaction_joins_small_files_as_paimon(catalog: cl.Catalog) -> 
     assert _files(table).num_rows == 2
     assert table.compact() is None  # nothing left to join
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [*range(9), 100]
+    # streams read the appends once: COMPACT snapshots add no change
+    latest = table.latest_snapshot()
+    assert latest is not None
+    changes = table.changes(0, latest.id).to_arrow()
+    assert sorted(changes.column("id").to_pylist()) == [*range(9), 100]
+    streamed = pa.concat_tables([b.data for b in table.stream(mode="from-snapshot", snapshot_id=1)])
+    assert sorted(streamed.column("id").to_pylist()) == [*range(9), 100]
 
 
 def test_fixed_bucket_writer_compacts_adjacent_files_after_commit(catalog: cl.Catalog) -> None:
