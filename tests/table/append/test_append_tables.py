@@ -5,6 +5,7 @@ streams of +I rows, compaction, maintenance, schema evolution and refusals."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ import pytest
 import changelake as cl
 from changelake.errors import OptionError, RowKindError
 from changelake.table.format import data_file
+from changelake.table.read import live_files
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("dt", pa.string())])
 
@@ -220,3 +222,38 @@ def test_a_write_whose_file_fails_leaves_nothing(catalog: cl.Catalog, monkeypatc
         monkeypatch.setattr(data_file, "write", real)
         writer.commit(1)  # the rows stayed buffered: committing again lands them
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 3, 4]
+
+
+def test_files_are_laid_out_as_paimon_append_files(catalog: cl.Catalog) -> None:
+    """A writer flushing at write-buffer-size writes many files per bucket: each holds the
+    table's columns only, empty keys, level 0, and sequence numbers that continue the bucket's
+    in write order, across writers and commits."""
+    table = catalog.create_table("db.l", SCHEMA, options={"bucket": "2", "bucket-key": "id", "write-only": "true",
+                                                          "write-buffer-size": "1 kb"})
+    with table.writer("w") as writer:
+        for start in range(0, 400, 50):
+            writer.write(_rows(list(range(start, start + 50))))
+        writer.commit(1)
+    table.write(_rows(list(range(400, 450))))
+    ctx = table.context
+    latest = table.latest_snapshot()
+    assert latest is not None
+    by_bucket = live_files.files_by_bucket(live_files.live_entries(ctx, latest))
+    assert sorted(bucket for _, bucket in by_bucket) == [0, 1]
+    empty = data_file.EMPTY_STATS
+    for (partition, bucket), files in by_bucket.items():
+        assert len(files) > 2
+        files.sort(key=lambda f: f.min_sequence_number)
+        assert files[0].min_sequence_number == 0
+        for before, after in itertools.pairwise(files):
+            assert after.min_sequence_number == before.max_sequence_number + 1
+        for f in files:
+            assert f.max_sequence_number - f.min_sequence_number + 1 == f.row_count
+            assert (f.level, f.min_key, f.max_key, f.key_stats, f.delete_row_count) == \
+                (0, empty.min_values, empty.max_values, empty, 0)
+            path = f"{ctx.bucket_dir(partition, bucket)}/{f.file_name}"
+            assert pq.read_schema(path).names == ["id", "v", "dt"]
+        ids = [i for f in files for i in pq.read_table(f"{ctx.bucket_dir(partition, bucket)}/{f.file_name}")
+               .column("id").to_pylist()]
+        assert ids == sorted(ids)  # write order kept within the bucket
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(450))
