@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from changelake.errors import CommitConflictError
+from changelake.errors import CommitConflictError, OptionError
 from changelake.table.append.definition import UNAWARE_BUCKET
 from changelake.table.commit import committer
 from changelake.table.commit.message import CommitMessage
@@ -143,6 +143,10 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
                   progress: Callable[[int, int], None] | None = None) -> list[CommitMessage]:
     """Compaction results of every bucket of the latest snapshot (of the given partitions, or
     only ``buckets``); ``progress`` gets (buckets done, buckets) as they finish."""
+    if ctx.options.deletion_vectors_enabled:
+        # Their rewrite would have to drop the rows the vectors mark and rewrite the index.
+        raise OptionError("changelake does not compact append tables with deletion vectors (another engine "
+                          "made this one; compact it there)", table=ctx.name, option="deletion-vectors.enabled")
     latest = ctx.latest_snapshot()
     if latest is None:
         return []
@@ -177,10 +181,11 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
 
 def compact_after_commit(ctx: TableContext, buckets: Collection[tuple[bytes, int]]) -> list[Snapshot]:
     """What a fixed-bucket writer compacts after its commit (Paimon's append writers compact
-    their buckets as they write; unaware tables are compacted by ``table.compact()``): the
+    their buckets as they write; unaware tables are compacted by ``table.compact()``, and tables
+    with deletion vectors, which another engine made, are not compacted by changelake): the
     COMPACT snapshot of the ``buckets`` whose files a pick takes, or [] (nothing to compact, or
     another writer's compaction of the same files landed first)."""
-    if ctx.options.bucket == UNAWARE_BUCKET:
+    if ctx.options.bucket == UNAWARE_BUCKET or ctx.options.deletion_vectors_enabled:
         return []
     messages = compact_table(ctx, full=False, partitions=None, buckets=buckets)
     if not messages:

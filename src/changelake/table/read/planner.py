@@ -194,14 +194,18 @@ def plan(
 
 def _plan_with_vectors(ctx: TableContext, snapshot: Snapshot, entries: list[ManifestEntry]) -> list[Split]:
     """Splits of a table with deletion vectors (Paimon's batch scan with ``deletion-vectors.enabled``):
-    level 0 is skipped (writers compact it up before they commit), and every other file is read
-    alone, without a merge, minus the rows its deletion vector marks; files are packed into splits
-    up to ``source.split.target-size``."""
+    a primary-key table's level 0 is skipped (writers compact it up before they commit), and
+    every other file is read alone, without a merge, minus the rows its deletion vector marks
+    (an append table's files all, in write order); files are packed into splits up to
+    ``source.split.target-size``."""
     options = ctx.options
     vector_files = deletion_vectors.snapshot_vectors(ctx, snapshot)
     splits = []
     for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
-        above = sorted((f for f in files if f.level > 0), key=lambda f: (f.level, ctx.key_of(f.min_key)))
+        if ctx.kind is TableKind.APPEND:  # every file, in write order: an append table has no level 0 to skip
+            above = sorted(files, key=lambda f: f.min_sequence_number)
+        else:
+            above = sorted((f for f in files if f.level > 0), key=lambda f: (f.level, ctx.key_of(f.min_key)))
         if not above:
             continue
         bucket_dir = ctx.bucket_dir(partition, bucket)
