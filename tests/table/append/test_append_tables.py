@@ -257,3 +257,15 @@ def test_files_are_laid_out_as_paimon_append_files(catalog: cl.Catalog) -> None:
                .column("id").to_pylist()]
         assert ids == sorted(ids)  # write order kept within the bucket
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(450))
+
+
+def test_reads_of_partition_columns_only_count_every_row(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.pc", SCHEMA, partition_keys=["dt"])
+    table.write(_rows([1, 2], "a"))
+    table.write(_rows([3], "a"))
+    table.write(_rows([4], "b"))
+    assert table.scan(columns=["dt"]).to_arrow().column("dt").to_pylist() == ["a", "a", "a", "b"]
+    assert table.scan(columns=[]).to_arrow().num_rows == 4
+    only = catalog.create_table("db.only", pa.schema([("dt", pa.string())]), partition_keys=["dt"])
+    only.write(pa.table({"dt": ["x", "y", "x"]}))
+    assert sorted(only.scan().to_arrow().column("dt").to_pylist()) == ["x", "x", "y"]

@@ -98,7 +98,12 @@ def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression:
         # unless the file's statistics show no -U/-D row.
         constant = set(_partition_columns(ctx, columns, expression))
         kinds = [kv.VALUE_KIND] if ctx.key_value_files else []
-        return [*kinds, *(c for c in value_columns if c not in constant)]
+        stored = [c for c in value_columns if c not in constant]
+        if not kinds and not stored:
+            # An append table's read of partition columns only (or none): Arrow loses the row
+            # count of a read without columns, so one column is read and projected away.
+            stored = [next((c for c in ctx.arrow_schema.names if c not in constant), ctx.arrow_schema.names[0])]
+        return [*kinds, *stored]
     return [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
 
 
@@ -117,6 +122,8 @@ def _with_partition(ctx: TableContext, split: Split, rows: pa.Table, columns: Se
         return rows
     values = dict(zip(ctx.partition_keys, ctx.partition_values(split.partition), strict=True))
     for name in names:
+        if name in rows.column_names:  # read from the file after all (see _wanted)
+            continue
         field = ctx.arrow_schema.field(name)
         rows = rows.append_column(field, CONSTANT_COLUMNS.column(values[name], field.type, rows.num_rows))
     return rows
