@@ -234,8 +234,8 @@ def test_append_tables_are_written_once_and_read_through_spark(spark: Any, tmp_p
                for b in range(3)]
     for table in tables:
         sink = streaming.ForeachBatchSink(table, commit_user="job")
-        for b, rows in enumerate(batches):
-            sink(spark.createDataFrame(rows, "dt string, id long, v int, name string"), b)
+        for b, rows in enumerate(batches):  # in three Spark partitions: several tasks write a bucket
+            sink(spark.createDataFrame(rows, "dt string, id long, v int, name string").repartition(3), b)
         before = table.latest_snapshot()
         sink(spark.createDataFrame(batches[2], "dt string, id long, v int, name string"), 2)  # a replay
         assert table.latest_snapshot() == before

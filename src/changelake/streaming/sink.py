@@ -117,9 +117,10 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     conform.check_columns(ctx, df.columns)
     df = as_table_timestamps(df, ctx)
     write_groups = functools.partial(write_tasks.write_groups, ctx, commit_user)
-    if df.rdd.getNumPartitions() == 1:
+    if df.rdd.getNumPartitions() == 1 or not write_tasks.needs_shuffle(ctx):
         # One task holds every row (a small micro-batch, typically): each bucket is whole in
-        # it already, so the shuffle and its stage are saved.
+        # it already, so the shuffle and its stage are saved. An unaware append table needs
+        # no whole buckets: every task writes its rows.
         write_rows = functools.partial(write_tasks.write_rows, ctx, commit_user)
         written = df.mapInArrow(write_rows, f"{MESSAGE_COLUMN} binary")
     else:

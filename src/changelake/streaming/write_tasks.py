@@ -34,12 +34,19 @@ class TaskResult:
     view: int | None
 
 
+def needs_shuffle(ctx: TableContext) -> bool:
+    """Whether each (partition, bucket) must be written by one task: not for an unaware append
+    table, whose rows go anywhere in their partition (as Paimon's Spark writer, every task
+    writes its own rows)."""
+    return not (ctx.kind is TableKind.APPEND and ctx.options.bucket == UNAWARE_BUCKET)
+
+
 def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The rows with their bucket (Paimon's hash of the bucket key, in the table's types) as a
     last column ``_changelake_bucket``; 0 for an unaware append table, whose partitions each
     have one bucket."""
     for batch in batches:
-        if ctx.options.bucket == UNAWARE_BUCKET and ctx.kind is TableKind.APPEND:
+        if not needs_shuffle(ctx):
             ids = pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows)
         else:
             keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
