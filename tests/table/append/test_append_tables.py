@@ -269,3 +269,25 @@ def test_reads_of_partition_columns_only_count_every_row(catalog: cl.Catalog) ->
     only = catalog.create_table("db.only", pa.schema([("dt", pa.string())]), partition_keys=["dt"])
     only.write(pa.table({"dt": ["x", "y", "x"]}))
     assert sorted(only.scan().to_arrow().column("dt").to_pylist()) == ["x", "x", "y"]
+
+
+def test_racing_writers_of_one_bucket_read_back_in_commit_order(catalog: cl.Catalog) -> None:
+    """Two writers flush into the same bucket before either commits: both number their rows
+    from the same committed maximum, and the committer renumbers the later commit's files (in
+    the manifest: the files hold no numbers), so the bucket reads back in commit order."""
+    table = catalog.create_table("db.race", SCHEMA, options={"bucket": "1", "bucket-key": "id", "write-only": "true",
+                                                             "write-buffer-size": "1 kb"})
+    table.write(_rows([0]))
+    first, second = table.writer("a"), table.writer("b")
+    first.write(_rows(list(range(100, 160))))  # flushed past the buffer: numbered now
+    second.write(_rows(list(range(200, 260))))
+    second.commit(1)
+    first.commit(1)
+    first.close()
+    second.close()
+    assert table.scan().to_arrow().column("id").to_pylist() == [0, *range(200, 260), *range(100, 160)]
+    latest = table.latest_snapshot()
+    assert latest is not None
+    files = sorted(live_files.live_entries(table.context, latest), key=lambda e: e.file.min_sequence_number)
+    ranges = [(e.file.min_sequence_number, e.file.max_sequence_number) for e in files]
+    assert all(after[0] > before[1] for before, after in itertools.pairwise(ranges))
