@@ -47,10 +47,11 @@ class TableOptions:
         "bucket",
         values.bucket,
         "-1",
-        "Number of buckets; changelake writes fixed buckets (>= 1) and postpone buckets (-2).",
-        supports=lambda v: v >= 1 or v == POSTPONE_BUCKET,
-        unsupported="changelake writes a fixed number of buckets (>= 1) or postpone buckets (-2); "
-        "dynamic bucket mode is not supported",
+        "Number of buckets; changelake writes fixed buckets (>= 1), postpone buckets (-2) on "
+        "primary-key tables and -1 on append tables (unaware).",
+        supports=lambda v: v >= 1 or v in (-1, POSTPONE_BUCKET),
+        unsupported="changelake writes a fixed number of buckets (>= 1), postpone buckets (-2), "
+        "or -1 on append tables",
     )
     bucket_key: tuple[str, ...] = declare(
         "bucket-key",
@@ -201,6 +202,16 @@ class TableOptions:
     )
     compaction_optimization_interval: int | None = declare(
         "compaction.optimization-interval", values.parse_duration_ms, None, "Interval of optimizing full compactions."
+    )
+    compaction_min_file_num: int = declare(
+        "compaction.min.file-num", values.positive_int, "5",
+        "Append tables: the fewest files whose sizes sum to `target-file-size` that a compaction takes.",
+    )
+    compaction_max_file_num: int | None = declare(
+        "compaction.max.file-num", values.positive_int, None,
+        "Append tables: this many small files are compacted even below `target-file-size` "
+        "(default 50; 5 with fixed buckets).",
+        fallback_keys=("compaction.early-max.file-num",),
     )
     full_compaction_delta_commits: int | None = declare(
         "full-compaction.delta-commits", values.positive_int, None,

@@ -232,12 +232,11 @@ def test_table_with_an_unknown_stored_option_still_opens(table: cl.Table, catalo
         (["dt", "nope"], ["dt"], "'nope'"),
         (["id"], ["dt"], "'dt'"),
         (["id"], ["nope"], "'nope'"),
-        ([], [], "primary key"),
         (["id", "id"], [], "'id'"),
         (["dt"], ["dt"], "dt"),
     ],
     ids=["primary key not in schema", "partition key not in primary keys", "partition key not in schema",
-         "no primary key", "duplicate primary key", "primary keys equal partition keys"],
+         "duplicate primary key", "primary keys equal partition keys"],
 )
 def test_bad_keys_at_create_table(catalog: cl.Catalog, primary_keys: list[str], partition_keys: list[str],
                                   culprit: str) -> None:

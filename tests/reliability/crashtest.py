@@ -88,9 +88,10 @@ def points_of(mode: Mode) -> list[str]:
                KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
                KillPoint.INDEX_FILE: "deletion-vectors.enabled" in mode.options,
-               # a postpone writer's commit is an APPEND only, its compaction a COMPACT only
-               KillPoint.BEFORE_COMPACT_SNAPSHOT: not mode.postpones,
-               KillPoint.HINT_RETRY: mode.hint_faults}
+               KillPoint.HINT_RETRY: mode.hint_faults,
+               # a postpone writer's commit is an APPEND only, its compaction a COMPACT only; an
+               # append writer's compaction lands as a commit of its own
+               KillPoint.BEFORE_COMPACT_SNAPSHOT: not (mode.postpones or mode.append)}
     points = [p.value for p in KillPoint if p not in SPARK_SINK and reaches.get(p, True)]
     return [*points, RANDOM, RANDOM]
 
@@ -322,7 +323,7 @@ def run_mode(
     episode = 0
     while done < kills:
         warehouse = os.path.join(root, mode.name, f"episode-{episode}")
-        workload.create_table(warehouse, mode.table_options)
+        workload.create_table(warehouse, mode.table_options, mode.primary_keys)
         base = {"mode": mode.name, "warehouse": warehouse, "log": os.path.join(warehouse, "commits.jsonl"),
                 "tmpdir": os.path.join(warehouse, "tmp"), "seed": seed, "end": commits,
                 "pypaimon_address": pypaimon_address}

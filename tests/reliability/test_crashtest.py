@@ -41,6 +41,7 @@ PLANS = {
     "dv-async": [KillPoint.COMPACTION, KillPoint.INDEX_FILE, crashtest.RANDOM],
     "hint-faults": [KillPoint.HINT_RETRY, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "postpone": [KillPoint.COMPACTION, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
+    "append": [KillPoint.COMPACTION, KillPoint.DATA_FILE, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
 }
 KILLS = sum(len(p) for p in PLANS.values())
 

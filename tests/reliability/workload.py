@@ -54,6 +54,9 @@ EXPIRY = {"snapshot.num-retained.min": "3", "snapshot.num-retained.max": "3"}
 # Changelog outlives its snapshots: expired APPEND snapshots keep their data files for streams.
 DECOUPLED = EXPIRY | {"changelog.num-retained.max": "7"}
 DELETION_VECTORS = {"deletion-vectors.enabled": "true"}
+APPEND = "append"  # the engine name of the append mode: no primary key, no merge
+APPEND_COMPACTION = {"bucket-key": "k", "target-file-size": "2 kb", "compaction.min.file-num": "2",
+                     "compaction.max.file-num": "3"}
 
 Row = dict[str, Any]
 Key = tuple[str, int]
@@ -77,7 +80,18 @@ class Mode:
     hint_faults: bool = False
 
     @property
+    def append(self) -> bool:
+        """An append table (no primary key): every row is kept, keys are unique per row."""
+        return self.engine == APPEND
+
+    @property
+    def primary_keys(self) -> list[str]:
+        return [] if self.append else list(KEY)
+
+    @property
     def table_options(self) -> dict[str, str]:
+        if self.append:
+            return BASE_OPTIONS | self.options
         engine: dict[str, str] = {"merge-engine": self.engine}
         if self.engine == "aggregation":
             engine |= {"fields.a.aggregate-function": "sum", "fields.b.aggregate-function": "sum"}
@@ -119,6 +133,9 @@ class Mode:
 
 
 MODES = {m.name: m for m in (
+    # An append table of fixed buckets: every commit compacts its buckets' small files after it
+    # lands (a COMPACT snapshot of its own), joining up to three adjacent files.
+    Mode("append", one_shot=False, engine=APPEND, options=APPEND_COMPACTION),
     Mode("lookup", one_shot=False, engine="deduplicate", options={"changelog-producer": "lookup"}),
     Mode("writer", one_shot=False, engine="deduplicate"),
     Mode("write", one_shot=True, engine="deduplicate", options=INPUT_CHANGELOG),
@@ -154,8 +171,8 @@ MODES = {m.name: m for m in (
 )}
 
 
-def create_table(warehouse: str, options: dict[str, str]) -> cl.Table:
-    return cl.Catalog(warehouse).create_table(TABLE_NAME, schema=SCHEMA, primary_keys=list(KEY),
+def create_table(warehouse: str, options: dict[str, str], primary_keys: Sequence[str] = KEY) -> cl.Table:
+    return cl.Catalog(warehouse).create_table(TABLE_NAME, schema=SCHEMA, primary_keys=list(primary_keys),
                                               partition_keys=["p"], options=options)
 
 
@@ -177,7 +194,9 @@ def commit_rows(mode: Mode, seed: int, writer: int, index: int) -> list[list[Row
         rows = []
         for _ in range(mode.rows):
             serial += 1
-            row: Row = {"p": rng.choice(PARTITIONS), "k": rng.randrange(mode.keys),
+            # an append table keeps every row: each gets a key of its own, so rows stay tellable
+            key = base + serial if mode.append else rng.randrange(mode.keys)
+            row: Row = {"p": rng.choice(PARTITIONS), "k": key,
                         "a": base + serial, "b": -(base + serial)}
             if mode.engine == "partial-update":
                 row["a"] = row["a"] if rng.random() < 0.6 else None
@@ -210,7 +229,7 @@ class Model:
             old = self.rows.get(key)
             if row.get("rowkind", "+I") == "-D":
                 self.rows.pop(key, None)
-            elif old is None or self.engine == "deduplicate":
+            elif old is None or self.engine in ("deduplicate", APPEND):
                 self.rows[key] = values
             elif self.engine == "partial-update":
                 old.update({n: v for n, v in values.items() if v is not None})

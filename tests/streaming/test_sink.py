@@ -245,3 +245,41 @@ def test_a_postpone_bucket_table_takes_batches_once_and_reads_them_once_compacte
     got = spark.read.format("changelake").load(table.location).toArrow().to_pylist()
     assert {(r["dt"], r["id"]): (r["v"], r["name"]) for r in got} == model(2) == rows_of(table)
     assert {b.bucket for b in table.inspect().buckets} <= {0, 1, 2}  # three real buckets a partition
+
+
+def test_append_tables_are_written_once_and_read_through_spark(spark: Any, tmp_path: Path) -> None:
+    """An unaware and a fixed-bucket append table (no primary key): foreachBatch micro-batches
+    land once each (a replay lands nothing), every row is kept (duplicates too), a -D row is
+    refused with nothing written, and spark.read / readStream read them back as +I rows."""
+    streaming.register(spark)
+    catalog = cl.Catalog(str(tmp_path / "warehouse"))
+    schema = pa.schema([("dt", pa.string()), ("id", pa.int64()), ("v", pa.int32()), ("name", pa.string())])
+    tables = [catalog.create_table("db.u", schema, partition_keys=["dt"]),
+              catalog.create_table("db.f", schema, options={"bucket": "2", "bucket-key": "id"})]
+    batches = [[{"dt": f"d{i % 2}", "id": b * 10 + i % 5, "v": b, "name": f"n{i}"} for i in range(10)]
+               for b in range(3)]
+    for table in tables:
+        sink = streaming.ForeachBatchSink(table, commit_user="job")
+        for b, rows in enumerate(batches):  # in three Spark partitions: several tasks write a bucket
+            sink(spark.createDataFrame(rows, "dt string, id long, v int, name string").repartition(3), b)
+        before = table.latest_snapshot()
+        sink(spark.createDataFrame(batches[2], "dt string, id long, v int, name string"), 2)  # a replay
+        assert table.latest_snapshot() == before
+        with pytest.raises(Exception, match="append table takes inserts only"):
+            sink(spark.createDataFrame([{"rowkind": "-D", "dt": "d0", "id": 1, "v": 0, "name": None}],
+                                       "rowkind string, dt string, id long, v int, name string"), 3)
+        assert table.latest_snapshot() == before
+        appends = [s for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
+        assert [(s.commit_user, s.commit_identifier) for s in appends] == [("job", 0), ("job", 1), ("job", 2)]
+        expected = sorted((r["dt"], r["id"], r["v"], r["name"]) for rows in batches for r in rows)
+        read = spark.read.format("changelake").load(table.location).toArrow().to_pylist()
+        assert sorted((r["dt"], r["id"], r["v"], r["name"]) for r in read) == expected
+        ours = table.scan().to_arrow().to_pylist()
+        assert sorted((r["dt"], r["id"], r["v"], r["name"]) for r in ours) == expected
+        query = (spark.readStream.format("changelake").option("read.changelog", "true").load(table.location)
+                 .writeStream
+                 .format("memory").queryName(f"append_{table.name.split('.')[1]}").trigger(availableNow=True).start())
+        query.awaitTermination()
+        streamed = spark.sql(f"select * from append_{table.name.split('.')[1]}").toArrow().to_pylist()
+        assert {r["rowkind"] for r in streamed} == {"+I"}
+        assert sorted((r["dt"], r["id"], r["v"], r["name"]) for r in streamed) == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -70,19 +71,22 @@ class Catalog:
         self,
         name: str,
         schema: pa.Schema,
-        primary_keys: list[str],
+        primary_keys: Sequence[str] | None = None,
         partition_keys: list[str] | None = None,
         options: dict[str, str] | None = None,
         comment: str | None = None,
     ) -> Table:
-        """Create a primary-key table (its database too, if needed).
+        """Create a table (its database too, if needed): a primary-key table, or without
+        ``primary_keys`` (None or empty) an append table.
 
-        Options use Paimon's names; unknown keys and unparsable values are rejected. Without a
-        ``bucket`` option the table gets ``bucket=1`` (changelake writes fixed buckets only).
+        Options use Paimon's names; unknown keys and unparsable values are rejected, and so are
+        options only primary-key tables take on an append table. Without a ``bucket`` option a
+        primary-key table gets ``bucket=1``, and an append table ``bucket=-1`` (unaware, as
+        Paimon's default); a fixed-bucket append table needs a ``bucket-key``.
         """
         database, table_name = _split_name(name)
         root = f"{self._database_dir(database)}/{table_name}"
-        return Table(metadata.create_table(self.file_io, root, name, schema, list(primary_keys),
+        return Table(metadata.create_table(self.file_io, root, name, schema, list(primary_keys or []),
                                            list(partition_keys or []), dict(options or {}), comment))
 
     def get_table(self, name: str) -> Table:

@@ -115,8 +115,8 @@ class Scan(handoff.ArrowExports):
         if self.snapshot is None:
             return []
         if self.read_optimized:
-            top = self.context.options.num_levels - 1
-            return planner.plan(self.context, self.snapshot, self.row_filter, lambda level: level == top)
+            return planner.plan(self.context, self.snapshot, self.row_filter,
+                                planner.read_optimized_levels(self.context))
         return planner.plan(self.context, self.snapshot, self.row_filter, planner.batch_levels(self.context))
 
     def read_split(self, split: Split) -> pa.Table:

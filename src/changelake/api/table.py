@@ -12,15 +12,17 @@ import pyarrow as pa
 from changelake.api import system_tables
 from changelake.api.scan import Scan
 from changelake.api.schema_update import UpdateSchema
-from changelake.api.writer import TableWriter
+from changelake.api.writer import TableWriter, open_write
 from changelake.changelog import producers
 from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import LookupCompactMode, ScanMode
 from changelake.table import metadata, schema_update, snapshot_expiry
+from changelake.table.append import compaction as append_compaction
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
+from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.lsm import compactor, inspection
 from changelake.table.lsm.inspection import TableInspection
@@ -38,7 +40,8 @@ Progress: TypeAlias = Callable[[int, int], None]
 
 
 class Table:
-    """A primary-key table in a directory (local path or any fsspec URL).
+    """A Paimon table in a directory (local path or any fsspec URL): a primary-key table, or
+    an append table (no primary key).
 
     Cheap to pickle: it carries its name, file IO, location and schema, never open handles.
     """
@@ -245,8 +248,7 @@ class Table:
         """A writer whose ``commit(identifier)`` lands each identifier at most once per user,
         also once expiry deleted the user's snapshots (docs/maintenance.md has the exact
         guarantee). Give a stable ``commit_user`` to keep that across restarts."""
-        return TableWriter(postpone.table_write(self._context, commit_user or str(uuid.uuid4()),
-                                                changelog=producers.for_table(self._context)))
+        return TableWriter(open_write(self._context, commit_user or str(uuid.uuid4())))
 
     def write(self, data: WriteInput) -> Snapshot | None:
         """Write rows as one commit and return the new snapshot (None when ``data`` is empty).
@@ -256,9 +258,7 @@ class Table:
         if postpone.is_postpone(self._context) and self._context.options.postpone_batch_write_fixed_bucket:
             return postpone.write_fixed_buckets(self._context, data, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER,
                                                 changelog_for=producers.for_table)
-        changelog = producers.for_table(self._context)
-        with postpone.table_write(self._context, str(uuid.uuid4()), changelog=changelog,
-                                  wait_compaction=True) as writer:
+        with open_write(self._context, str(uuid.uuid4()), one_shot=True) as writer:
             writer.write(data)
             landed = writer.commit(BATCH_COMMIT_IDENTIFIER)
         return landed[0] if landed else None
@@ -267,7 +267,8 @@ class Table:
                 progress: Progress | None = None) -> Snapshot | None:
         """Compact the table's buckets now (all, or those of ``partitions``, each a dict of
         partition values) as a COMPACT snapshot; ``full`` merges every bucket into its top
-        level. Tables whose writers force level 0 up (deletion vectors, first-row, the
+        level. An append table's small files are joined as Paimon joins them
+        (docs/append-tables.md). Tables whose writers force level 0 up (deletion vectors, first-row, the
         ``lookup`` producer) have it moved up, with ``lookup-compact`` gentle too. Returns None
         when there was nothing to compact. ``progress`` gets (buckets done, buckets)."""
         commit_user = str(uuid.uuid4())
@@ -276,8 +277,12 @@ class Table:
             landed = postpone_compaction.compact(self._context, commit_user, full=full, partitions=partitions,
                                                  changelog_for=producers.for_table, progress=progress)
         else:
-            messages = compactor.compact_table(self._context, full=full, partitions=partitions,
-                                               changelog=producers.for_table(self._context), progress=progress)
+            if self._context.kind is TableKind.APPEND:
+                messages = append_compaction.compact_table(self._context, full=full, partitions=partitions,
+                                                           progress=progress)
+            else:
+                messages = compactor.compact_table(self._context, full=full, partitions=partitions,
+                                                   changelog=producers.for_table(self._context), progress=progress)
             landed = committer.commit(self._context, messages, commit_user, BATCH_COMMIT_IDENTIFIER) \
                 if messages else []
         if landed:

@@ -33,7 +33,7 @@ from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.write import conform, landing, postpone
+from changelake.table.write import conform, landing
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
@@ -117,10 +117,10 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     conform.check_columns(ctx, df.columns)
     df = as_table_timestamps(df, ctx)
     write_groups = functools.partial(write_tasks.write_groups, ctx, commit_user)
-    if df.rdd.getNumPartitions() == 1 or postpone.is_postpone(ctx):
+    if df.rdd.getNumPartitions() == 1 or not write_tasks.needs_shuffle(ctx):
         # One task holds every row (a small micro-batch, typically): each bucket is whole in
-        # it already, so the shuffle and its stage are saved. A postpone-bucket table needs no
-        # assignment: each task writes its rows to bucket-postpone/ as one writer of its own.
+        # it already, so the shuffle and its stage are saved. An unaware append table and a
+        # postpone-bucket table need no whole buckets: every task writes its own rows.
         write_rows = functools.partial(write_tasks.write_rows, ctx, commit_user)
         written = df.mapInArrow(write_rows, f"{MESSAGE_COLUMN} binary")
     else:

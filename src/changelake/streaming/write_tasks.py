@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from changelake.changelog import producers
+from changelake.api.writer import open_write
 from changelake.errors import SchemaMismatchError
+from changelake.table.append.definition import UNAWARE_BUCKET
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import bucket
+from changelake.table.format.schema import TableKind
 from changelake.table.write import postpone
 
 BUCKET_COLUMN = "_changelake_bucket"
@@ -33,13 +35,27 @@ class TaskResult:
     view: int | None
 
 
+def needs_shuffle(ctx: TableContext) -> bool:
+    """Whether each (partition, bucket) must be written by one task: not for an unaware append
+    table, whose rows go anywhere in their partition (as Paimon's Spark writer, every task
+    writes its own rows), nor for a postpone-bucket table (each task's rows go to
+    bucket-postpone/ as one writer's)."""
+    if postpone.is_postpone(ctx):
+        return False
+    return not (ctx.kind is TableKind.APPEND and ctx.options.bucket == UNAWARE_BUCKET)
+
+
 def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The rows with their bucket (Paimon's hash of the bucket key, in the table's types) as a
-    last column ``_changelake_bucket``."""
+    last column ``_changelake_bucket``; 0 for an unaware append table, whose partitions each
+    have one bucket."""
     for batch in batches:
-        keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
-        ids = bucket.buckets(keys, ctx.options.bucket)
-        yield batch.append_column(BUCKET_COLUMN, pa.array(ids, pa.int32()))
+        if not needs_shuffle(ctx):
+            ids = pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows)
+        else:
+            keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
+            ids = pa.array(bucket.buckets(keys, ctx.options.bucket), pa.int32())
+        yield batch.append_column(BUCKET_COLUMN, ids)
 
 
 def _as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -63,7 +79,7 @@ def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordB
     """Write the rows (every row of each of their buckets is here, none elsewhere) with the
     table's merge engine, compaction and changelog producer; yields one row holding the pickled
     :class:`TaskResult` (none when there were no rows)."""
-    with postpone.table_write(ctx, commit_user, changelog=producers.for_table(ctx), wait_compaction=True) as write:
+    with open_write(ctx, commit_user, one_shot=True) as write:
         wrote = False
         for batch in batches:
             if batch.num_rows:

@@ -24,7 +24,7 @@ from changelake.table.format import binary_row, data_file, kv, snapshot
 from changelake.table.format.data_file import FileSettings
 from changelake.table.format.kv import KeyCodec
 from changelake.table.format.manifest import DataFileMeta
-from changelake.table.format.schema import SchemaHistory, TableSchema
+from changelake.table.format.schema import SchemaHistory, TableKind, TableSchema
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
@@ -55,10 +55,26 @@ class TableContext:
         """Arrow schema of the table's rows."""
         return self.schema.arrow_schema()
 
+    @property
+    def kind(self) -> TableKind:
+        """A primary-key or an append table: the one thing that picks the engine's
+        implementations (writer, splits, compaction) of the table."""
+        return self.schema.kind
+
     @cached_property
     def file_schema(self) -> pa.Schema:
-        """Arrow schema of the table's data files in the full key-value layout."""
+        """Arrow schema of the table's data files: the full key-value layout of a primary-key
+        table; an append table's files hold its columns only, as Paimon writes them."""
+        if self.kind is TableKind.APPEND:
+            return self.arrow_schema
         return kv.file_schema(self.arrow_schema, self.key_names)
+
+    @property
+    def key_value_files(self) -> bool:
+        """Whether data files are in the key-value layout (``_KEY_``, ``_SEQUENCE_NUMBER``,
+        ``_VALUE_KIND``): an append table's files hold plain rows, all inserts, numbered in the
+        manifest only."""
+        return self.kind is TableKind.PRIMARY_KEY
 
     @cached_property
     def schemas(self) -> SchemaHistory:

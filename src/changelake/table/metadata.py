@@ -21,6 +21,7 @@ from changelake.errors import (
     TagNotFoundError,
 )
 from changelake.options import TableOptions
+from changelake.table.append import definition as append_definition
 from changelake.table.context import TableContext
 from changelake.table.format import schema as table_schema
 from changelake.table.format import snapshot
@@ -68,8 +69,12 @@ def create_table(
     """Validate a new table's definition and write its schema 0 (atomically: of two creators,
     one wins and the other gets TableAlreadyExistsError)."""
     checked = dict(options)
-    checked.setdefault("bucket", _DEFAULT_BUCKETS)
+    # An append table without 'bucket' is unaware (bucket = -1), as Paimon makes it.
+    checked.setdefault("bucket", _DEFAULT_BUCKETS if primary_keys else str(append_definition.UNAWARE_BUCKET))
     parsed = TableOptions.parse(checked, table=name, new=True)
+    if primary_keys and parsed.bucket == -1:
+        raise OptionError(f"bucket={parsed.bucket} (dynamic bucket mode) is not supported for primary-key tables; "
+                          "create the table with a fixed 'bucket'", table=name, option="bucket")
     new_schema = table_schema.from_arrow(name, schema, primary_keys, partition_keys, checked, comment)
     for key, columns in (("rowkind.field", (parsed.rowkind_field,)), ("bucket-key", parsed.bucket_key),
                          ("sequence.field", parsed.sequence_field)):
@@ -81,7 +86,7 @@ def create_table(
                           "a row kind column holds strings (+I, -U, +U, -D)", table=name, option="rowkind.field")
     # Paimon's rules: a key lives in one bucket only if the bucket key is part of the primary
     # key, and partitions are split into buckets by the rest of the key.
-    outside = [c for c in parsed.bucket_key if c not in primary_keys]
+    outside = [c for c in parsed.bucket_key if primary_keys and c not in primary_keys]
     if outside:
         raise OptionError(f"names {outside}, not primary-key columns; the primary key {primary_keys} must "
                           "include every bucket-key field", table=name, option="bucket-key")
@@ -89,6 +94,7 @@ def create_table(
     if in_partition:
         raise OptionError(f"names partition keys {in_partition}; bucket keys must not be partition keys",
                           table=name, option="bucket-key")
+    append_definition.check(new_schema, parsed)
     merge_engine(new_schema, parsed)  # rejects invalid merge-engine settings now
     check_deletion_vectors(parsed)
     paths = TablePaths(root)

@@ -22,6 +22,7 @@ import pyarrow as pa
 from changelake.errors import OptionError, SchemaError
 from changelake.options import TableOptions
 from changelake.table import metadata
+from changelake.table.append import definition as append_definition
 from changelake.table.context import TableContext
 from changelake.table.format import kv, snapshot, types
 from changelake.table.format.schema import DataField, TableSchema
@@ -165,6 +166,8 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
     })
     parsed = TableOptions.parse(options, table=table)
     merge_engine(evolved, parsed)  # the engine still fits the columns
+    changed = {key for change in changes if isinstance(change, SetOptions) for key in change.values}
+    append_definition.check(evolved, parsed, keys=changed)
     if any(isinstance(change, SetOptions) and _PAIRED_WITH_VECTORS & change.values.keys() for change in changes):
         check_deletion_vectors(parsed)
     return evolved

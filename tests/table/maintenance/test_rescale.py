@@ -289,6 +289,13 @@ def test_tables_rescale_cannot_rewrite(tmp_path: Path) -> None:
     with pytest.raises(errors.OptionError, match="rescale rewrites tables of fixed buckets; this table has bucket=-1"):
         cl.open_table(table.location).rescale(bucket=3)
     assert _files(tmp_path) == files
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    append = cl.Catalog(str(tmp_path / "w2")).create_table("db.a", schema, options={"bucket": "2", "bucket-key": "k"})
+    append.write(pa.table({"k": [1, 2], "v": [1, 2]}))
+    files = _files(tmp_path)
+    with pytest.raises(errors.OptionError, match="rescale rewrites primary-key tables; this is an append table"):
+        append.rescale(bucket=3)
+    assert _files(tmp_path) == files
 
 
 def test_expiry_orphans_and_rollback_after_a_rescale(tmp_path: Path) -> None:

@@ -64,7 +64,12 @@ def _shift(ctx: TableContext, message: CommitMessage, base: int, offset: int) ->
     bucket_dir = message.bucket_dir(ctx)
 
     def copy_of(f: DataFileMeta, settings: FileSettings) -> DataFileMeta:
-        return _rewrite(ctx, bucket_dir, f, base, offset, settings) if f.max_sequence_number >= base else f
+        if f.max_sequence_number < base:
+            return f
+        if not ctx.key_value_files:  # an append table's numbers are in the manifest only
+            return dataclasses.replace(f, min_sequence_number=f.min_sequence_number + offset,
+                                       max_sequence_number=f.max_sequence_number + offset)
+        return _rewrite(ctx, bucket_dir, f, base, offset, settings)
 
     return dataclasses.replace(
         message,

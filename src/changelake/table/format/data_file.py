@@ -76,7 +76,7 @@ class _OpenFile:
     orphan (removed by ``remove_orphan_files``)."""
 
     def __init__(self, file_io: FileIO, bucket_dir: str, schema: pa.Schema, settings: FileSettings, level: int, *,
-                 keep: bool = False) -> None:
+                 keep: bool = False, first_sequence: int | None = None) -> None:
         self.name = file_name(settings.prefix)
         self.path = f"{bucket_dir}/{self.name}"
         # Rows arrive in the full key-value layout (the metadata needs the keys); a thin file
@@ -120,6 +120,8 @@ class _OpenFile:
         self.key_bounds: list[list[pa.StructScalar]] = [[] for _ in self.bounded]
         self.seq_min: int | None = None
         self.seq_max: int | None = None
+        # Rows of an append table (no _SEQUENCE_NUMBER column) are numbered in write order from here.
+        self.next_sequence = first_sequence
         self.keep = keep
         self.pieces: list[pa.Table] = []  # with ``keep``: what was written, for ``on_file``
 
@@ -134,10 +136,15 @@ class _OpenFile:
             self.first = chunk.slice(0, 1)
         self.last = chunk.slice(chunk.num_rows - 1, 1)
         self.rows += chunk.num_rows
-        kinds = np.asarray(chunk.column(kv.VALUE_KIND).to_numpy())
-        self.deletes += int(np.count_nonzero((kinds == kv.UPDATE_BEFORE) | (kinds == kv.DELETE)))
-        seq = np.asarray(chunk.column(kv.SEQUENCE).to_numpy())
-        low, high = int(seq.min()), int(seq.max())
+        if self.next_sequence is not None:  # an append table's rows: all inserts, numbered in order
+            low = self.next_sequence
+            self.next_sequence = low + chunk.num_rows
+            high = self.next_sequence - 1
+        else:
+            kinds = np.asarray(chunk.column(kv.VALUE_KIND).to_numpy())
+            self.deletes += int(np.count_nonzero((kinds == kv.UPDATE_BEFORE) | (kinds == kv.DELETE)))
+            seq = np.asarray(chunk.column(kv.SEQUENCE).to_numpy())
+            low, high = int(seq.min()), int(seq.max())
         self.seq_min = low if self.seq_min is None else min(self.seq_min, low)
         self.seq_max = high if self.seq_max is None else max(self.seq_max, high)
         for bounds, index in zip(self.key_bounds, self.bounded, strict=True):
@@ -148,6 +155,8 @@ class _OpenFile:
         nulls: keys are primary-key columns), encoded in one pass."""
         assert self.first is not None and self.last is not None
         arity = len(settings.key_names)
+        if not arity:  # an append table's files have no key: empty key rows and statistics
+            return EMPTY_STATS.min_values, EMPTY_STATS.max_values, EMPTY_STATS
         names = [kv.key_column(k) for k in settings.key_names]
         firsts = [self.first.column(n).combine_chunks() for n in names]
         lasts = [self.last.column(n).combine_chunks() for n in names]
@@ -212,10 +221,13 @@ def write(
     level: int,
     file_source: FileSource = FileSource.APPEND,
     on_file: Callable[[DataFileMeta, pa.Table], None] | None = None,
+    *,
+    first_sequence: int | None = None,
 ) -> list[DataFileMeta]:
     """Write key-ordered chunks of key-value rows as Parquet files, rolling to a new file once
     one reaches ``target-file-size``; returns each file's manifest metadata. ``on_file`` is
-    called with each file written and its rows (as given, zero-copy)."""
+    called with each file written and its rows (as given, zero-copy). An append table's rows
+    (its columns only, in write order) are numbered from ``first_sequence``."""
     written: list[DataFileMeta] = []
     current: _OpenFile | None = None
 
@@ -234,7 +246,10 @@ def write(
             for start in range(0, chunk.num_rows, piece_rows):
                 piece = chunk.slice(start, piece_rows)
                 if current is None:
-                    current = _OpenFile(file_io, bucket_dir, piece.schema, settings, level, keep=on_file is not None)
+                    following = first_sequence if not written or first_sequence is None else \
+                        written[-1].max_sequence_number + 1
+                    current = _OpenFile(file_io, bucket_dir, piece.schema, settings, level, keep=on_file is not None,
+                                        first_sequence=following)
                 current.add(piece, settings.key_names)
                 if current.sink.tell() >= settings.target_file_size:
                     close(current)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import itertools
 import threading
 import time
@@ -16,6 +17,14 @@ from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
 
 SCHEMA_VERSION = 3
+
+
+class TableKind(enum.Enum):
+    """Paimon's two kinds of table: with a primary key (an LSM tree of key-value files per
+    bucket), or without one (an append table: files of plain rows, kept in write order)."""
+
+    PRIMARY_KEY = "primary-key"
+    APPEND = "append"
 
 
 class DataField(BaseModel):
@@ -56,6 +65,11 @@ class TableSchema(BaseModel):
             if f.name == name:
                 return f
         raise SchemaError("is not in the schema", column=name)
+
+    @property
+    def kind(self) -> TableKind:
+        """A table without primary keys is an append table."""
+        return TableKind.PRIMARY_KEY if self.primary_keys else TableKind.APPEND
 
     @property
     def trimmed_primary_keys(self) -> tuple[str, ...]:
@@ -126,24 +140,23 @@ def from_arrow(
     options: dict[str, str],
     comment: str | None,
 ) -> TableSchema:
-    """Schema 0 of a new primary-key table; validates keys against the columns."""
+    """Schema 0 of a new table (an append table without ``primary_keys``); validates keys
+    against the columns."""
     names = schema.names
     if len(set(names)) != len(names):
         raise SchemaError(f"duplicate column names in {names}", table=table_name)
-    if not primary_keys:
-        raise SchemaError("a primary-key table needs at least one primary key", table=table_name)
     for kind, keys in (("primary key", primary_keys), ("partition key", partition_keys)):
         for key in keys:
             if key not in names:
                 raise SchemaError(f"{kind} {key!r} is not a column of the schema {names}", table=table_name)
         if len(set(keys)) != len(keys):
             raise SchemaError(f"duplicate {kind}s in {keys}", table=table_name)
-    missing = [p for p in partition_keys if p not in primary_keys]
+    missing = [p for p in partition_keys if primary_keys and p not in primary_keys]
     if missing:
         raise SchemaError(
             f"primary keys {primary_keys} must contain the partition keys; missing {missing}", table=table_name
         )
-    if set(primary_keys) == set(partition_keys):
+    if primary_keys and set(primary_keys) == set(partition_keys):
         raise SchemaError(
             f"primary keys {primary_keys} must not be the same as the partition keys", table=table_name
         )

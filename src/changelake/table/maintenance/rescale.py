@@ -33,6 +33,7 @@ from changelake.table.format import bucket as bucket_hash
 from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta, FileSource, ManifestEntry
+from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints, scratch
 from changelake.table.io.killpoints import KillPoint
@@ -77,6 +78,10 @@ def _checked_bucket(ctx: TableContext, bucket: int | None, latest: Snapshot | No
     """The number of buckets to rescale to; OptionError unless the table has fixed buckets and
     ``bucket`` is None or a positive int, SnapshotNotFoundError for a table never written."""
     current = ctx.options.bucket
+    if ctx.kind is TableKind.APPEND:
+        # Its rows have no key to merge by; rewriting them is a plain overwrite (issue 26's).
+        raise OptionError("rescale rewrites primary-key tables; this is an append table",
+                          table=ctx.name, option="bucket")
     if current < 1:
         raise OptionError(f"rescale rewrites tables of fixed buckets; this table has bucket={current}",
                           table=ctx.name, option="bucket")

@@ -17,9 +17,11 @@ import pyarrow.fs as pafs
 
 from changelake.errors import ScanError
 from changelake.option_values import POSTPONE_BUCKET, MergeEngineKind
+from changelake.table.append import splits as append_splits
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import interval_partition
 from changelake.table.read import deletion_vectors, live_files
@@ -158,6 +160,14 @@ def batch_levels(ctx: TableContext) -> Callable[[int], bool] | None:
     return None
 
 
+def read_optimized_levels(ctx: TableContext) -> Callable[[int], bool] | None:
+    """The levels a read-optimized scan (Paimon's ``$ro``) reads: a primary-key table's top
+    level, which needs no merge; every file of an append table, none of which needs one."""
+    if ctx.kind is TableKind.APPEND:
+        return None
+    return functools.partial(operator.eq, ctx.options.num_levels - 1)
+
+
 def plan(
     ctx: TableContext,
     snapshot: Snapshot,
@@ -182,23 +192,28 @@ def plan(
     if ctx.options.deletion_vectors_enabled:
         return _plan_with_vectors(ctx, snapshot, entries) + postponed
     splits = []
+    cut = append_splits.split_bucket if ctx.kind is TableKind.APPEND else split_bucket
     for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
         bucket_dir = ctx.bucket_dir(partition, bucket)
-        for group, raw in split_bucket(ctx, files):
+        for group, raw in cut(ctx, files):
             splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw))
     return splits + postponed
 
 
 def _plan_with_vectors(ctx: TableContext, snapshot: Snapshot, entries: list[ManifestEntry]) -> list[Split]:
     """Splits of a table with deletion vectors (Paimon's batch scan with ``deletion-vectors.enabled``):
-    level 0 is skipped (writers compact it up before they commit), and every other file is read
-    alone, without a merge, minus the rows its deletion vector marks; files are packed into splits
-    up to ``source.split.target-size``."""
+    a primary-key table's level 0 is skipped (writers compact it up before they commit), and
+    every other file is read alone, without a merge, minus the rows its deletion vector marks
+    (an append table's files all, in write order); files are packed into splits up to
+    ``source.split.target-size``."""
     options = ctx.options
     vector_files = deletion_vectors.snapshot_vectors(ctx, snapshot)
     splits = []
     for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
-        above = sorted((f for f in files if f.level > 0), key=lambda f: (f.level, ctx.key_of(f.min_key)))
+        if ctx.kind is TableKind.APPEND:  # every file, in write order: an append table has no level 0 to skip
+            above = sorted(files, key=lambda f: f.min_sequence_number)
+        else:
+            above = sorted((f for f in files if f.level > 0), key=lambda f: (f.level, ctx.key_of(f.min_key)))
         if not above:
             continue
         bucket_dir = ctx.bucket_dir(partition, bucket)

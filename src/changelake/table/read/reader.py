@@ -97,7 +97,13 @@ def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression:
         # (pypaimon 2.1 records 0 for level-0 files holding -D rows), so the kinds are read
         # unless the file's statistics show no -U/-D row.
         constant = set(_partition_columns(ctx, columns, expression))
-        return [kv.VALUE_KIND, *(c for c in value_columns if c not in constant)]
+        kinds = [kv.VALUE_KIND] if ctx.key_value_files else []
+        stored = [c for c in value_columns if c not in constant]
+        if not kinds and not stored:
+            # An append table's read of partition columns only (or none): Arrow loses the row
+            # count of a read without columns, so one column is read and projected away.
+            stored = [next((c for c in ctx.arrow_schema.names if c not in constant), ctx.arrow_schema.names[0])]
+        return [*kinds, *stored]
     return [*ctx.key_columns, kv.SEQUENCE, kv.VALUE_KIND, *value_columns]
 
 
@@ -116,6 +122,8 @@ def _with_partition(ctx: TableContext, split: Split, rows: pa.Table, columns: Se
         return rows
     values = dict(zip(ctx.partition_keys, ctx.partition_values(split.partition), strict=True))
     for name in names:
+        if name in rows.column_names:  # read from the file after all (see _wanted)
+            continue
         field = ctx.arrow_schema.field(name)
         rows = rows.append_column(field, CONSTANT_COLUMNS.column(values[name], field.type, rows.num_rows))
     return rows
@@ -212,10 +220,16 @@ def apply_filter(ctx: TableContext, table: pa.Table, expression: pc.Expression |
 
 def read_changes(ctx: TableContext, split: Split, columns: Sequence[str],
                  rows: tuple[int, int] | None = None) -> pa.Table:
-    """The rows of a one-file split as stored, not merged: ``_VALUE_KIND`` (each row's kind)
-    then ``columns``, in file order; ``rows`` = (start, stop) reads only those rows."""
+    """The rows of a one-file split as stored, not merged: ``_VALUE_KIND`` (each row's kind;
+    +I for an append table's) then ``columns``, in file order; ``rows`` = (start, stop) reads
+    only those rows."""
     (meta,) = split.files
-    return ctx.read_file(split.bucket_dir, meta, [kv.VALUE_KIND, *columns], rows)
+    if ctx.key_value_files:
+        return ctx.read_file(split.bucket_dir, meta, [kv.VALUE_KIND, *columns], rows)
+    # An append table's rows are all inserts.
+    plain = ctx.read_file(split.bucket_dir, meta, columns, rows)
+    return plain.add_column(0, pa.field(kv.VALUE_KIND, pa.int8(), nullable=False),
+                            CONSTANT_COLUMNS.column(kv.INSERT, pa.int8(), plain.num_rows))
 
 
 def read_splits(
