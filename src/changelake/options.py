@@ -40,9 +40,10 @@ class TableOptions:
         "bucket",
         values.bucket,
         "-1",
-        "Number of buckets; changelake writes fixed buckets (>= 1).",
-        supports=lambda v: v >= 1,
-        unsupported="changelake writes a fixed number of buckets (>= 1); dynamic bucket mode is not supported",
+        "Number of buckets (>= 1), or -1: dynamic bucket mode, where each partition's HASH index "
+        "says which bucket a key is in and new keys open buckets as they fill.",
+        supports=lambda v: v >= 1 or v == -1,
+        unsupported="changelake writes a fixed number of buckets (>= 1) or dynamic buckets (-1)",
     )
     bucket_key: tuple[str, ...] = declare(
         "bucket-key",
@@ -316,7 +317,23 @@ class TableOptions:
         "marking the replaced rows of older files deleted; readers read each file once, without a merge.",
     )
     dynamic_bucket_target_row_num: int = declare(
-        "dynamic-bucket.target-row-num", values.int_value, "2000000", "Rows per bucket in dynamic bucket mode."
+        "dynamic-bucket.target-row-num", values.positive_int, "2000000",
+        "Dynamic bucket mode: keys a bucket takes before new keys go to another (or a new) bucket.",
+    )
+    dynamic_bucket_max_buckets: int = declare(
+        "dynamic-bucket.max-buckets", values.dynamic_max_buckets, "-1",
+        "Dynamic bucket mode: most buckets of a partition (-1: up to 32768); once all are full, a new "
+        "key goes to one of them at random.",
+    )
+    dynamic_bucket_initial_buckets: int | None = declare(
+        "dynamic-bucket.initial-buckets", values.positive_int, None,
+        "Dynamic bucket mode: buckets a partition fills at once (Paimon's number of assigners: "
+        "a key hash picks its assigner, each assigner fills its own buckets); default: "
+        "`dynamic-bucket.assigner-parallelism`, else one.",
+    )
+    dynamic_bucket_assigner_parallelism: int | None = declare(
+        "dynamic-bucket.assigner-parallelism", values.positive_int, None,
+        "Dynamic bucket mode: assigners, when `dynamic-bucket.initial-buckets` is unset.",
     )
     # reads
     split_target_size: int = declare(

@@ -78,7 +78,8 @@ class Catalog:
         """Create a primary-key table (its database too, if needed).
 
         Options use Paimon's names; unknown keys and unparsable values are rejected. Without a
-        ``bucket`` option the table gets ``bucket=1`` (changelake writes fixed buckets only).
+        ``bucket`` option the table is dynamic-bucket (``bucket = -1``, as in Paimon): each
+        partition's HASH index places keys in buckets of ``dynamic-bucket.target-row-num`` keys.
         """
         database, table_name = _split_name(name)
         root = f"{self._database_dir(database)}/{table_name}"
