@@ -16,7 +16,7 @@ import pytest
 
 import changelake as cl
 from changelake import streaming
-from changelake.errors import SchemaMismatchError
+from changelake.errors import OptionError, SchemaMismatchError
 
 SCHEMA = pa.schema([
     pa.field("dt", pa.string(), nullable=False),
@@ -163,6 +163,14 @@ def test_bad_batches_fail_clearly_and_commit_nothing(spark: Any, tmp_path: Path)
         streaming.write(spark.createDataFrame([("d0", 3, 2**40, "b")], "dt string, id long, v long, name string"),
                         table)
     assert table.latest_snapshot() == latest
+
+
+def test_the_sink_refuses_dynamic_bucket_tables_naming_table_and_option(spark: Any, tmp_path: Path) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table("db.dyn", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"])
+    with pytest.raises(OptionError, match="dynamic bucket mode") as refused:
+        streaming.write(spark.createDataFrame([("d0", 2, 2, "b")], "dt string, id long, v int, name string"), table)
+    assert refused.value.table == "db.dyn" and refused.value.option == "bucket"
+    assert table.latest_snapshot() is None
 
 
 def test_an_evolved_table_is_written_and_read_through_spark(spark: Any, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from changelake.api.catalog import open_table
 from changelake.api.table import Table
 from changelake.changelog import producers
-from changelake.errors import StreamingError
+from changelake.errors import OptionError, StreamingError
 from changelake.streaming import write_tasks
 from changelake.streaming.spark_schema import with_table_timestamps
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
@@ -110,6 +110,11 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     """Write ``df`` on the executors and commit it once as (``commit_user``, ``identifier``):
     the snapshots that landed ([] when that identifier was committed already)."""
     ctx = table.context
+    if ctx.options.bucket == -1:
+        # The tasks would each assign keys from their own view of the HASH index.
+        raise OptionError("is -1 (dynamic bucket mode): the Spark sink does not write dynamic-bucket tables yet; "
+                          "write them with Table.write or Table.writer, or create the table with a fixed 'bucket'",
+                          table=ctx.name, option="bucket")
     changelog = producers.for_table(ctx)
     if landing.replayed(ctx, changelog, commit_user, identifier):
         return []
