@@ -49,7 +49,7 @@ class TableOptions:
         "bucket-key",
         values.names,
         "",
-        "Columns hashed to pick the bucket (default: the primary key minus partition keys).",
+        "Fixed buckets: columns hashed to pick the bucket (default: the primary key minus partition keys).",
     )
     path: str | None = declare("path", values.text_value, None, "The table's location (set by catalogs).")
     partition_default_name: str = declare(
