@@ -18,6 +18,7 @@ from changelake import errors
 from changelake.table.format import binary_row, bucket, hash_index
 from changelake.table.read import deletion_vectors as read_index
 from changelake.table.read.live_files import live_entries
+from changelake.table.write.assigners import dynamic
 from changelake.table.write.assigners.dynamic import hash_entries
 
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
@@ -157,11 +158,26 @@ def test_a_missing_or_corrupt_index_file_is_named_and_nothing_is_written(tmp_pat
         path.unlink()
     else:
         path.write_bytes(path.read_bytes()[:6])
+    dynamic.COMMITTED.clear()  # as in another process: this one kept the index it committed
     before = table.latest_snapshot()
     with pytest.raises(errors.CorruptMetadataError, match=entry.file.file_name):
         table.write(_rows(range(10), "y"))
     assert table.latest_snapshot() == before
     assert _values(table) == {("a", k): "x" for k in range(40)}
+
+
+def test_a_writer_starts_from_the_index_this_process_committed(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    table.write(_rows(range(100), "x"))
+    index_dir = tmp_path / "db.db" / "t" / "index"
+    aside = tmp_path / "aside"
+    index_dir.rename(aside)  # the next write must not need them
+    try:
+        table.write(_rows(range(50, 130), "y"))
+    finally:
+        for name in os.listdir(aside):
+            (aside / name).rename(index_dir / name)
+    assert sorted(len(k) for k in buckets_of(table).values()) == [10, 30, 30, 30, 30]
 
 
 def test_bucket_key_is_refused_on_dynamic_bucket_tables(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket, hash_index
 from changelake.table.format.index_manifest import IndexFileMeta, IndexManifestEntry
 from changelake.table.read import deletion_vectors as read_index
+from changelake.table.read.live_files import ManifestCache
 from changelake.table.write.assigners.base import IndexUpdate
 
 # Paimon's bucket ids in HASH mode are Java shorts: at most Short.MAX_VALUE + 1 buckets.
@@ -55,6 +56,25 @@ def hash_entries(ctx: TableContext) -> dict[bytes, dict[int, IndexManifestEntry]
     return found
 
 
+@dataclass(frozen=True)
+class _Committed:
+    """A partition's index as a snapshot committed it, shared by the writers of this process
+    (its arrays are never changed in place): a writer after another, ``table.write`` after
+    ``table.write``, starts from it instead of reading every HASH file of the partition again."""
+
+    base: Mapping[int, IndexFileMeta]
+    counts: Mapping[int, int]
+    hashes: Mapping[int, np.ndarray]
+    runs: tuple[np.ndarray, ...]
+
+    def nbytes(self) -> int:
+        return sum(h.nbytes for h in self.hashes.values()) + sum(r.nbytes for r in self.runs)
+
+
+# By (filesystem, table root, partition, names of its HASH files): those files never change.
+COMMITTED = ManifestCache(max_files=64, max_bytes=512 * 1024 * 1024, weigh=_Committed.nbytes)
+
+
 @dataclass
 class _PartitionIndex:
     """One partition's key hash -> bucket map, as sorted runs of ``hash << 16 | bucket`` (looked
@@ -73,6 +93,15 @@ class _PartitionIndex:
         if hashes:
             index._add_run(np.concatenate([_codes(h, np.full(len(h), b)) for b, h in hashes.items()]))
         return index
+
+    @staticmethod
+    def of_committed(committed: _Committed) -> _PartitionIndex:
+        return _PartitionIndex(dict(committed.base), dict(committed.counts),
+                               {b: [h] for b, h in committed.hashes.items()}, list(committed.runs))
+
+    def committed(self) -> _Committed:
+        return _Committed(dict(self.base), dict(self.counts), {b: self.bucket_hashes(b) for b in self.hashes},
+                          tuple(self.runs))
 
     def base_names(self) -> tuple[str, ...]:
         return tuple(sorted(f.file_name for f in self.base.values()))
@@ -156,9 +185,13 @@ class DynamicBuckets:
         names = tuple(sorted(e.file.file_name for e in live.values()))
         pending = index is not None and (index.dirty or any(p == partition for p, _ in self._prepared))
         if index is None or (index.base_names() != names and not pending):
-            hashes = {b: self._read(e) for b, e in live.items()}
-            index = self._indexes[partition] = _PartitionIndex.of({b: e.file for b, e in live.items()}, hashes)
+            committed = COMMITTED.get(self._key(partition, names), lambda: _PartitionIndex.of(
+                {b: e.file for b, e in live.items()}, {b: self._read(e) for b, e in live.items()}).committed())
+            index = self._indexes[partition] = _PartitionIndex.of_committed(committed)
         return index
+
+    def _key(self, partition: bytes, names: tuple[str, ...]) -> tuple[str, str, bytes, tuple[str, ...]]:
+        return self.ctx.file_io.protocol, self.ctx.paths.root, partition, names
 
     def _read(self, entry: IndexManifestEntry) -> np.ndarray:
         return hash_index.read(self.ctx.file_io, read_index.index_path(self.ctx, entry.file), entry.file,
@@ -214,9 +247,11 @@ class DynamicBuckets:
 
     def landed(self) -> None:
         for (partition, b), meta in self._prepared.items():
-            index = self._indexes.get(partition)
-            if index is not None:
-                index.base[b] = meta
+            self._indexes[partition].base[b] = meta
+        for partition in {p for p, _ in self._prepared}:
+            index = self._indexes[partition]
+            if not index.dirty:  # holds exactly what landed: the next writer starts from it
+                COMMITTED.put(self._key(partition, index.base_names()), index.committed())
         self._prepared.clear()
 
     def forget(self) -> None:
