@@ -16,7 +16,8 @@ import pytest
 
 import changelake as cl
 from changelake import streaming
-from changelake.errors import OptionError, SchemaMismatchError
+from changelake.errors import SchemaMismatchError
+from changelake.table.read.live_files import live_entries
 
 SCHEMA = pa.schema([
     pa.field("dt", pa.string(), nullable=False),
@@ -165,12 +166,28 @@ def test_bad_batches_fail_clearly_and_commit_nothing(spark: Any, tmp_path: Path)
     assert table.latest_snapshot() == latest
 
 
-def test_the_sink_refuses_dynamic_bucket_tables_naming_table_and_option(spark: Any, tmp_path: Path) -> None:
-    table = cl.Catalog(str(tmp_path)).create_table("db.dyn", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"])
-    with pytest.raises(OptionError, match="dynamic bucket mode") as refused:
-        streaming.write(spark.createDataFrame([("d0", 2, 2, "b")], "dt string, id long, v int, name string"), table)
-    assert refused.value.table == "db.dyn" and refused.value.option == "bucket"
-    assert table.latest_snapshot() is None
+@pytest.mark.parametrize("assigners", ["1", "2"])
+def test_spark_writes_dynamic_bucket_tables_with_each_key_in_one_bucket(spark: Any, tmp_path: Path,
+                                                                        assigners: str) -> None:
+    """Rows spread over several Spark tasks: each (partition, assigner) is written by one task,
+    which opens only its assigner's buckets; batches after the first find the keys where the
+    HASH index put them."""
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.dyn", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+        options={"dynamic-bucket.target-row-num": "20", "dynamic-bucket.assigner-parallelism": assigners})
+    state: dict[tuple[str, int], tuple[Any, Any]] = {}
+    for batch in range(3):
+        rows = [(f"d{i % 2}", batch * 50 + i, batch, f"n{i}") for i in range(100)]  # 50 updates, 50 new
+        streaming.write(spark.createDataFrame(rows, "dt string, id long, v int, name string").repartition(3), table)
+        state.update({(dt_, id_): (v, name) for dt_, id_, v, name in rows})
+        scanned = table.scan().to_arrow()
+        assert scanned.num_rows == len(state)  # a key in two buckets would be read twice
+        assert rows_of(table) == state
+    entries = live_entries(table.context, table.latest_snapshot())  # type: ignore[arg-type]
+    buckets = {e.bucket for e in entries}
+    assert len(buckets) >= 5 and all(e.total_buckets == -1 for e in entries)
+    if assigners == "2":
+        assert {b % 2 for b in buckets} == {0, 1}
 
 
 def test_an_evolved_table_is_written_and_read_through_spark(spark: Any, tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """Writing Spark DataFrames into a table, exactly once per (commit user, batch id).
 
 A write runs as one Spark job: a ``mapInArrow`` tags every row with its bucket (Paimon's hash,
-vectorized), a shuffle sends each (partition, bucket) to exactly one task, and a second
+vectorized; in dynamic bucket mode, its key's assigner, as Paimon's sinks route keys to the
+assigner tasks that own disjoint buckets), a shuffle sends each (partition, bucket or assigner)
+to exactly one task, and a second
 ``mapInArrow`` writes each task's buckets with the table's merge engine, compaction and
 changelog producer (lookup changelog included), returning only small commit messages. The
 driver collects those and commits once, with the query id as commit user and the batch id as
@@ -25,7 +27,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from changelake.api.catalog import open_table
 from changelake.api.table import Table
 from changelake.changelog import producers
-from changelake.errors import OptionError, StreamingError
+from changelake.errors import StreamingError
 from changelake.streaming import write_tasks
 from changelake.streaming.spark_schema import with_table_timestamps
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
@@ -110,11 +112,6 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     """Write ``df`` on the executors and commit it once as (``commit_user``, ``identifier``):
     the snapshots that landed ([] when that identifier was committed already)."""
     ctx = table.context
-    if ctx.options.bucket == -1:
-        # The tasks would each assign keys from their own view of the HASH index.
-        raise OptionError("is -1 (dynamic bucket mode): the Spark sink does not write dynamic-bucket tables yet; "
-                          "write them with Table.write or Table.writer, or create the table with a fixed 'bucket'",
-                          table=ctx.name, option="bucket")
     changelog = producers.for_table(ctx)
     if landing.replayed(ctx, changelog, commit_user, identifier):
         return []

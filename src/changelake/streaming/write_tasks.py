@@ -16,7 +16,7 @@ from changelake.changelog import producers
 from changelake.errors import SchemaMismatchError
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
-from changelake.table.format import bucket
+from changelake.table.write import assigners
 from changelake.table.write.writer import TableWrite
 
 BUCKET_COLUMN = "_changelake_bucket"
@@ -34,12 +34,13 @@ class TaskResult:
 
 
 def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The rows with their bucket (Paimon's hash of the bucket key, in the table's types) as a
-    last column ``_changelake_bucket``."""
+    """The rows with the group one task writes (fixed buckets: the bucket, Paimon's hash of
+    the bucket key in the table's types; dynamic buckets: the key's assigner, whose task places
+    its new keys in buckets of its own) as a last column ``_changelake_bucket``."""
+    assigner = assigners.for_table(ctx)
     for batch in batches:
         keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
-        ids = bucket.buckets(keys, ctx.options.bucket)
-        yield batch.append_column(BUCKET_COLUMN, pa.array(ids, pa.int32()))
+        yield batch.append_column(BUCKET_COLUMN, pa.array(assigner.route(keys), pa.int32()))
 
 
 def _as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Array:

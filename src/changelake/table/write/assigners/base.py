@@ -30,6 +30,12 @@ class BucketAssigner(Protocol):
         """The bucket of every row (int64); ``partition_of_row`` indexes ``partitions`` (serialized)."""
         ...
 
+    def route(self, key_columns: Sequence[pa.Array]) -> np.ndarray:
+        """For a distributed write, the group of every row (of one partition) that one task
+        must write with all other rows of its group: rows of different groups never share a
+        bucket nor a key, and each group's new keys go to buckets no other group opens."""
+        ...
+
     def prepare(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
         """The index files to commit with the rows assigned since the last prepare, by bucket."""
         ...

@@ -140,6 +140,11 @@ class _PartitionIndex:
         return whole
 
 
+def _owner(hashes: np.ndarray, assigners: int) -> np.ndarray:
+    """The assigner of each key hash: Java's ``abs(hash % n)``."""
+    return np.abs(np.fmod(hashes.astype(np.int64), assigners))
+
+
 def _codes(hashes: np.ndarray, buckets: np.ndarray) -> np.ndarray:
     return (hashes.astype(np.int64) << _BUCKET_BITS) | buckets.astype(np.int64)
 
@@ -178,6 +183,12 @@ class DynamicBuckets:
             buckets[rows] = found[inverse]
         return buckets
 
+    def route(self, key_columns: Sequence[pa.Array]) -> np.ndarray:
+        """The key's assigner: a task per assigner opens and fills only its own buckets, and
+        every key of a bucket it opened hashes to it (a bucket opened by a writer with another
+        number of assigners may get rows from two tasks, of distinct keys: still one key, one bucket)."""
+        return _owner(bucket.hash_rows(binary_row.encode(list(key_columns))), self.assigners)
+
     def _index(self, partition: bytes, live: dict[int, IndexManifestEntry]) -> _PartitionIndex:
         """The partition's index: as loaded before, unless another writer changed it since and
         this writer has no uncommitted keys there; else loaded from the latest snapshot."""
@@ -202,7 +213,7 @@ class DynamicBuckets:
         if self.assigners == 1:
             return self._fill(index, hashes, 0, partition)
         out = np.empty(len(hashes), dtype=np.int64)
-        owner = np.abs(np.fmod(hashes, self.assigners))  # Java's abs(hash % n)
+        owner = _owner(hashes, self.assigners)
         for assigner in np.unique(owner).tolist():
             mine = owner == assigner
             out[mine] = self._fill(index, hashes[mine], assigner, partition)

@@ -20,8 +20,11 @@ class FixedBuckets:
         self.ctx = ctx
 
     def assign(self, data: pa.Table, partition_of_row: np.ndarray, partitions: Sequence[bytes]) -> np.ndarray:
-        columns = [data.column(k) for k in self.ctx.bucket_key]
-        return bucket.buckets(columns, self.ctx.options.bucket).astype(np.int64)
+        return self.route([data.column(k) for k in self.ctx.bucket_key])
+
+    def route(self, key_columns: Sequence[pa.Array]) -> np.ndarray:
+        """The bucket itself."""
+        return bucket.buckets(key_columns, self.ctx.options.bucket).astype(np.int64)
 
     def prepare(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
         return {}
