@@ -210,3 +210,27 @@ def test_compaction_expiry_orphans_and_rollback_keep_the_index(tmp_path: Path) -
     table.write(_rows(range(150, 230), "again"))  # keys 160..199 are new again: assigned afresh
     buckets_of(table)
     assert len(_values(table)) == 230
+
+
+@pytest.mark.parametrize("options", [
+    {"deletion-vectors.enabled": "true"},
+    {"merge-engine": "first-row", "changelog-producer": "lookup"},
+    {"merge-engine": "partial-update"},
+    {"changelog-producer": "lookup"},
+], ids=["deletion-vectors", "first-row-lookup", "partial-update", "lookup"])
+def test_dynamic_buckets_work_with_merge_engines_and_index_kinds(tmp_path: Path, options: dict[str, str]) -> None:
+    table = _table(tmp_path, **options)
+    first_row = options.get("merge-engine") == "first-row"
+    with table.writer() as writer:
+        for step in range(4):
+            writer.write(_rows(range(step * 25, step * 25 + 40), f"s{step}"))
+            writer.commit(step + 1)
+    # step s writes keys 25s..25s+39: the last writer of k wins, or with first-row the first
+    writer_of = (lambda k: max(0, (k - 15) // 25)) if first_row else (lambda k: min(3, k // 25))
+    assert _values(table) == {("a", k): f"s{writer_of(k)}" for k in range(115)}
+    buckets_of(table)
+    if "deletion-vectors.enabled" in options:
+        latest = table.latest_snapshot()
+        assert latest is not None
+        kinds = {e.file.index_type for e in read_index.index_entries(table.context, latest)}
+        assert kinds == {"HASH", "DELETION_VECTORS"}
