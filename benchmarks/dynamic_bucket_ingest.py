@@ -7,9 +7,10 @@ buckets, in the same run, and per-commit latency of a long dynamic-bucket run.
    100,000, so that buckets fill and new ones open: 4-5 per partition by the end). Target:
    dynamic >= 0.8x fixed.
 2. ``--long-rows`` rows (default 10M) in commits of 100,000 into a dynamic-bucket table through
-   one long-lived writer (``table.writer()``, one commit per batch; default target-row-num, with
-   compaction), as a streaming ingest runs: p50 of the last tenth of commits over the first
-   tenth's. Target <= 1.3.
+   one long-lived writer (``table.writer()``, one commit per batch; default target-row-num), as a
+   streaming ingest runs: p50 of the last tenth of commits over the first tenth's, ``write-only``
+   (the bucket assignment and HASH index as they grow; target <= 1.3), then with compaction, next
+   to the same run into ``bucket = 4`` (compaction of ever larger buckets is common to both).
 
 Run: ./dev bench dynamic_bucket_ingest [--commits 20] [--batch 100000] [--long-rows 10000000]
 """
@@ -22,8 +23,9 @@ import statistics
 import tempfile
 import time
 
-import changelake as cl
 from ingest_read import SCHEMA, batches
+
+import changelake as cl
 
 
 def ingest(root: str, options: dict[str, str], commits: int, size: int) -> tuple[float, int]:
@@ -36,9 +38,10 @@ def ingest(root: str, options: dict[str, str], commits: int, size: int) -> tuple
     return time.perf_counter() - start, table.scan().to_arrow().num_rows
 
 
-def long_run(root: str, commits: int, size: int) -> list[float]:
-    """Seconds of each commit of a long-lived writer into a dynamic-bucket table."""
-    table = cl.Catalog(root).create_table("bench.long", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"])
+def long_run(root: str, commits: int, size: int, options: dict[str, str]) -> tuple[float, float, float]:
+    """Rows/s of a long-lived writer's commits, and the p50 of its first and last tenth (ms)."""
+    table = cl.Catalog(root).create_table("bench.long", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+                                          options=options)
     durations = []
     with table.writer() as writer:
         for identifier, batch in enumerate(batches(commits, size), start=1):
@@ -46,7 +49,9 @@ def long_run(root: str, commits: int, size: int) -> list[float]:
             writer.write(batch)
             writer.commit(identifier)
             durations.append(time.perf_counter() - start)
-    return durations
+    tenth = max(1, len(durations) // 10)
+    return (commits * size / sum(durations), statistics.median(durations[:tenth]) * 1000,
+            statistics.median(durations[-tenth:]) * 1000)
 
 
 def main() -> None:
@@ -68,16 +73,16 @@ def main() -> None:
         print(f"dynamic buckets (target-row-num 100000): {total / dynamic_s:,.0f} rows/s ({dynamic_s:.1f} s)")
         print(f"dynamic / fixed: {fixed_s / dynamic_s:.2f}x (target >= 0.8x)")
         long_commits = max(10, args.long_rows // args.batch)
-        durations = long_run(f"{work}/long", long_commits, args.batch)
+        print(f"long runs: {long_commits * args.batch:,} rows in {long_commits} commits of a long-lived writer")
+        runs = (("dynamic, write-only", {"write-only": "true"}), ("dynamic, compaction", {}),
+                ("bucket=4, compaction", {"bucket": "4"}))
+        for i, (label, options) in enumerate(runs):
+            rate, first, last = long_run(f"{work}/long-{i}", long_commits, args.batch, options)
+            target = " (target <= 1.3)" if options == {"write-only": "true"} else ""
+            print(f"  {label}: {rate:,.0f} rows/s; per-commit p50 first tenth {first:.0f} ms, last tenth "
+                  f"{last:.0f} ms, ratio {last / first:.2f}{target}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    tenth = max(1, len(durations) // 10)
-    first = statistics.median(durations[:tenth]) * 1000
-    last = statistics.median(durations[-tenth:]) * 1000
-    print(f"long dynamic run: {long_commits * args.batch:,} rows in {long_commits} commits of a long-lived writer, "
-          f"{long_commits * args.batch / sum(durations):,.0f} rows/s")
-    print(f"per-commit p50: first tenth {first:.0f} ms, last tenth {last:.0f} ms, ratio {last / first:.2f} "
-          "(target <= 1.3)")
 
 
 if __name__ == "__main__":

@@ -49,8 +49,9 @@ def read(file_io: FileIO, path: str, meta: IndexFileMeta, *, table: str) -> np.n
 
 
 def write(file_io: FileIO, paths: TablePaths, hashes: np.ndarray) -> IndexFileMeta:
-    """Write a bucket's hashes as a new HASH index file (``index/index-<uuid>-0``), described."""
+    """Write a bucket's hashes as a new HASH index file (``index/index-<uuid>-0``), described.
+    Their order does not matter (Paimon writes a hash map's order): they are written as given."""
     name = f"index-{uuid.uuid4()}-0"
-    data = encode(np.sort(hashes))
+    data = encode(hashes)
     file_io.write_bytes(paths.index(name), data, kill_point=KillPoint.HASH_INDEX)
     return IndexFileMeta(HASH, name, len(data), len(hashes))
