@@ -23,7 +23,7 @@ def test_hashes_are_big_endian_int32_as_java_writes_them() -> None:
 def test_a_file_written_reads_back_and_its_meta_counts_hashes(tmp_path: Path) -> None:
     file_io, root = FileIO.for_url(str(tmp_path))
     paths = TablePaths(root)
-    meta = hash_index.write(file_io, paths, np.array([7, 3, 5], dtype=np.int32))
+    meta = hash_index.write(file_io, paths, hash_index.encode(np.array([7, 3, 5], dtype=np.int32)))
     assert (meta.index_type, meta.row_count, meta.file_size) == ("HASH", 3, 12)
     assert meta.file_name.startswith("index-") and meta.file_name.endswith("-0")
     assert hash_index.read(file_io, paths.index(meta.file_name), meta, table="db.t").tolist() == [7, 3, 5]
@@ -32,7 +32,7 @@ def test_a_file_written_reads_back_and_its_meta_counts_hashes(tmp_path: Path) ->
 def test_a_torn_or_short_file_is_named(tmp_path: Path) -> None:
     file_io, root = FileIO.for_url(str(tmp_path))
     paths = TablePaths(root)
-    meta = hash_index.write(file_io, paths, np.arange(4, dtype=np.int32))
+    meta = hash_index.write(file_io, paths, hash_index.encode(np.arange(4, dtype=np.int32)))
     path = paths.index(meta.file_name)
     Path(path).write_bytes(Path(path).read_bytes()[:7])
     with pytest.raises(CorruptMetadataError, match="not a whole number") as torn:

@@ -48,10 +48,9 @@ def read(file_io: FileIO, path: str, meta: IndexFileMeta, *, table: str) -> np.n
     return hashes
 
 
-def write(file_io: FileIO, paths: TablePaths, hashes: np.ndarray) -> IndexFileMeta:
-    """Write a bucket's hashes as a new HASH index file (``index/index-<uuid>-0``), described.
-    Their order does not matter (Paimon writes a hash map's order): they are written as given."""
+def write(file_io: FileIO, paths: TablePaths, data: bytes) -> IndexFileMeta:
+    """Write a bucket's encoded hashes (see :func:`encode`; in any order, as Paimon writes a hash
+    map's) as a new HASH index file (``index/index-<uuid>-0``), described."""
     name = f"index-{uuid.uuid4()}-0"
-    data = encode(hashes)
     file_io.write_bytes(paths.index(name), data, kill_point=KillPoint.HASH_INDEX)
-    return IndexFileMeta(HASH, name, len(data), len(hashes))
+    return IndexFileMeta(HASH, name, len(data), len(data) // 4)

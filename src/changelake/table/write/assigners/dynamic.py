@@ -59,16 +59,17 @@ def hash_entries(ctx: TableContext) -> dict[bytes, dict[int, IndexManifestEntry]
 @dataclass(frozen=True)
 class _Committed:
     """A partition's index as a snapshot committed it, shared by the writers of this process
-    (its arrays are never changed in place): a writer after another, ``table.write`` after
-    ``table.write``, starts from it instead of reading every HASH file of the partition again."""
+    (its arrays are never changed in place, and of each bucket's HASH file bytes only the first
+    ``n`` are its: the writer that made it may append to the buffer): a writer after another,
+    ``table.write`` after ``table.write``, starts from it instead of reading every HASH file."""
 
     base: Mapping[int, IndexFileMeta]
     counts: Mapping[int, int]
-    hashes: Mapping[int, np.ndarray]
+    files: Mapping[int, tuple[bytearray, int]]
     runs: tuple[np.ndarray, ...]
 
     def nbytes(self) -> int:
-        return sum(h.nbytes for h in self.hashes.values()) + sum(r.nbytes for r in self.runs)
+        return sum(n for _, n in self.files.values()) + sum(r.nbytes for r in self.runs)
 
 
 # By (filesystem, table root, partition, names of its HASH files): those files never change.
@@ -79,29 +80,32 @@ COMMITTED = ManifestCache(max_files=64, max_bytes=512 * 1024 * 1024, weigh=_Comm
 class _PartitionIndex:
     """One partition's key hash -> bucket map, as sorted runs of ``hash << 16 | bucket`` (looked
     up with a binary search per run; a new run merges with the last ones while not much smaller),
-    and each bucket's hashes, written as its HASH file when it got new ones."""
+    and each bucket's HASH file bytes (a buffer and its length), to which new keys are appended:
+    a bucket that got new ones is written whole again from them."""
 
     base: dict[int, IndexFileMeta]
     counts: dict[int, int]  # keys per bucket, in the order buckets were opened (filled in this order)
-    hashes: dict[int, list[np.ndarray]]
+    files: dict[int, tuple[bytearray, int]]
     runs: list[np.ndarray] = field(default_factory=list)
     dirty: set[int] = field(default_factory=set)
+    owned: set[int] = field(default_factory=set)  # buffers only this index appends to
 
     @staticmethod
-    def of(base: dict[int, IndexFileMeta], hashes: dict[int, np.ndarray]) -> _PartitionIndex:
-        index = _PartitionIndex(dict(base), {b: len(h) for b, h in hashes.items()}, {b: [h] for b, h in hashes.items()})
-        if hashes:
-            index._add_run(np.concatenate([_codes(h, np.full(len(h), b)) for b, h in hashes.items()]))
+    def of(base: dict[int, IndexFileMeta], files: dict[int, np.ndarray]) -> _PartitionIndex:
+        encoded = {b: bytearray(hash_index.encode(h)) for b, h in files.items()}
+        index = _PartitionIndex(dict(base), {b: len(h) for b, h in files.items()},
+                                {b: (data, len(data)) for b, data in encoded.items()}, owned=set(files))
+        if files:
+            index._add_run(np.concatenate([_codes(h, np.full(len(h), b)) for b, h in files.items()]))
         return index
 
     @staticmethod
     def of_committed(committed: _Committed) -> _PartitionIndex:
-        return _PartitionIndex(dict(committed.base), dict(committed.counts),
-                               {b: [h] for b, h in committed.hashes.items()}, list(committed.runs))
+        return _PartitionIndex(dict(committed.base), dict(committed.counts), dict(committed.files),
+                               list(committed.runs))
 
     def committed(self) -> _Committed:
-        return _Committed(dict(self.base), dict(self.counts), {b: self.bucket_hashes(b) for b in self.hashes},
-                          tuple(self.runs))
+        return _Committed(dict(self.base), dict(self.counts), dict(self.files), tuple(self.runs))
 
     def base_names(self) -> tuple[str, ...]:
         return tuple(sorted(f.file_name for f in self.base.values()))
@@ -122,7 +126,12 @@ class _PartitionIndex:
         ids, starts = np.unique(buckets[order], return_index=True)
         for b, part in zip(ids.tolist(), np.split(hashes[order], starts[1:]), strict=True):
             self.counts[b] = self.counts.get(b, 0) + len(part)
-            self.hashes.setdefault(b, []).append(part)
+            data, n = self.files.get(b, (bytearray(), 0))
+            if b not in self.owned:  # shared with the cache: appended to a copy
+                data = bytearray(memoryview(data)[:n])
+                self.owned.add(b)
+            data += hash_index.encode(part)
+            self.files[b] = (data, len(data))
             self.dirty.add(b)
         self._add_run(_codes(hashes, buckets))
 
@@ -134,10 +143,9 @@ class _PartitionIndex:
             run = np.sort(np.concatenate([self.runs.pop(), run]))
         self.runs.append(run)
 
-    def bucket_hashes(self, b: int) -> np.ndarray:
-        whole = np.concatenate(self.hashes[b]) if len(self.hashes[b]) > 1 else self.hashes[b][0]
-        self.hashes[b] = [whole]
-        return whole
+    def file_bytes(self, b: int) -> bytes:
+        data, n = self.files[b]
+        return bytes(memoryview(data)[:n])
 
 
 def _owner(hashes: np.ndarray, assigners: int) -> np.ndarray:
@@ -250,7 +258,7 @@ class DynamicBuckets:
         for partition, index in self._indexes.items():
             base = index.base_names()
             for b in sorted(index.dirty):
-                meta = hash_index.write(self.ctx.file_io, self.ctx.paths, index.bucket_hashes(b))
+                meta = hash_index.write(self.ctx.file_io, self.ctx.paths, index.file_bytes(b))
                 updates[(partition, b)] = IndexUpdate(meta, base)
                 self._prepared[(partition, b)] = meta
             index.dirty.clear()
