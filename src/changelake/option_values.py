@@ -110,6 +110,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def dynamic_max_buckets(text: str) -> int:
+    """-1 (no limit) or a number of buckets from 1 to 32768 (Paimon's bucket ids are shorts)."""
+    value = int(text.strip())
+    if value != -1 and not 1 <= value <= 32768:
+        raise ValueError(f"{text!r} must be -1 or between 1 and 32768")
+    return value
+
+
 def percent(text: str) -> int:
     value = int(text.strip())
     if value < 0:

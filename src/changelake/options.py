@@ -47,17 +47,19 @@ class TableOptions:
         "bucket",
         values.bucket,
         "-1",
-        "Number of buckets; changelake writes fixed buckets (>= 1), postpone buckets (-2) on "
-        "primary-key tables and -1 on append tables (unaware).",
+        "Number of buckets (>= 1); or -1: on a primary-key table dynamic bucket mode (each "
+        "partition's HASH index says which bucket a key is in and new keys open buckets as they "
+        "fill), on an append table unaware (files anywhere in the partition); or -2 on a "
+        "primary-key table: postpone bucket mode (rows wait in `bucket-postpone/` until compaction).",
         supports=lambda v: v >= 1 or v in (-1, POSTPONE_BUCKET),
-        unsupported="changelake writes a fixed number of buckets (>= 1), postpone buckets (-2), "
-        "or -1 on append tables",
+        unsupported="changelake writes a fixed number of buckets (>= 1), dynamic or unaware buckets (-1) "
+        "and postpone buckets (-2)",
     )
     bucket_key: tuple[str, ...] = declare(
         "bucket-key",
         values.names,
         "",
-        "Columns hashed to pick the bucket (default: the primary key minus partition keys).",
+        "Fixed buckets: columns hashed to pick the bucket (default: the primary key minus partition keys).",
     )
     path: str | None = declare("path", values.text_value, None, "The table's location (set by catalogs).")
     partition_default_name: str = declare(
@@ -362,7 +364,23 @@ class TableOptions:
         "partition's postpone files for a compaction, of the batch's rows for a batch write).",
     )
     dynamic_bucket_target_row_num: int = declare(
-        "dynamic-bucket.target-row-num", values.int_value, "2000000", "Rows per bucket in dynamic bucket mode."
+        "dynamic-bucket.target-row-num", values.positive_int, "2000000",
+        "Dynamic bucket mode: keys a bucket takes before new keys go to another (or a new) bucket.",
+    )
+    dynamic_bucket_max_buckets: int = declare(
+        "dynamic-bucket.max-buckets", values.dynamic_max_buckets, "-1",
+        "Dynamic bucket mode: most buckets of a partition (-1: up to 32768); once all are full, a new "
+        "key goes to one of them at random.",
+    )
+    dynamic_bucket_initial_buckets: int | None = declare(
+        "dynamic-bucket.initial-buckets", values.positive_int, None,
+        "Dynamic bucket mode: buckets a partition fills at once (Paimon's number of assigners: "
+        "a key hash picks its assigner, each assigner fills its own buckets); default: "
+        "`dynamic-bucket.assigner-parallelism`, else one.",
+    )
+    dynamic_bucket_assigner_parallelism: int | None = declare(
+        "dynamic-bucket.assigner-parallelism", values.positive_int, None,
+        "Dynamic bucket mode: assigners, when `dynamic-bucket.initial-buckets` is unset.",
     )
     # reads
     split_target_size: int = declare(

@@ -26,7 +26,6 @@ def _create(tmp_path: Path, options: dict[str, str]) -> cl.Table:
     ({"record-level.expire-time": "1 d"}, "record-level.expire-time", ["not supported"]),
     ({"tag.automatic-creation": "process-time"}, "tag.automatic-creation", ["not supported"]),
     ({"fields.v.default-value": "x"}, "fields.v.default-value", ["not supported"]),
-    ({"bucket": "-1"}, "bucket", ["dynamic bucket"]),
     ({"file.format": "orc"}, "file.format", ["parquet"]),
     ({"rowkind.field": "n"}, "rowkind.field", ["'n'", "int64", "strings"]),
 ])

@@ -183,7 +183,7 @@ def test_unknown_option_suggests_the_right_one(catalog: cl.Catalog) -> None:
     [
         ({"bucket": "abc"}, ["'bucket'", "abc"]),
         ({"bucket": "0"}, ["'bucket'", "0"]),
-        ({"bucket": "-1"}, ["'bucket'"]),
+        ({"bucket": "-3"}, ["'bucket'", "-3"]),
         ({"write-buffer-size": "lots"}, ["'write-buffer-size'", "lots"]),
         ({"target-file-size": "12 parsecs"}, ["'target-file-size'", "12 parsecs"]),
         ({"commit.timeout": "soon"}, ["'commit.timeout'", "soon"]),

@@ -139,6 +139,32 @@ class JavaPaimon:
             write.close()
             commit.close()
 
+    def write_dynamic(self, warehouse: str, name: str, rows: Iterable[tuple[str, Row]]) -> None:
+        """One batch commit of ``rows`` into a dynamic-bucket table (``bucket = -1``): Java's
+        batch writer cannot pick such a bucket itself, so each row's bucket comes from Paimon's
+        ``HashBucketAssigner`` (one assigner, as a Flink job of parallelism 1), from the key hash
+        of the trimmed primary key; the writer extends the HASH index as it writes."""
+        paimon = self.jvm.org.apache.paimon
+        table = self.table(warehouse, name)
+        fields = fields_of(table)
+        target = int(table.options().getOrDefault("dynamic-bucket.target-row-num", "2000000"))
+        assigner = paimon.index.HashBucketAssigner(table.snapshotManager(), "changelake-test",
+                                                   table.store().newIndexFileHandler(), 1, 1, 0, target)
+        extractor = table.createRowKeyExtractor()
+        builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
+        write = builder.newWrite()
+        commit = builder.newCommit()
+        try:
+            for kind, values in rows:
+                row = _binary_row(paimon, fields, values)
+                row.setRowKind(getattr(paimon.types.RowKind, ROW_KINDS[kind]))
+                extractor.setRecord(row)
+                write.write(row, assigner.assign(extractor.partition(), extractor.trimmedPrimaryKey().hashCode()))
+            commit.commit(write.prepareCommit())
+        finally:
+            write.close()
+            commit.close()
+
     def read(self, warehouse: str, name: str, snapshot_id: int | None = None, *,
              options: dict[str, str] | None = None, by_id: bool = False) -> list[Row]:
         """Every row of the latest snapshot (or ``snapshot_id``; ``options`` such as

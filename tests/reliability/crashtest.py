@@ -55,6 +55,7 @@ REACH = {
     KillPoint.SNAPSHOT_BEFORE_LATEST: 5,
     KillPoint.HINT_RETRY: 4,
     KillPoint.INDEX_FILE: 2,
+    KillPoint.HASH_INDEX: 3,
     KillPoint.COMPACTION: 3,
     KillPoint.MANIFEST_COMPACTION: 2,
     KillPoint.BEFORE_COMPACT_SNAPSHOT: 3,
@@ -88,6 +89,7 @@ def points_of(mode: Mode) -> list[str]:
                KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
                KillPoint.INDEX_FILE: "deletion-vectors.enabled" in mode.options,
+               KillPoint.HASH_INDEX: mode.options.get("bucket") == "-1",
                KillPoint.HINT_RETRY: mode.hint_faults,
                # a postpone writer's commit is an APPEND only, its compaction a COMPACT only; an
                # append writer's compaction lands as a commit of its own

@@ -29,11 +29,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import workload
 from workload import Diff, Mode
 
 import changelake as cl
 from changelake.table.commit import last_commits
+from changelake.table.format import binary_row, bucket, hash_index
+from changelake.table.read import deletion_vectors as read_index
+from changelake.table.read.live_files import live_entries
+from changelake.table.write.assigners.dynamic import hash_entries
 
 WRITER_USER = "crash-writer"  # the long-lived writer's commit user
 
@@ -202,6 +207,8 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     report.orphans = len(files.orphans)
     if files.missing:
         errors.append(f"{len(files.missing)} referenced files are missing: {files.missing[:3]}")
+    if table.context.options.bucket == -1 and latest is not None:
+        errors += _keys_outside_their_bucket(table)
 
     if oracle is not None:
         theirs = Diff.of(oracle_view, workload.paimon_rows(pypaimon_address, warehouse, oracle.id))
@@ -209,6 +216,35 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
         if theirs.total:
             errors.append(f"pypaimon reads snapshot {oracle.id} differently from the model: {theirs}")
     return report
+
+
+def _keys_outside_their_bucket(table: cl.Table) -> list[str]:
+    """Dynamic buckets: keys of a partition found in two buckets, or missing from their
+    bucket's HASH index file."""
+    ctx = table.context
+    latest = ctx.latest_snapshot()
+    assert latest is not None
+    found: dict[tuple[bytes, int], set[Any]] = {}
+    for e in live_entries(ctx, latest):
+        keys = ctx.read_file(ctx.bucket_dir(e.partition, e.bucket), e.file, ctx.key_columns)
+        columns = [c.to_pylist() for c in keys.columns]
+        found.setdefault((e.partition, e.bucket), set()).update(zip(*columns, strict=True))
+    errors = []
+    indexes = hash_entries(ctx)
+    for (partition, b), keys in found.items():
+        for (other_partition, other), other_keys in found.items():
+            if other_partition == partition and b < other and keys & other_keys:
+                errors.append(f"keys {sorted(keys & other_keys)[:3]} are in buckets {b} and {other}")
+        entry = indexes.get(partition, {}).get(b)
+        if entry is None:
+            errors.append(f"bucket {b} has data files but no HASH index file")
+            continue
+        indexed = hash_index.read(ctx.file_io, read_index.index_path(ctx, entry.file), entry.file, table=ctx.name)
+        encoded = binary_row.encode([pa.array([k[i] for k in keys], ctx.arrow_schema.field(name).type)
+                                     for i, name in enumerate(ctx.key_names)])
+        if not set(bucket.hash_rows(encoded).tolist()) <= set(indexed.tolist()):
+            errors.append(f"bucket {b} holds keys its HASH index file {entry.file.file_name} lacks")
+    return errors
 
 
 def _check_kept_changelogs(table: cl.Table, mode: Mode, seed: int, errors: list[str]) -> None:

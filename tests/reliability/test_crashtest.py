@@ -39,6 +39,7 @@ PLANS = {
     "dv-gentle": [KillPoint.INDEX_FILE, KillPoint.BEFORE_COMPACT_SNAPSHOT, crashtest.RANDOM],
     # the compaction point is reached on the background thread
     "dv-async": [KillPoint.COMPACTION, KillPoint.INDEX_FILE, crashtest.RANDOM],
+    "dynamic-bucket": [KillPoint.HASH_INDEX, KillPoint.MANIFEST, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
     "hint-faults": [KillPoint.HINT_RETRY, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "postpone": [KillPoint.COMPACTION, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
     "append": [KillPoint.COMPACTION, KillPoint.DATA_FILE, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],

@@ -160,6 +160,10 @@ MODES = {m.name: m for m in (
     # left, and lands with a later commit.
     Mode("dv-async", one_shot=False, engine="deduplicate",
          options=COMPACTION | DELETION_VECTORS | {"lookup-wait": "false"}),
+    # Dynamic buckets: 60 keys a partition, 20 a bucket, so commits open buckets and extend
+    # HASH index files (killed half written), which expiry then deletes once replaced.
+    Mode("dynamic-bucket", one_shot=False, engine="deduplicate",
+         options=COMPACTION | EXPIRY | {"bucket": "-1", "dynamic-bucket.target-row-num": "20"}),
     Mode("changelog", one_shot=False, engine="deduplicate",
          options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
     # A flaky store under the hints: every commit must still be reported as landed (a sum shows

@@ -17,6 +17,7 @@ import pytest
 import changelake as cl
 from changelake import streaming
 from changelake.errors import SchemaMismatchError
+from changelake.table.read.live_files import live_entries
 
 SCHEMA = pa.schema([
     pa.field("dt", pa.string(), nullable=False),
@@ -61,8 +62,12 @@ def model(batches: int) -> dict[tuple[str, int], tuple[Any, Any]]:
     return state
 
 
-def test_a_streaming_query_writes_each_batch_once_across_restarts(spark: Any, tmp_path: Path) -> None:
-    table = make_table(tmp_path, **{"changelog-producer": "lookup"})
+@pytest.mark.parametrize("buckets", [{"bucket": "2"}, {"bucket": "-1", "dynamic-bucket.target-row-num": "10"}],
+                         ids=["fixed", "dynamic"])
+def test_a_streaming_query_writes_each_batch_once_across_restarts(spark: Any, tmp_path: Path,
+                                                                  buckets: dict[str, str]) -> None:
+    """(Dynamic buckets: each micro-batch extends the HASH index the previous one committed.)"""
+    table = make_table(tmp_path, **{"changelog-producer": "lookup", **buckets})
     source = tmp_path / "in"
     source.mkdir()
     checkpoint = str(tmp_path / "checkpoint")
@@ -101,6 +106,9 @@ def test_a_streaming_query_writes_each_batch_once_across_restarts(spark: Any, tm
     appends = [s for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
     assert [s.commit_identifier for s in appends] == [0, 1, 2, 3]
     assert rows_of(table) == model(4)
+    assert table.scan().to_arrow().num_rows == len(model(4))  # no key in two buckets
+    if buckets["bucket"] == "-1":
+        assert len({e.bucket for e in live_entries(table.context, table.latest_snapshot())}) >= 3  # type: ignore[arg-type]
 
 
 def test_a_replayed_batch_commits_nothing(spark: Any, tmp_path: Path) -> None:
@@ -163,6 +171,30 @@ def test_bad_batches_fail_clearly_and_commit_nothing(spark: Any, tmp_path: Path)
         streaming.write(spark.createDataFrame([("d0", 3, 2**40, "b")], "dt string, id long, v long, name string"),
                         table)
     assert table.latest_snapshot() == latest
+
+
+@pytest.mark.parametrize("assigners", ["1", "2"])
+def test_spark_writes_dynamic_bucket_tables_with_each_key_in_one_bucket(spark: Any, tmp_path: Path,
+                                                                        assigners: str) -> None:
+    """Rows spread over several Spark tasks: each (partition, assigner) is written by one task,
+    which opens only its assigner's buckets; batches after the first find the keys where the
+    HASH index put them."""
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.dyn", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+        options={"dynamic-bucket.target-row-num": "20", "dynamic-bucket.assigner-parallelism": assigners})
+    state: dict[tuple[str, int], tuple[Any, Any]] = {}
+    for batch in range(3):
+        rows = [(f"d{i % 2}", batch * 50 + i, batch, f"n{i}") for i in range(100)]  # 50 updates, 50 new
+        streaming.write(spark.createDataFrame(rows, "dt string, id long, v int, name string").repartition(3), table)
+        state.update({(dt_, id_): (v, name) for dt_, id_, v, name in rows})
+        scanned = table.scan().to_arrow()
+        assert scanned.num_rows == len(state)  # a key in two buckets would be read twice
+        assert rows_of(table) == state
+    entries = live_entries(table.context, table.latest_snapshot())  # type: ignore[arg-type]
+    buckets = {e.bucket for e in entries}
+    assert len(buckets) >= 5 and all(e.total_buckets == -1 for e in entries)
+    if assigners == "2":
+        assert {b % 2 for b in buckets} == {0, 1}
 
 
 def test_an_evolved_table_is_written_and_read_through_spark(spark: Any, tmp_path: Path) -> None:

@@ -80,9 +80,10 @@ class Catalog:
         ``primary_keys`` (None or empty) an append table.
 
         Options use Paimon's names; unknown keys and unparsable values are rejected, and so are
-        options only primary-key tables take on an append table. Without a ``bucket`` option a
-        primary-key table gets ``bucket=1``, and an append table ``bucket=-1`` (unaware, as
-        Paimon's default); a fixed-bucket append table needs a ``bucket-key``.
+        options only primary-key tables take on an append table. Without a ``bucket`` option
+        the table has ``bucket = -1``, as in Paimon: a primary-key table is dynamic-bucket (each
+        partition's HASH index places keys in buckets of ``dynamic-bucket.target-row-num``
+        keys), an append table unaware; a fixed-bucket append table needs a ``bucket-key``.
         """
         database, table_name = _split_name(name)
         root = f"{self._database_dir(database)}/{table_name}"

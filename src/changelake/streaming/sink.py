@@ -1,7 +1,9 @@
 """Writing Spark DataFrames into a table, exactly once per (commit user, batch id).
 
 A write runs as one Spark job: a ``mapInArrow`` tags every row with its bucket (Paimon's hash,
-vectorized), a shuffle sends each (partition, bucket) to exactly one task, and a second
+vectorized; in dynamic bucket mode, its key's assigner, as Paimon's sinks route keys to the
+assigner tasks that own disjoint buckets), a shuffle sends each (partition, bucket or assigner)
+to exactly one task, and a second
 ``mapInArrow`` writes each task's buckets with the table's merge engine, compaction and
 changelog producer (lookup changelog included), returning only small commit messages. The
 driver collects those and commits once, with the query id as commit user and the batch id as

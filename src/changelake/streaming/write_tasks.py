@@ -17,9 +17,8 @@ from changelake.errors import SchemaMismatchError
 from changelake.table.append.definition import UNAWARE_BUCKET
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
-from changelake.table.format import bucket
 from changelake.table.format.schema import TableKind
-from changelake.table.write import postpone
+from changelake.table.write import assigners, postpone
 
 BUCKET_COLUMN = "_changelake_bucket"
 MESSAGE_COLUMN = "message"
@@ -46,16 +45,14 @@ def needs_shuffle(ctx: TableContext) -> bool:
 
 
 def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The rows with their bucket (Paimon's hash of the bucket key, in the table's types) as a
-    last column ``_changelake_bucket``; 0 for an unaware append table, whose partitions each
-    have one bucket."""
+    """The rows with the group one task writes (fixed buckets: the bucket, Paimon's hash of
+    the bucket key in the table's types; dynamic buckets: the key's assigner, whose task places
+    its new keys in buckets of its own) as a last column ``_changelake_bucket``; only for tables
+    that :func:`needs_shuffle`."""
+    assigner = assigners.for_table(ctx)
     for batch in batches:
-        if not needs_shuffle(ctx):
-            ids = pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows)
-        else:
-            keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
-            ids = pa.array(bucket.buckets(keys, ctx.options.bucket), pa.int32())
-        yield batch.append_column(BUCKET_COLUMN, ids)
+        keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
+        yield batch.append_column(BUCKET_COLUMN, pa.array(assigner.route(keys), pa.int32()))
 
 
 def _as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Array:

@@ -33,7 +33,6 @@ from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
 from changelake.table.merge.parse import check_deletion_vectors, merge_engine
 
-_DEFAULT_BUCKETS = "1"
 _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
 _TAG_FILE = re.compile(r"^tag-(.+)$")
 _BRANCH_DIR = re.compile(r"^branch-(.+)$")
@@ -68,13 +67,10 @@ def create_table(
 ) -> TableContext:
     """Validate a new table's definition and write its schema 0 (atomically: of two creators,
     one wins and the other gets TableAlreadyExistsError)."""
+    # Without ``bucket`` the table has bucket = -1, Paimon's default (dynamic-bucket for a
+    # primary-key table, unaware for an append table), stored without the key as Paimon stores it.
     checked = dict(options)
-    # An append table without 'bucket' is unaware (bucket = -1), as Paimon makes it.
-    checked.setdefault("bucket", _DEFAULT_BUCKETS if primary_keys else str(append_definition.UNAWARE_BUCKET))
     parsed = TableOptions.parse(checked, table=name, new=True)
-    if primary_keys and parsed.bucket == -1:
-        raise OptionError(f"bucket={parsed.bucket} (dynamic bucket mode) is not supported for primary-key tables; "
-                          "create the table with a fixed 'bucket'", table=name, option="bucket")
     new_schema = table_schema.from_arrow(name, schema, primary_keys, partition_keys, checked, comment)
     for key, columns in (("rowkind.field", (parsed.rowkind_field,)), ("bucket-key", parsed.bucket_key),
                          ("sequence.field", parsed.sequence_field)):
@@ -90,6 +86,9 @@ def create_table(
     if outside:
         raise OptionError(f"names {outside}, not primary-key columns; the primary key {primary_keys} must "
                           "include every bucket-key field", table=name, option="bucket-key")
+    if parsed.bucket_key and parsed.bucket == -1:
+        raise OptionError("cannot be set in dynamic bucket mode (bucket = -1): the HASH index places keys; "
+                          "set a fixed 'bucket' to hash by a bucket key", table=name, option="bucket-key")
     in_partition = [c for c in parsed.bucket_key if c in partition_keys]
     if in_partition:
         raise OptionError(f"names partition keys {in_partition}; bucket keys must not be partition keys",

@@ -125,7 +125,9 @@ def test_concurrent_committers_on_s3_lose_nothing(s3: S3Endpoint, s3_warehouse: 
 def test_a_lost_race_on_s3_is_retried_with_the_next_snapshot_id(
     s3: S3Endpoint, s3_warehouse: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    table = cl.Catalog(s3_warehouse, storage_options=s3.storage_options).create_table("db.t", SCHEMA, ["id"])
+    # fixed buckets: racing writers of new keys into a dynamic-bucket table would conflict
+    table = cl.Catalog(s3_warehouse, storage_options=s3.storage_options).create_table("db.t", SCHEMA, ["id"],
+                                                                                      options={"bucket": "1"})
     table.write(pa.table({"id": [1], "v": ["first"]}))
     real = FileIO.create_if_absent
     raced: list[bool] = []
@@ -200,7 +202,8 @@ def test_a_locked_store_without_conditional_writes_loses_no_concurrent_commit(
     options = {"path": s3_warehouse, "target_protocol": "s3", "target_options": target}
     lock = ThreadLock()
     catalog = cl.Catalog("dir://warehouse", storage_options=options, lock=lock)
-    table = catalog.create_table("db.t", SCHEMA, ["id"])
+    # fixed buckets: racing writers of new keys into a dynamic-bucket table would conflict
+    table = catalog.create_table("db.t", SCHEMA, ["id"], options={"bucket": "1"})
     start = threading.Barrier(3)
 
     def commit_many(w: int) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
 from changelake.option_values import POSTPONE_BUCKET
 from changelake.table import metadata
-from changelake.table.commit import last_commits, manifest_merge, renumber
+from changelake.table.commit import hash_indexes, last_commits, manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, index_manifest, manifest, snapshot
@@ -249,23 +249,27 @@ def _check_view(ctx: TableContext, view: int, latest: Snapshot | None, entries: 
                         "its levels; this commit's compaction is void", table=ctx.name)
 
 
-def _index_manifest(ctx: TableContext, latest: Snapshot | None, messages: Sequence[CommitMessage],
+def _index_manifest(ctx: TableContext, latest: Snapshot | None, messages: Sequence[CommitMessage], kind: CommitKind,
                     attempt: Attempt) -> str | None:
     """The index manifest of the new snapshot: the latest one's, or when the messages replace
-    deletion-vector index files, a new one listing every index file after them (Paimon's
-    IndexManifestFileHandler: all ADD entries). A replaced index file that is gone already means
-    a concurrent compaction of the bucket landed first: the compaction is void."""
+    index files (deletion vectors in a COMPACT snapshot, dynamic buckets' HASH files in an APPEND
+    one), a new one listing every index file after them (Paimon's IndexManifestFileHandler: all
+    ADD entries). A replaced deletion-vector file that is gone already means a concurrent
+    compaction of the bucket landed first: the compaction is void."""
     previous = latest.index_manifest if latest is not None else None
-    if not any(m.index_added or m.index_deleted for m in messages):
+    compact = kind is CommitKind.COMPACT
+    if not any(m.index_added or m.index_deleted if compact else m.hash_index for m in messages):
         return previous
     entries = deletion_vectors.index_entries(ctx, latest) if latest is not None else []
     live = {(e.partition, e.bucket, e.file.file_name) for e in entries}
-    deleted = {(m.partition, m.bucket, f.file_name) for m in messages for f in m.index_deleted}
+    deleted = {(m.partition, m.bucket, f.file_name) for m in messages for f in m.index_deleted} if compact else set()
     if deleted - live:
         raise CommitConflictError("deletion vectors of a bucket were replaced by a concurrent commit; "
                                   "this commit's compaction is void", table=ctx.name)
     after = [e for e in entries if (e.partition, e.bucket, e.file.file_name) not in deleted]
-    after += [IndexManifestEntry(FileKind.ADD, m.partition, m.bucket, f) for m in messages for f in m.index_added]
+    after += [IndexManifestEntry(FileKind.ADD, m.partition, m.bucket, f)
+              for m in messages if compact for f in m.index_added]
+    after = after if compact else hash_indexes.replace(ctx, after, messages)
     if not after:
         return None
     name = f"index-manifest-{uuid.uuid4()}-0"
@@ -435,7 +439,7 @@ def _land(
             if conflicts is not None:
                 conflicts(latest)
             lists = Attempt()
-            index_name = _index_manifest(ctx, latest, messages if kind is CommitKind.COMPACT else [], lists)
+            index_name = _index_manifest(ctx, latest, messages, kind, lists)
         except CommitConflictError:
             _remove(ctx, attempt.written)
             raise

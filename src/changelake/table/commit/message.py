@@ -30,6 +30,12 @@ class CommitMessage:
     # compactIncrement.newIndexFiles / deletedIndexFiles), landed with the COMPACT snapshot.
     index_added: tuple[IndexFileMeta, ...] = ()
     index_deleted: tuple[IndexFileMeta, ...] = ()
+    # Dynamic bucket mode: the bucket's new HASH index file when it got new keys (Paimon's
+    # newFilesIncrement.newIndexFiles), landed with the APPEND snapshot in place of the bucket's
+    # previous one; and the names of the partition's HASH index files the assignment started
+    # from: the commit is void when they changed meanwhile (a key could land in two buckets).
+    hash_index: IndexFileMeta | None = None
+    hash_base: tuple[str, ...] = ()
 
     def bucket_dir(self, ctx: TableContext) -> str:
         return ctx.bucket_dir(self.partition, self.bucket)
@@ -43,5 +49,6 @@ class CommitMessage:
         compaction = [*outputs, *self.compact_changelog_files]
         files = compaction if compaction_only else [*self.new_files, *self.changelog_files, *compaction]
         bucket_dir = self.bucket_dir(ctx)
+        hash_index = [] if compaction_only or self.hash_index is None else [self.hash_index]
         return [f"{bucket_dir}/{f.file_name}" for f in files] + \
-            [ctx.paths.index(f.file_name) for f in self.index_added]
+            [ctx.paths.index(f.file_name) for f in [*self.index_added, *hash_index]]

@@ -10,13 +10,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.errors import BucketRescaleError, OptionError
+from changelake.errors import BucketRescaleError
 from changelake.option_values import POSTPONE_BUCKET
 from changelake.table.context import TableContext
-from changelake.table.format import binary_row, bucket, kv
+from changelake.table.format import binary_row, kv
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.merge import sort
 from changelake.table.read import live_files
+from changelake.table.write.assigners import BucketAssigner
 
 
 @dataclass(frozen=True)
@@ -28,31 +29,27 @@ class BucketGroups:
     buckets: list[int]
 
 
-def group_by_bucket(ctx: TableContext, data: pa.Table) -> BucketGroups:
-    """The (partition, bucket) group of every row."""
-    num_buckets = ctx.options.bucket
-    if num_buckets < 1:
-        raise OptionError(
-            f"bucket={num_buckets} (dynamic bucket mode) is not supported "
-            "for writing; create the table with a fixed 'bucket'",
-            table=ctx.name, option="bucket",
-        )
-    bucket_ids = bucket.buckets([data.column(k) for k in ctx.bucket_key], num_buckets).astype(np.int64)
-    codes = bucket_ids
-    radix = num_buckets
+def group_by_bucket(ctx: TableContext, data: pa.Table, assigner: BucketAssigner) -> BucketGroups:
+    """The (partition, bucket) group of every row, its bucket as ``assigner`` says."""
     partition_columns = [data.column(k) for k in ctx.partition_keys]
+    codes = np.zeros(data.num_rows, dtype=np.int64)
+    radix = 1
     for column in partition_columns:
         encoded = pc.dictionary_encode(column).combine_chunks()
         codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
         radix *= max(1, len(encoded.dictionary))
-    unique, group_rows, inverse = _groups(codes, radix)
+    distinct, partition_rows, partition_of_row = _groups(codes, radix)
     arity = len(partition_columns)
     if arity:
-        encoded_rows = binary_row.encode([c.take(pa.array(group_rows)) for c in partition_columns])
-        partitions = [binary_row.serialize(encoded_rows.row(g), arity) for g in range(len(unique))]
+        encoded_rows = binary_row.encode([c.take(pa.array(partition_rows)) for c in partition_columns])
+        partitions = [binary_row.serialize(encoded_rows.row(g), arity) for g in range(len(distinct))]
     else:
-        partitions = [binary_row.serialize(binary_row.to_bytes([], []), 0)] * len(unique)
-    return BucketGroups(inverse.astype(np.int64), partitions, [int(bucket_ids[i]) for i in group_rows])
+        partitions = [binary_row.serialize(binary_row.to_bytes([], []), 0)] * len(distinct)
+    bucket_ids = assigner.assign(data, partition_of_row, partitions)
+    num_buckets = int(bucket_ids.max()) + 1 if len(bucket_ids) else 1
+    _, group_rows, inverse = _groups(bucket_ids + partition_of_row * num_buckets, num_buckets * len(distinct))
+    return BucketGroups(inverse.astype(np.int64), [partitions[partition_of_row[i]] for i in group_rows],
+                        [int(bucket_ids[i]) for i in group_rows])
 
 
 def _groups(codes: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

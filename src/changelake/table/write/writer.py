@@ -29,8 +29,8 @@ from changelake.table.lsm import deletion_vectors, lookup_files
 from changelake.table.lsm.levels import Levels
 from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
+from changelake.table.write import assigners, landing, spill
 from changelake.table.write import conform as rows
-from changelake.table.write import landing, spill
 from changelake.table.write.bucket_state import BucketState, removed_meanwhile
 from changelake.table.write.bucketing import SortedFlush, group_by_bucket, merge_flush, restored_files, sort_flush
 
@@ -83,6 +83,7 @@ class TableWrite:
         self._background = not (wait_compaction or ctx.options.write_only or (
             ctx.options.deletion_vectors_enabled and ctx.options.lookup_wait))
         self._index_files: Mapping[tuple[bytes, int], list[IndexFileMeta]] = {}
+        self._assigner = assigners.for_table(ctx)
         self._commits = 0
         # The snapshot whose files the last compactions that look up older levels (first-row,
         # lookup and full-compaction changelog) saw; None when no compaction looks up.
@@ -164,9 +165,7 @@ class TableWrite:
             self.ctx.file_io.discard(path for m in unlanded for path in m.written(self.ctx))
         self._pending.clear()
         self._pending_bytes = 0
-        for state in self._buckets.values():
-            self._discard(state)
-        self._buckets.clear()
+        self._forget_buckets()
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
@@ -195,7 +194,7 @@ class TableWrite:
             return
         data = pa.concat_tables([t for t, _ in self._pending])
         kinds = np.concatenate([k for _, k in self._pending])
-        groups = group_by_bucket(self.ctx, data)
+        groups = group_by_bucket(self.ctx, data, self._assigner)
         keys = list(zip(groups.partitions, groups.buckets, strict=True))
         # Every flush numbers its rows above all that is committed in their buckets now, so a
         # commit that lands later wins over commits that landed before this flush. (A refused
@@ -436,7 +435,7 @@ class TableWrite:
             state.compacted = compaction.CompactResult()
             state.compacted_base = None
             state.index_added = state.index_deleted = ()
-        return messages
+        return assigners.with_index(messages, self._assigner.prepare(), self.ctx.options.bucket)
 
     def commit(self, identifier: int) -> list[Snapshot]:
         """Flush and commit as ``identifier``; [] if this user already committed it.
@@ -472,6 +471,8 @@ class TableWrite:
             raise
         compacted = any(m.compact_before or m.compact_after for m in messages)
         lost_compaction = compacted and bool(landed) and landed[-1].commit_kind != CommitKind.COMPACT
+        if landed:
+            self._assigner.landed()
         if renumbered or not landed or lost_compaction:
             # Skipped, renumbered after another commit, or our compaction lost to another
             # committer: this writer's view of the buckets is stale, so it is restored from the
@@ -483,6 +484,7 @@ class TableWrite:
         for state in self._buckets.values():
             self._discard(state)
         self._buckets.clear()
+        self._assigner.forget()
 
 
 def _raw(flush: SortedFlush, group: int) -> Iterator[pa.Table]:

@@ -1,0 +1,61 @@
+"""The bucket assigner interface a writer calls, whatever the table's bucket mode."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from changelake.table.commit.message import CommitMessage
+from changelake.table.format.index_manifest import IndexFileMeta
+
+
+@dataclass(frozen=True)
+class IndexUpdate:
+    """A bucket's new HASH index file and the names of the HASH index files its partition had
+    when the assignment started (a commit whose partition's index changed since is void)."""
+
+    file: IndexFileMeta
+    base: tuple[str, ...]
+
+
+class BucketAssigner(Protocol):
+    """Assigns rows to buckets and keeps whatever index the assignment needs."""
+
+    def assign(self, data: pa.Table, partition_of_row: np.ndarray, partitions: Sequence[bytes]) -> np.ndarray:
+        """The bucket of every row (int64); ``partition_of_row`` indexes ``partitions`` (serialized)."""
+        ...
+
+    def route(self, key_columns: Sequence[pa.Array]) -> np.ndarray:
+        """For a distributed write, the group of every row (of one partition) that one task
+        must write with all other rows of its group: rows of different groups never share a
+        bucket nor a key, and each group's new keys go to buckets no other group opens."""
+        ...
+
+    def prepare(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
+        """The index files to commit with the rows assigned since the last prepare, by bucket."""
+        ...
+
+    def landed(self) -> None:
+        """The prepared index files landed: they are the committed index now."""
+        ...
+
+    def forget(self) -> None:
+        """Drop what is not committed; the next assignment starts from the table as it is then."""
+        ...
+
+
+def with_index(messages: Sequence[CommitMessage], updates: Mapping[tuple[bytes, int], IndexUpdate],
+               total_buckets: int) -> list[CommitMessage]:
+    """The messages with their bucket's index update, and a message for each updated bucket
+    that has none (its rows all went in an earlier, failed commit's messages)."""
+    out = [m if (u := updates.get((m.partition, m.bucket))) is None else
+           dataclasses.replace(m, hash_index=u.file, hash_base=u.base) for m in messages]
+    have = {(m.partition, m.bucket) for m in messages}
+    out += [CommitMessage(p, b, total_buckets, hash_index=u.file, hash_base=u.base)
+            for (p, b), u in updates.items() if (p, b) not in have]
+    return out
