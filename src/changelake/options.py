@@ -16,9 +16,9 @@ from typing import Any
 
 from changelake import option_values as values
 from changelake.errors import OptionError
+from changelake.option_buckets import BucketOptions
 from changelake.option_spec import OptionSpec, declare
 from changelake.option_values import (
-    POSTPONE_BUCKET,
     ChangelogProducer,
     LookupCompactMode,
     MergeEngineKind,
@@ -36,31 +36,13 @@ _PREFIXED_OPTION = re.compile(r"^(format-table\.|fs\.|s3\.)")
 
 
 @dataclass(frozen=True)
-class TableOptions:
+class TableOptions(BucketOptions):
     """A table's options parsed with Paimon's defaults (``raw`` keeps them as stored)."""
 
     raw: Mapping[str, str] = dataclasses.field(default_factory=dict)
     table: str = ""
 
-    # layout
-    bucket: int = declare(
-        "bucket",
-        values.bucket,
-        "-1",
-        "Number of buckets (>= 1); or -1: on a primary-key table dynamic bucket mode (each "
-        "partition's HASH index says which bucket a key is in and new keys open buckets as they "
-        "fill), on an append table unaware (files anywhere in the partition); or -2 on a "
-        "primary-key table: postpone bucket mode (rows wait in `bucket-postpone/` until compaction).",
-        supports=lambda v: v >= 1 or v in (-1, POSTPONE_BUCKET),
-        unsupported="changelake writes a fixed number of buckets (>= 1), dynamic or unaware buckets (-1) "
-        "and postpone buckets (-2)",
-    )
-    bucket_key: tuple[str, ...] = declare(
-        "bucket-key",
-        values.names,
-        "",
-        "Fixed buckets: columns hashed to pick the bucket (default: the primary key minus partition keys).",
-    )
+    # layout (bucket options: option_buckets.BucketOptions)
     path: str | None = declare("path", values.text_value, None, "The table's location (set by catalogs).")
     partition_default_name: str = declare(
         "partition.default-name",
@@ -335,52 +317,6 @@ class TableOptions:
         "false",
         "Deletion vectors instead of merge-on-read: writers compact level 0 up before each commit, "
         "marking the replaced rows of older files deleted; readers read each file once, without a merge.",
-    )
-    postpone_default_bucket_num: int | None = declare(
-        "postpone.default-bucket-num", values.positive_int, None,
-        "Postpone-bucket tables: buckets of a partition that gets real buckets for the first time "
-        "(by a compaction or a fixed-bucket batch write); unset, they are estimated from "
-        "`postpone.target-row-num-per-bucket` or `postpone.target-size-per-bucket`.",
-    )
-    postpone_batch_write_fixed_bucket: bool = declare(
-        "postpone.batch-write-fixed-bucket", values.parse_bool, "true",
-        "Postpone-bucket tables: batch writes (`Table.write`) put rows straight into fixed buckets "
-        "(a partition's existing number, else `postpone.default-bucket-num` or an estimate) instead "
-        "of `bucket-postpone/`.",
-    )
-    postpone_batch_write_fixed_bucket_max_parallelism: int = declare(
-        "postpone.batch-write-fixed-bucket.max-parallelism", values.positive_int, "2048",
-        "Postpone-bucket tables: most buckets a fixed-bucket batch write infers for a new partition "
-        "(rounded up to a power of two, then capped).",
-    )
-    postpone_target_row_num_per_bucket: int | None = declare(
-        "postpone.target-row-num-per-bucket", values.positive_int, None,
-        "Postpone-bucket tables: rows per bucket when estimating a new partition's buckets; takes "
-        "precedence over `postpone.target-size-per-bucket`.",
-    )
-    postpone_target_size_per_bucket: int = declare(
-        "postpone.target-size-per-bucket", values.parse_memory_size, "1 gb",
-        "Postpone-bucket tables: bytes per bucket when estimating a new partition's buckets (of the "
-        "partition's postpone files for a compaction, of the batch's rows for a batch write).",
-    )
-    dynamic_bucket_target_row_num: int = declare(
-        "dynamic-bucket.target-row-num", values.positive_int, "2000000",
-        "Dynamic bucket mode: keys a bucket takes before new keys go to another (or a new) bucket.",
-    )
-    dynamic_bucket_max_buckets: int = declare(
-        "dynamic-bucket.max-buckets", values.dynamic_max_buckets, "-1",
-        "Dynamic bucket mode: most buckets of a partition (-1: up to 32768); once all are full, a new "
-        "key goes to one of them at random.",
-    )
-    dynamic_bucket_initial_buckets: int | None = declare(
-        "dynamic-bucket.initial-buckets", values.positive_int, None,
-        "Dynamic bucket mode: buckets a partition fills at once (Paimon's number of assigners: "
-        "a key hash picks its assigner, each assigner fills its own buckets); default: "
-        "`dynamic-bucket.assigner-parallelism`, else one.",
-    )
-    dynamic_bucket_assigner_parallelism: int | None = declare(
-        "dynamic-bucket.assigner-parallelism", values.positive_int, None,
-        "Dynamic bucket mode: assigners, when `dynamic-bucket.initial-buckets` is unset.",
     )
     # reads
     split_target_size: int = declare(
