@@ -88,11 +88,8 @@ class AppendWrite:
         exactly as it was before the call."""
         checkpoint = self._checkpoint()
         try:
-            if isinstance(data, pa.RecordBatchReader):
-                for batch in data:  # a stream is buffered batch by batch, never read whole
-                    self._buffer(pa.Table.from_batches([batch]))
-            else:
-                self._buffer(rows.to_arrow(data, self.ctx.name))
+            for part in rows.input_tables(data, self.ctx.name):
+                self._buffer(part)
         except BaseException:
             self._restore(checkpoint)
             raise

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -20,6 +20,16 @@ if TYPE_CHECKING:
 WriteInput: TypeAlias = "pa.Table | pa.RecordBatch | pa.RecordBatchReader | pd.DataFrame"
 ROWKIND_COLUMN = "rowkind"
 _KIND_VALUES = pa.array(kv.ROW_KIND_SYMBOLS)
+
+
+def input_tables(data: Any, table_name: str) -> Iterator[pa.Table]:
+    """The input as Arrow tables: a RecordBatchReader batch by batch (a stream is buffered as
+    it comes, never read whole), anything else as one table (see :func:`to_arrow`)."""
+    if isinstance(data, pa.RecordBatchReader):
+        for batch in data:
+            yield pa.Table.from_batches([batch])
+    else:
+        yield to_arrow(data, table_name)
 
 
 def to_arrow(data: Any, table_name: str) -> pa.Table:
