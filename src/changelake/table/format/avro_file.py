@@ -15,8 +15,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
-from changelake.errors import CorruptMetadataError, StorageError
-from changelake.table.io.fileio import FileIO
+from changelake.errors import CorruptMetadataError
 
 
 def is_avro(path: str) -> bool:
@@ -24,18 +23,9 @@ def is_avro(path: str) -> bool:
     return path.endswith(".avro")
 
 
-def read(file_io: FileIO, path: str) -> pa.Table:
-    """Every column of the Avro data file at ``path``, in the types Arrow infers from its values
-    (the caller casts them to the table's)."""
-    try:
-        with file_io.arrow_fs.open_input_file(path) as source:
-            data = source.read()
-    except FileNotFoundError:
-        raise CorruptMetadataError("data file is missing", file=path) from None
-    except StorageError:
-        raise
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
+def decode(data: bytes, path: str) -> pa.Table:
+    """Every column of the Avro data file ``data`` (read from ``path``), in the types Arrow
+    infers from its values (the caller casts them to the table's)."""
     try:
         reader = fastavro.reader(io.BytesIO(data))
         schema: Any = reader.writer_schema

@@ -291,7 +291,7 @@ def read(
         raise ValueError("a data file is read either whole minus its deleted rows or by row range")
     if avro_file.is_avro(path):
         return _from_avro(file_io, path, schema, columns, rows, renames, deleted)
-    with _opened(file_io, path) as source:
+    with opened(file_io, path) as source:
         parquet = _parquet(source, path)
         if kinds_for_retractions and columns is not None:
             columns = _kinds_if_retracting(parquet, columns)
@@ -318,7 +318,8 @@ def _from_avro(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[
                rows: tuple[int, int] | None, renames: Mapping[str, str | None] | None,
                deleted: BitMap | None) -> pa.Table:
     """:func:`read` of an Avro data file (another engine's postpone-bucket file)."""
-    table = avro_file.read(file_io, path)
+    with opened(file_io, path) as source:
+        table = avro_file.decode(source.read(), path)
     names = list(schema.names if columns is None else columns)
     absent, present, as_stored = _absent_and_present(names, renames)
     stored = _stored_columns(as_stored, table.column_names, path)
@@ -389,7 +390,7 @@ def _absent_and_present(names: Sequence[str], renames: Mapping[str, str | None] 
 
 
 @contextlib.contextmanager
-def _opened(file_io: FileIO, path: str) -> Iterator[pa.NativeFile]:
+def opened(file_io: FileIO, path: str) -> Iterator[pa.NativeFile]:
     """A data file opened for reading; a missing or unreadable one is corrupt metadata (a
     store that fails to answer raises StorageError)."""
     try:
@@ -414,8 +415,8 @@ def _parquet(source: pa.NativeFile, path: str, **options: Any) -> pq.ParquetFile
 
 @contextlib.contextmanager
 def _parquet_file(file_io: FileIO, path: str) -> Iterator[pq.ParquetFile]:
-    """A data file opened as Parquet (errors as :func:`_opened` raises them)."""
-    with _opened(file_io, path) as source:
+    """A data file opened as Parquet (errors as :func:`opened` raises them)."""
+    with opened(file_io, path) as source:
         yield _parquet(source, path)
 
 
