@@ -177,3 +177,34 @@ def test_first_row_writers_in_threads_leave_no_level0(tmp_path: Path) -> None:
     assert final is not None
     assert 0 not in {e.file.level for e in live_entries(table.context, final)}
     _check_every_snapshot(table, entries, keys, first_row=True)
+
+
+@pytest.mark.parametrize(("options", "expected_b1"), [
+    ({"merge-engine": "first-row"}, "oneshot"),  # the first row wins: the earlier commit's
+    ({"deletion-vectors.enabled": "true"}, "writer"),
+], ids=["first-row", "deletion-vectors"])
+def test_a_commit_renumbered_in_one_bucket_moves_that_bucket_level0_up_too(
+        tmp_path: Path, options: dict[str, str], expected_b1: str, renumber_calls: list[bool]) -> None:
+    """The writer's rows are numbered (a tiny buffer flushes them at write) before a one-shot
+    write lands in partition b only: the commit renumbers its rows in b, which voids its
+    compaction there, while its compaction of a lands. Level 0 of b goes up all the same:
+    batch scans of such tables skip level 0, and would not show the writer's rows in b."""
+    schema = pa.schema([pa.field("p", pa.string(), nullable=False), *SCHEMA])
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", schema, primary_keys=["p", "k"], partition_keys=["p"],
+        options={"bucket": "1", "write-buffer-size": "1 b", **options})
+
+    def rows(partition: str, keys: list[int], value: str) -> pa.Table:
+        return pa.table({"p": [partition] * len(keys), "k": keys, "v": [value] * len(keys)}, schema=schema)
+
+    with table.writer(commit_user="job") as writer:
+        writer.write(pa.concat_tables([rows("a", [1, 2], "writer"), rows("b", [1, 2], "writer")]))
+        table.write(rows("b", [1], "oneshot"))
+        landed = writer.commit(identifier=1)
+    assert renumber_calls[-1], "the writer's commit did not renumber"
+    assert [s.commit_kind for s in landed] == [cl.CommitKind.APPEND, cl.CommitKind.COMPACT]
+    got = {(r["p"], r["k"]): r["v"] for r in table.scan().to_arrow().to_pylist()}
+    assert got == {("a", 1): "writer", ("a", 2): "writer", ("b", 1): expected_b1, ("b", 2): "writer"}
+    final = table.latest_snapshot()
+    assert final is not None
+    assert 0 not in {e.file.level for e in live_entries(table.context, final)}

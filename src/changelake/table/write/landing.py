@@ -4,9 +4,10 @@ messages elsewhere.
 
 Beyond the committer's exactly-once check this covers what a commit owes a table whose every
 commit moves level 0 up (first-row, and the ``lookup`` producer with ``lookup-wait``): when the
-commit's own compaction was void (another writer compacted the bucket first) or lost (a crash
-between the APPEND and the COMPACT snapshot of an identifier), level 0 is moved up from the table
-as it is now.
+commit's own compaction was void in some or all of its buckets (another writer compacted the
+bucket first, or landed rows there first, so that the commit renumbered its own) or lost (a crash
+between the APPEND and the COMPACT snapshot of an identifier), level 0 of those buckets is moved
+up from the table as it is now.
 """
 
 from __future__ import annotations
@@ -72,14 +73,16 @@ def land(
     """Commit prepared ``messages`` as (``commit_user``, ``identifier``): the snapshots that
     landed ([] when the identifier was committed already: the messages' files are deleted).
     ``view`` is the oldest snapshot the messages' compactions looked up. A compaction lost to
-    another committer is not fatal: the new files land, and level 0 is moved up again when every
-    commit must move it. Then snapshots expire as the table's retention options say. Once a
-    snapshot landed, nothing here raises: a failure after it is logged."""
+    another committer (in every bucket or some) is not fatal: the new files land, and level 0 of
+    the buckets it left is moved up again when every commit must move it. Then snapshots expire
+    as the table's retention options say. Once a snapshot landed, nothing here raises: a failure
+    after it is logged."""
     landed = commit.commit(ctx, messages, commit_user, identifier, compact_conflicts_fatal=False,
                            on_renumber=on_renumber, view=view)
-    if landed and landed[-1].commit_kind is CommitKind.APPEND and level0_goes_up(ctx, changelog):
+    left = _level0_left(ctx, messages, landed) if level0_goes_up(ctx, changelog) else set()
+    if left:
         try:
-            compact_level0_up(ctx, changelog, {(m.partition, m.bucket) for m in messages})
+            compact_level0_up(ctx, changelog, left)
         except Exception:
             # The commit landed and must not be reported as failed; its level 0 goes up with
             # the next commit or its replay, as after a crash here.
@@ -88,6 +91,21 @@ def land(
     if landed:
         snapshot_expiry.expire_after_commit(ctx)
     return landed
+
+
+def _level0_left(ctx: TableContext, messages: Sequence[CommitMessage], landed: Sequence[Snapshot]) -> Buckets:
+    """The buckets of ``messages`` whose level 0 the ``landed`` snapshots left: every bucket
+    when the APPEND landed alone (the compaction was void), else those the COMPACT snapshot
+    does not touch (renumbering a bucket's new rows, after another commit landed rows there,
+    voids that bucket's compaction alone)."""
+    if not landed or landed[0].commit_kind is not CommitKind.APPEND:
+        return set()
+    buckets = {(m.partition, m.bucket) for m in messages}
+    if landed[-1].commit_kind is CommitKind.COMPACT:
+        # the manifests this process just wrote: remembered, not read again
+        buckets -= {(e.partition, e.bucket) for meta in live_files.manifest_list(ctx, landed[-1].delta_manifest_list)
+                    for e in live_files.manifest_entries(ctx, meta.file_name)}
+    return buckets
 
 
 def compact_level0_up(ctx: TableContext, changelog: ChangelogHook, buckets: Buckets | None) -> None:
@@ -110,3 +128,6 @@ def compact_level0_up(ctx: TableContext, changelog: ChangelogHook, buckets: Buck
         with contextlib.suppress(CommitConflictError):  # compacted by someone else: look again
             commit.commit(ctx, messages, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER, view=view)
             return
+    # Readers that skip level 0 do not see these rows until a later compaction moves them up.
+    _log.warning("table %s: moving level 0 up lost %d races to other compactions; it is left for a later "
+                 "commit or table.compact()", ctx.name, ctx.options.commit_max_retries + 1)
