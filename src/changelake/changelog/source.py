@@ -132,8 +132,14 @@ class ChangeSource:
     def table_id(self) -> str:
         """What offsets made now carry: :attr:`identity`, then ``.rN`` after N rollbacks (read
         afresh, so offsets from before a rollback are told apart from those after it)."""
-        rollbacks = len(rollback.records(self.context))
-        return f"{self.identity}.r{rollbacks}" if rollbacks else self.identity
+        return self._table_id(self._rollbacks())
+
+    def _rollbacks(self) -> list[rollback.RollbackRecord]:
+        # Each record is read once per process (they never change); a call lists rollback/.
+        return rollback.RECORDS.records(self.context, self.identity)
+
+    def _table_id(self, rollbacks: Sequence[rollback.RollbackRecord]) -> str:
+        return f"{self.identity}.r{len(rollbacks)}" if rollbacks else self.identity
 
     @cached_property
     def schema(self) -> pa.Schema:
@@ -167,9 +173,10 @@ class ChangeSource:
     def check(self, offset: StreamOffset) -> StreamOffset:
         """``offset`` if it can be read from: OffsetError when it belongs to another table or
         lies beyond this table's history, SnapshotExpiredError when its snapshot expired."""
-        current = self.table_id
+        rollbacks = self._rollbacks()
+        current = self._table_id(rollbacks)
         if offset.table_id is not None and offset.table_id != current:
-            self._check_rollbacks(offset)
+            self._check_rollbacks(offset, rollbacks)
         try:
             starting.check_follow_up_start(self.context, offset.snapshot_id, None)
         except SnapshotNotFoundError as exc:
@@ -179,14 +186,14 @@ class ChangeSource:
             raise
         return offset if offset.table_id == current else offset.model_copy(update={"table_id": current})
 
-    def _check_rollbacks(self, offset: StreamOffset) -> None:
+    def _check_rollbacks(self, offset: StreamOffset, rollbacks: Sequence[rollback.RollbackRecord]) -> None:
         """OffsetError unless ``offset`` (of another table id) is of this table before some
         rollbacks, and lies at or before each of their targets (the start of the next snapshot
         after a target is fine: that snapshot is read whole once committed again)."""
         table, _, generation = (offset.table_id or "").partition(".r")
         if table != self.identity or not (generation == "" or generation.isdigit()):
             raise OffsetError(f"offset {offset.to_json()} belongs to another table", table=self.context.name)
-        for record in rollback.records(self.context)[int(generation or 0):]:
+        for record in rollbacks[int(generation or 0):]:
             at_next = offset.snapshot_id == record.snapshot_id + 1 and offset.index == 0 and not offset.scan_snapshot
             if offset.snapshot_id > record.snapshot_id and not at_next:
                 raise RolledBackOffsetError(

@@ -25,6 +25,7 @@ a replay of a rolled-back commit lands again, as it does while the snapshot is r
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,16 +57,54 @@ def _record_dir(ctx: TableContext) -> str:
     return f"{ctx.paths.root}/rollback"
 
 
-def records(ctx: TableContext) -> list[RollbackRecord]:
-    """Every rollback of the table, oldest first."""
-    directory = _record_dir(ctx)
-    ids = sorted(int(m.group(1)) for n in ctx.file_io.list_names(directory) if (m := _RECORD.match(n)))
-    return [RollbackRecord.model_validate_json(ctx.file_io.read_bytes(f"{directory}/rollback-{i}")) for i in ids]
+def _ids(ctx: TableContext) -> list[int]:
+    """The numbers of the table's rollback records, in order (one listing)."""
+    return sorted(int(m.group(1)) for n in ctx.file_io.list_names(_record_dir(ctx)) if (m := _RECORD.match(n)))
+
+
+class RecordCache:
+    """The rollback records read so far, by (filesystem, ``rollback/`` directory, table identity).
+
+    A record never changes once written (created if absent; nothing rewrites or deletes it, as
+    expiry and orphan cleanup leave ``rollback/`` alone), so each is read once; every call still
+    lists the directory, to see the rollbacks made since. The table identity in the key keeps a
+    table made anew at the same location (whose records restart at 0) from being served the
+    old table's records. Safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, str, str], dict[int, RollbackRecord]] = {}
+        self._lock = threading.Lock()
+
+    def records(self, ctx: TableContext, identity: str) -> list[RollbackRecord]:
+        """Every rollback of the table whose identity is ``identity``, oldest first: one
+        listing, and one read per record not read before."""
+        directory = _record_dir(ctx)
+        key = (ctx.file_io.protocol, directory, identity)
+        ids = _ids(ctx)
+        with self._lock:
+            known = dict(self._records.get(key, {}))
+        current = {i: known[i] if i in known else _read(ctx, i) for i in ids}
+        with self._lock:
+            self._records[key] = current  # a record no longer listed (deleted by hand) is forgotten
+        return list(current.values())
+
+    def clear(self) -> None:
+        """Forget every record read."""
+        with self._lock:
+            self._records.clear()
+
+
+RECORDS = RecordCache()
+
+
+def _read(ctx: TableContext, number: int) -> RollbackRecord:
+    return RollbackRecord.model_validate_json(ctx.file_io.read_bytes(f"{_record_dir(ctx)}/rollback-{number}"))
 
 
 def _write_record(ctx: TableContext, record: RollbackRecord) -> None:
     data = record.model_dump_json(by_alias=True).encode("utf-8")
-    while not ctx.file_io.create_if_absent(f"{_record_dir(ctx)}/rollback-{len(records(ctx))}", data):
+    # Records are numbered 0, 1, ... without gaps (each created only once its number is free).
+    while not ctx.file_io.create_if_absent(f"{_record_dir(ctx)}/rollback-{len(_ids(ctx))}", data):
         pass  # another rollback took that number: take the next
 
 
