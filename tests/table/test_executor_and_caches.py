@@ -10,6 +10,7 @@ import pyarrow as pa
 
 import changelake as cl
 from changelake.table import executor
+from changelake.table.maintenance import rollback
 from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 
@@ -85,3 +86,21 @@ def test_index_files_a_writer_wrote_are_not_read_back(tmp_path: Path) -> None:
         assert cached == stored.read()
     assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["k"]) == [
         {"k": 1, "v": 1}, {"k": 2, "v": 20}, {"k": 3, "v": 3}]
+
+
+def test_rollback_records_are_read_once_until_the_cache_is_cleared(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64())])
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", schema, primary_keys=["k"])
+    kept = table.write(pa.table({"k": [1], "v": [1]}, schema=schema))
+    table.write(pa.table({"k": [1], "v": [2]}, schema=schema))
+    table.rollback_to(snapshot_id=kept.id)
+    identity = table.stream().source.identity
+    rollback.RECORDS.clear()
+    (record,) = rollback.RECORDS.records(table.context, identity)
+    assert (record.snapshot_id, record.latest_before) == (kept.id, kept.id + 1)
+    path = Path(table.location) / "rollback" / "rollback-0"
+    # Records are never rewritten; this one is, to show whether it is read again.
+    path.write_bytes(path.read_bytes().replace(b'"latestBefore":2', b'"latestBefore":9'))
+    assert rollback.RECORDS.records(table.context, identity) == [record]
+    rollback.RECORDS.clear()
+    assert rollback.RECORDS.records(table.context, identity)[0].latest_before == 9
