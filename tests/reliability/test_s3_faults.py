@@ -150,3 +150,40 @@ def test_a_commit_whose_flush_failed_writes_every_row_when_retried(
         assert [s.commit_identifier for s in writer.commit(1)] == [1]
     assert sorted(r["k"] for r in table.scan().to_arrow().to_pylist()) == keys
     assert {r["v"] for r in table.scan().to_arrow().to_pylist()} == {1}
+
+
+def test_a_stream_over_a_much_rolled_back_table_reads_its_rollback_records_once_and_resumes(
+        s3: S3Endpoint, proxy: FaultProxy) -> None:
+    """Found by the harness at scale: every stream step read every rollback record, so the
+    chance that a step met no store failure shrank with each rollback until the stream could
+    not get through. Now a step lists ``rollback/`` and reads only records it has not seen;
+    and a step that fails part way leaves the stream where it was."""
+    catalog = cl.Catalog(s3.new_warehouse(), storage_options=s3_faults.storage_options(proxy.endpoint_url))
+    table = catalog.create_table("db.t", SCHEMA, ["k"], options={"bucket": "2"})
+    for i in range(6):
+        kept = table.write(pa.table({"k": [i], "v": [i]}))
+        table.write(pa.table({"k": [i], "v": [-1]}))
+        table.rollback_to(snapshot_id=kept.id)
+    stream = table.stream(mode="latest-full", consumer_id="c", max_rows=1)
+    assert sorted(r["k"] for b in stream for r in b.data.to_pylist()) == list(range(6))
+    stream.commit()
+    seen: list[Request] = []
+    failing = [True]
+
+    def plan(request: Request) -> Fault | None:
+        seen.append(request)
+        return Fault.INTERNAL_ERROR if failing[0] and request.method == "GET" and "/bucket-" in request.path else None
+
+    for i in range(3):
+        table.write(pa.table({"k": [10 + i, 20 + i], "v": [1, 1]}))
+    got: list[int] = []
+    with proxy.faults(plan):
+        with pytest.raises(cl.errors.StorageError) as raised:
+            got += [r["k"] for b in stream for r in b.data.to_pylist()]
+        failing[0] = False
+        assert raised.value.file is not None and "/bucket-" in raised.value.file
+        got += [r["k"] for b in stream for r in b.data.to_pylist()]
+        stream.commit()
+    assert sorted(got) == [10, 11, 12, 20, 21, 22]  # each once
+    assert any(r.path.endswith("/rollback") or "prefix=" in r.query and "rollback" in r.query for r in seen)
+    assert not [r for r in seen if "/rollback/rollback-" in r.path]  # listed, never read again
