@@ -130,7 +130,7 @@ class ChangeSource:
 
     @property
     def table_id(self) -> str:
-        """What offsets made now carry: :attr:`identity`, then ``.rN`` after N rollbacks (read
+        """What offsets made now carry: :attr:`identity`, then ``.rN`` after N rollbacks (listed
         afresh, so offsets from before a rollback are told apart from those after it)."""
         return self._table_id(self._rollbacks())
 
