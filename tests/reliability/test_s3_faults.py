@@ -187,3 +187,15 @@ def test_a_stream_over_a_much_rolled_back_table_reads_its_rollback_records_once_
     assert sorted(got) == [10, 11, 12, 20, 21, 22]  # each once
     assert any(r.method == "GET" and "prefix=" in r.query and "rollback" in r.query for r in seen)  # listed
     assert not [r for r in seen if "/rollback/rollback-" in r.path]  # never read again
+
+
+def test_a_metadata_file_is_read_with_one_request(s3: S3Endpoint, proxy: FaultProxy) -> None:
+    """s3fs 2026 reads a whole file with a HEAD (its size) before the GET, to split big files
+    across ranged GETs; changelake's metadata files are small, so it reads each with one GET
+    (each request is one more chance to fail)."""
+    table = _table(s3, proxy)
+    seen: list[Request] = []
+    with proxy.faults(lambda r: seen.append(r)):
+        assert table.snapshot(1).id == 1
+    reads = [r.method for r in seen if r.path.endswith("/snapshot/snapshot-1")]
+    assert reads == ["GET"]

@@ -145,7 +145,13 @@ class FileIO:
             return fsspec.filesystem(self.protocol, **self.storage_options)
         # Another process's commit must show at once: a cached listing would hide a new
         # snapshot (s3fs answers exists() from its listing cache), so list afresh each time.
-        return fsspec.filesystem(self.protocol, **{"use_listings_cache": False, **self.storage_options})
+        defaults: dict[str, Any] = {"use_listings_cache": False}
+        if self.protocol in ("s3", "s3a"):
+            # s3fs 2026 reads a whole file (read_bytes: metadata, all small) with a HEAD for its
+            # size first, to split big files across ranged GETs: one GET each instead halves
+            # the requests that can fail. Data files are read through open(), which it leaves.
+            defaults["max_concurrency"] = 1
+        return fsspec.filesystem(self.protocol, **{**defaults, **self.storage_options})
 
     @cached_property
     def atomic_create(self) -> AtomicCreate:
