@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import changelake as cl
 from changelake.table import executor
@@ -104,3 +107,22 @@ def test_rollback_records_are_read_once_until_the_cache_is_cleared(tmp_path: Pat
     assert rollback.RECORDS.records(table.context, identity) == [record]
     rollback.RECORDS.clear()
     assert rollback.RECORDS.records(table.context, identity)[0].latest_before == 9
+
+
+def test_map_all_waits_for_the_running_calls_before_it_raises() -> None:
+    """A caller cleaning up after a failed call must see what the other calls wrote."""
+    failed = threading.Event()
+    finished: list[int] = []
+
+    def call(i: int) -> int:
+        if i == 0:
+            failed.set()
+            raise ValueError("the first call fails")
+        failed.wait(5)
+        time.sleep(0.05)  # still running when the failure reaches map_all
+        finished.append(i)
+        return i
+
+    with pytest.raises(ValueError, match="the first call fails"):
+        executor.map_all(call, range(2))
+    assert finished == [1]

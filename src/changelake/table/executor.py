@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 _T = TypeVar("_T")
@@ -53,14 +53,28 @@ def compaction_executor() -> ThreadPoolExecutor:
 def map_all(fn: Callable[[_T], _R], items: Iterable[_T], *,
             progress: Callable[[int, int], None] | None = None) -> list[_R]:
     """``fn`` over ``items`` on the pool, results in order; one item runs on the caller's thread.
-    ``progress`` is called on the caller's thread with (done, total) as results come in."""
+    ``progress`` is called on the caller's thread with (done, total) as results come in. When
+    one call raises, the calls not started are cancelled and those running are waited for before
+    the error is raised, so that a caller cleaning up after a failure sees everything written."""
     work = list(items)
-    results = map(fn, work) if len(work) <= 1 else executor().map(fn, work)
-    if progress is None:
-        return list(results)
+    futures: list[Future[_R]] = []
+    results: Iterator[_R]
+    if len(work) <= 1:
+        results = map(fn, work)
+    else:
+        futures = [executor().submit(fn, item) for item in work]
+        results = (f.result() for f in futures)
     done: list[_R] = []
-    progress(0, len(work))
-    for result in results:
-        done.append(result)
-        progress(len(done), len(work))
+    if progress is not None:
+        progress(0, len(work))
+    try:
+        for result in results:
+            done.append(result)
+            if progress is not None:
+                progress(len(done), len(work))
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        wait(futures)
+        raise
     return done
