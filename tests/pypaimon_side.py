@@ -54,21 +54,16 @@ def alter_table(warehouse: str, name: str, changes: list[tuple[str, ...]]) -> No
 
 def write(warehouse: str, name: str, data: pa.Table) -> None:
     """One batch commit of ``data``."""
-    builder = _table(warehouse, name).new_batch_write_builder()
-    writer = builder.new_write()
-    commit = builder.new_commit()
-    try:
-        writer.write_arrow(data)
-        commit.commit(writer.prepare_commit())
-    finally:
-        writer.close()
-        commit.close()
+    _commit(_table(warehouse, name).new_batch_write_builder(), data)
 
 
 def write_fixed_buckets(warehouse: str, name: str, data: pa.Table) -> None:
     """One batch commit of ``data`` into a postpone-bucket table's fixed buckets (pypaimon's
     ``new_postpone_fixed_bucket_write_builder``; its ordinary batch writer writes bucket-postpone/)."""
-    builder = _table(warehouse, name).new_postpone_fixed_bucket_write_builder()
+    _commit(_table(warehouse, name).new_postpone_fixed_bucket_write_builder(), data)
+
+
+def _commit(builder: Any, data: pa.Table) -> None:
     writer = builder.new_write()
     commit = builder.new_commit()
     try:

@@ -272,9 +272,7 @@ def _index_manifest(ctx: TableContext, latest: Snapshot | None, messages: Sequen
     after = after if compact else hash_indexes.replace(ctx, after, messages)
     if not after:
         return None
-    name = f"index-manifest-{uuid.uuid4()}-0"
-    data = index_manifest.encode(after, ctx.options.manifest_compression)
-    ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST)
+    name = index_manifest.write(ctx.file_io, ctx.paths.manifest_dir, after, ctx.options.manifest_compression)
     attempt.written.append(ctx.paths.manifest(name))
     return name
 

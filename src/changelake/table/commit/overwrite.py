@@ -13,7 +13,6 @@ the overwrite deletes their outputs instead and still lands.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Collection, Sequence
 
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
@@ -144,9 +143,7 @@ def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: frozens
         return previous
     if not kept:
         return None
-    name = f"index-manifest-{uuid.uuid4()}-0"
-    data = index_manifest.encode(kept, ctx.options.manifest_compression)
-    ctx.file_io.write_bytes(ctx.paths.manifest(name), data, kill_point=KillPoint.MANIFEST)
+    name = index_manifest.write(ctx.file_io, ctx.paths.manifest_dir, kept, ctx.options.manifest_compression)
     lists.written.append(ctx.paths.manifest(name))
     return name
 

@@ -9,6 +9,7 @@ are carried over as they are.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from changelake.table.format import manifest
 from changelake.table.format.deletion_vector import DeletionVectorMeta
 from changelake.table.format.manifest import FileKind
 from changelake.table.io.fileio import FileIO
+from changelake.table.io.killpoints import KillPoint
 
 DELETION_VECTORS = "DELETION_VECTORS"
 _VERSION = 1
@@ -124,6 +126,13 @@ class IndexManifestEntry:
 def encode(entries: Sequence[IndexManifestEntry], compression: str) -> bytes:
     """An index manifest's bytes."""
     return manifest.encode_avro(INDEX_ENTRY_SCHEMA, [e.to_avro() for e in entries], compression)
+
+
+def write(file_io: FileIO, manifest_dir: str, entries: Sequence[IndexManifestEntry], compression: str) -> str:
+    """Write a new index manifest of ``entries`` into ``manifest_dir``; returns its name."""
+    name = f"index-manifest-{uuid.uuid4()}-0"
+    file_io.write_bytes(f"{manifest_dir}/{name}", encode(entries, compression), kill_point=KillPoint.MANIFEST)
+    return name
 
 
 def read(file_io: FileIO, path: str) -> list[IndexManifestEntry]:
