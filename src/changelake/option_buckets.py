@@ -79,3 +79,14 @@ class BucketOptions:
         "dynamic-bucket.assigner-parallelism", values.positive_int, None,
         "Dynamic bucket mode: assigners, when `dynamic-bucket.initial-buckets` is unset.",
     )
+    cross_partition_upsert_index_ttl: int | None = declare(
+        "cross-partition-upsert.index-ttl", values.parse_duration_ms, None,
+        "Cross-partition upsert: how long a key stays in a writer's key index since it was last "
+        "written (its bootstrap also skips buckets whose files are all older); a key past it is "
+        "written as new, so it may then live in two partitions. Unset: keys never expire.",
+    )
+    cross_partition_upsert_bootstrap_parallelism: int = declare(
+        "cross-partition-upsert.bootstrap-parallelism", values.positive_int, "10",
+        "Cross-partition upsert: splits a writer reads at once when it bootstraps its key index "
+        "from the table's live keys.",
+    )

@@ -128,7 +128,9 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     else:
         bucketed_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
         bucketed = df.mapInArrow(functools.partial(write_tasks.add_bucket, ctx), bucketed_schema)
-        grouped = bucketed.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+        # A cross-partition key's rows of every partition meet in its assigner's task.
+        by = [] if ctx.cross_partition else [F.col(k) for k in ctx.partition_keys]
+        grouped = bucketed.repartition(*by, F.col(BUCKET_COLUMN))
         written = grouped.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary")
     results = [write_tasks.task_result(row[MESSAGE_COLUMN]) for row in written.collect()]
     killpoints.reached(KillPoint.SINK_WRITTEN)

@@ -47,11 +47,13 @@ def needs_shuffle(ctx: TableContext) -> bool:
 def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The rows with the group one task writes (fixed buckets: the bucket, Paimon's hash of
     the bucket key in the table's types; dynamic buckets: the key's assigner, whose task places
-    its new keys in buckets of its own) as a last column ``_changelake_bucket``; only for tables
-    that :func:`needs_shuffle`."""
+    its new keys in buckets of its own; cross-partition: the assigner of the whole primary key,
+    so a key's rows of every partition meet in one task) as a last column ``_changelake_bucket``;
+    only for tables that :func:`needs_shuffle`."""
     assigner = assigners.for_table(ctx)
+    names = ctx.primary_keys if ctx.cross_partition else ctx.bucket_key
     for batch in batches:
-        keys = [_as_table_type(ctx, batch, name) for name in ctx.bucket_key]
+        keys = [_as_table_type(ctx, batch, name) for name in names]
         yield batch.append_column(BUCKET_COLUMN, pa.array(assigner.route(keys), pa.int32()))
 
 

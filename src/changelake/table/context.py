@@ -147,6 +147,12 @@ class TableContext:
         return KeyCodec([self.arrow_schema.field(k).type for k in self.key_names])
 
     @cached_property
+    def cross_partition(self) -> bool:
+        """Whether a key may move between partitions: a primary key that lacks a partition column
+        (Paimon's ``crossPartitionUpdate``; such tables are dynamic-bucket)."""
+        return bool(self.primary_keys) and not set(self.partition_keys) <= set(self.primary_keys)
+
+    @cached_property
     def bucket_key(self) -> tuple[str, ...]:
         return self.options.bucket_key or self.key_names
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
 from changelake.option_values import POSTPONE_BUCKET
 from changelake.table import metadata
-from changelake.table.commit import hash_indexes, last_commits, manifest_merge, renumber
+from changelake.table.commit import hash_indexes, key_placement, last_commits, manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, index_manifest, manifest, snapshot
@@ -434,6 +434,8 @@ def _land(
             _check_conflicts(ctx, latest, entries)
             if view is not None and kind is CommitKind.COMPACT:
                 _check_view(ctx, view, latest, entries)
+            if kind is CommitKind.APPEND:
+                key_placement.check(ctx, messages, commit_user, latest)
             if conflicts is not None:
                 conflicts(latest)
             lists = Attempt()

@@ -36,6 +36,10 @@ class CommitMessage:
     # from: the commit is void when they changed meanwhile (a key could land in two buckets).
     hash_index: IndexFileMeta | None = None
     hash_base: tuple[str, ...] = ()
+    # Cross-partition upsert: the snapshot whose keys the writer's key index held when it
+    # placed the rows; the commit is void when another writer's rows landed since (a key of
+    # theirs could land in a second partition).
+    key_base: int | None = None
 
     def bucket_dir(self, ctx: TableContext) -> str:
         return ctx.bucket_dir(self.partition, self.bucket)

@@ -151,11 +151,6 @@ def from_arrow(
                 raise SchemaError(f"{kind} {key!r} is not a column of the schema {names}", table=table_name)
         if len(set(keys)) != len(keys):
             raise SchemaError(f"duplicate {kind}s in {keys}", table=table_name)
-    missing = [p for p in partition_keys if primary_keys and p not in primary_keys]
-    if missing:
-        raise SchemaError(
-            f"primary keys {primary_keys} must contain the partition keys; missing {missing}", table=table_name
-        )
     if primary_keys and set(primary_keys) == set(partition_keys):
         raise SchemaError(
             f"primary keys {primary_keys} must not be the same as the partition keys", table=table_name

@@ -54,6 +54,22 @@ def check_deletion_vectors(options: TableOptions) -> None:
                           option="deletion-vectors.enabled")
 
 
+def check_cross_partition(schema: TableSchema, options: TableOptions) -> None:
+    """OptionError for what Paimon refuses when the primary key lacks a partition column (a
+    cross-partition update, ``SchemaValidation``): any ``bucket`` but -1, and ``sequence.field``
+    (a key's rows in two partitions have no common order)."""
+    missing = [k for k in schema.partition_keys if k not in schema.primary_keys]
+    if not schema.primary_keys or not missing:
+        return
+    what = (f"the primary keys {list(schema.primary_keys)} lack the partition keys {missing} (a cross-partition "
+            "update: a key may move between partitions)")
+    if options.bucket != -1:
+        raise OptionError(f"must be -1 (dynamic bucket mode, the default) when {what}", table=options.table,
+                          option="bucket")
+    if options.sequence_field:
+        raise OptionError(f"cannot be set when {what}", table=options.table, option="sequence.field")
+
+
 class _Shared(TypedDict):
     """The settings every engine has."""
 

@@ -48,6 +48,14 @@ class ManifestCache:
         self.put(key, value)
         return value
 
+    def peek(self, key: Hashable) -> object | None:
+        """The cached value of ``key``, None on a miss."""
+        with self._lock:
+            if key in self._files:
+                self._files.move_to_end(key)
+                return self._files[key]
+        return None
+
     def put(self, key: Hashable, value: object) -> None:
         """Keep ``value`` as ``key``'s (a file this process just wrote, say)."""
         weight = self._weigh(value) if self._weigh is not None else 0

@@ -22,12 +22,10 @@ import dataclasses
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from changelake.errors import CommitOutcomeUnknownError
 from changelake.option_values import POSTPONE_BUCKET
@@ -35,7 +33,7 @@ from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
-from changelake.table.format import binary_row, data_file, kv
+from changelake.table.format import data_file, kv
 from changelake.table.format.data_file import FileSettings
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.format.snapshot import Snapshot
@@ -45,6 +43,7 @@ from changelake.table.write import conform as rows
 from changelake.table.write import landing
 from changelake.table.write.bucket_state import BucketState
 from changelake.table.write.conform import ROWKIND_COLUMN, WriteInput
+from changelake.table.write.partitions import partition_groups
 from changelake.table.write.writer import TableWrite
 
 # The sequence number of every row in a postpone file, as Java Paimon writes them.
@@ -129,32 +128,6 @@ class PostponeWrite(TableWrite):
 
     def _compact(self, state: BucketState, *, full: bool, committed: object) -> None:
         """Postpone buckets are compacted into real buckets by the table's compaction only."""
-
-
-@dataclass(frozen=True)
-class PartitionGroups:
-    """Rows tagged with their partition, in input order."""
-
-    codes: np.ndarray
-    partitions: list[bytes]
-
-
-def partition_groups(ctx: TableContext, data: pa.Table) -> PartitionGroups:
-    """The partition (serialized BinaryRow) of every row."""
-    columns = [data.column(k) for k in ctx.partition_keys]
-    if not columns:
-        empty = binary_row.serialize(binary_row.to_bytes([], []), 0)
-        return PartitionGroups(np.zeros(data.num_rows, dtype=np.int64), [empty] if data.num_rows else [])
-    codes = np.zeros(data.num_rows, dtype=np.int64)
-    radix = 1
-    for column in columns:
-        encoded = pc.dictionary_encode(column).combine_chunks()
-        codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
-        radix *= max(1, len(encoded.dictionary))
-    unique, first_rows, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    encoded_rows = binary_row.encode([c.take(pa.array(first_rows)) for c in columns])
-    partitions = [binary_row.serialize(encoded_rows.row(g), len(columns)) for g in range(len(unique))]
-    return PartitionGroups(inverse.astype(np.int64).reshape(-1), partitions)
 
 
 def known_bucket_counts(entries: list[ManifestEntry]) -> dict[bytes, int]:

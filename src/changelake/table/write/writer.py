@@ -46,6 +46,7 @@ class _Checkpoint:
     pending_bytes: int
     # per bucket: levels, next sequence number, spilled runs, new files, changelog files
     buckets: dict[tuple[bytes, int], tuple[Levels, int, tuple[spill.SpilledRun, ...], int, int]]
+    assigner: object
 
 
 class TableWrite:
@@ -116,6 +117,7 @@ class TableWrite:
             tuple(self._pending), self._pending_bytes,
             {key: (s.levels, s.next_sequence, tuple(s.spilled), len(s.new_files), len(s.changelog))
              for key, s in self._buckets.items()},
+            self._assigner.checkpoint(),
         )
 
     def _restore(self, checkpoint: _Checkpoint) -> None:
@@ -124,6 +126,7 @@ class TableWrite:
         buffered or spilled before, which those flushes also took, are buffered or spilled again."""
         self._pending = list(checkpoint.pending)
         self._pending_bytes = checkpoint.pending_bytes
+        self._assigner.restore(checkpoint.assigner)
         for key, state in list(self._buckets.items()):
             levels, next_sequence, spilled, new_files, changelog = checkpoint.buckets.get(
                 key, (state.levels, 0, (), 0, 0))
@@ -191,6 +194,7 @@ class TableWrite:
             return
         data = pa.concat_tables([t for t, _ in self._pending])
         kinds = np.concatenate([k for _, k in self._pending])
+        data, kinds = self._assigner.relocate(data, kinds)
         groups = group_by_bucket(self.ctx, data, self._assigner)
         keys = list(zip(groups.partitions, groups.buckets, strict=True))
         # Every flush numbers its rows above all that is committed in their buckets now, so a
@@ -432,7 +436,7 @@ class TableWrite:
             state.compacted = compaction.CompactResult()
             state.compacted_base = None
             state.index_added = state.index_deleted = ()
-        return assigners.with_index(messages, self._assigner.prepare(), self.ctx.options.bucket)
+        return self._assigner.prepare(messages)
 
     def commit(self, identifier: int) -> list[Snapshot]:
         """Flush and commit as ``identifier``; [] if this user already committed it.
@@ -469,7 +473,7 @@ class TableWrite:
         compacted = any(m.compact_before or m.compact_after for m in messages)
         lost_compaction = compacted and bool(landed) and landed[-1].commit_kind != CommitKind.COMPACT
         if landed:
-            self._assigner.landed()
+            self._assigner.landed(landed[-1].id)
         if renumbered or not landed or lost_compaction:
             # Skipped, renumbered after another commit, or our compaction lost to another
             # committer: this writer's view of the buckets is stale, so it is restored from the

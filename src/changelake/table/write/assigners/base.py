@@ -26,6 +26,11 @@ class IndexUpdate:
 class BucketAssigner(Protocol):
     """Assigns rows to buckets and keeps whatever index the assignment needs."""
 
+    def relocate(self, data: pa.Table, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """The rows (and their kinds) to write for a flush's rows, in order: the same rows,
+        except where a cross-partition upsert moves, keeps or drops a key of another partition."""
+        ...
+
     def assign(self, data: pa.Table, partition_of_row: np.ndarray, partitions: Sequence[bytes]) -> np.ndarray:
         """The bucket of every row (int64); ``partition_of_row`` indexes ``partitions`` (serialized)."""
         ...
@@ -36,17 +41,49 @@ class BucketAssigner(Protocol):
         bucket nor a key, and each group's new keys go to buckets no other group opens."""
         ...
 
-    def prepare(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
-        """The index files to commit with the rows assigned since the last prepare, by bucket."""
+    def prepare(self, messages: Sequence[CommitMessage]) -> list[CommitMessage]:
+        """The messages of the rows assigned since the last prepare, with what their commit
+        needs of the assignment (index files to land, the snapshot the keys were placed at)."""
         ...
 
-    def landed(self) -> None:
-        """The prepared index files landed: they are the committed index now."""
+    def landed(self, snapshot_id: int) -> None:
+        """The prepared messages landed, the last of their snapshots being ``snapshot_id``."""
         ...
 
     def forget(self) -> None:
         """Drop what is not committed; the next assignment starts from the table as it is then."""
         ...
+
+    def checkpoint(self) -> object:
+        """The assignment's state, for :meth:`restore` after a write call that failed."""
+        ...
+
+    def restore(self, checkpoint: object) -> None:
+        """Return to a :meth:`checkpoint`: rows placed since are placed again when written again."""
+        ...
+
+
+class Stateless:
+    """What an assigner without an index does: rows stay as given, messages as prepared."""
+
+    def relocate(self, data: pa.Table, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        return data, kinds
+
+    def prepare(self, messages: Sequence[CommitMessage]) -> list[CommitMessage]:
+        return list(messages)
+
+    def landed(self, snapshot_id: int) -> None:
+        pass  # nothing kept
+
+    def forget(self) -> None:
+        pass  # nothing kept
+
+    def checkpoint(self) -> object:
+        # A placed key stays placed: rows written again go where the first attempt put them.
+        return None
+
+    def restore(self, checkpoint: object) -> None:
+        pass
 
 
 def with_index(messages: Sequence[CommitMessage], updates: Mapping[tuple[bytes, int], IndexUpdate],

@@ -23,12 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from changelake.errors import CorruptMetadataError, OptionError
+from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket, hash_index
 from changelake.table.format.index_manifest import IndexFileMeta, IndexManifestEntry
 from changelake.table.read import deletion_vectors as read_index
 from changelake.table.read.live_files import ManifestCache
-from changelake.table.write.assigners.base import IndexUpdate
+from changelake.table.write.assigners.base import IndexUpdate, Stateless, with_index
 
 # Paimon's bucket ids in HASH mode are Java shorts: at most Short.MAX_VALUE + 1 buckets.
 MAX_BUCKETS = 32768
@@ -157,7 +158,7 @@ def _codes(hashes: np.ndarray, buckets: np.ndarray) -> np.ndarray:
     return (hashes.astype(np.int64) << _BUCKET_BITS) | buckets.astype(np.int64)
 
 
-class DynamicBuckets:
+class DynamicBuckets(Stateless):
     """Assigns keys to buckets by their partition's HASH index, extending it with new keys."""
 
     def __init__(self, ctx: TableContext) -> None:
@@ -253,7 +254,10 @@ class DynamicBuckets:
         out[filled:] = self._random.choice(np.array(ids, dtype=np.int64), size=len(hashes) - filled)
         return out
 
-    def prepare(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
+    def prepare(self, messages: Sequence[CommitMessage]) -> list[CommitMessage]:
+        return with_index(messages, self._updates(), self.ctx.options.bucket)
+
+    def _updates(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
         updates = {}
         for partition, index in self._indexes.items():
             base = index.base_names()
@@ -264,7 +268,7 @@ class DynamicBuckets:
             index.dirty.clear()
         return updates
 
-    def landed(self) -> None:
+    def landed(self, snapshot_id: int) -> None:
         for (partition, b), meta in self._prepared.items():
             self._indexes[partition].base[b] = meta
         for partition in {p for p, _ in self._prepared}:

@@ -3,17 +3,17 @@ number of buckets (Paimon's ``FixedBucketRowKeyExtractor``); there is no index t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from changelake.table.context import TableContext
 from changelake.table.format import bucket
-from changelake.table.write.assigners.base import IndexUpdate
+from changelake.table.write.assigners.base import Stateless
 
 
-class FixedBuckets:
+class FixedBuckets(Stateless):
     """The bucket of a row is ``abs(hash(bucket key) % bucket)``."""
 
     def __init__(self, ctx: TableContext) -> None:
@@ -25,12 +25,3 @@ class FixedBuckets:
     def route(self, key_columns: Sequence[pa.Array]) -> np.ndarray:
         """The bucket itself."""
         return bucket.buckets(key_columns, self.ctx.options.bucket).astype(np.int64)
-
-    def prepare(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
-        return {}
-
-    def landed(self) -> None:
-        pass  # nothing kept
-
-    def forget(self) -> None:
-        pass  # nothing kept

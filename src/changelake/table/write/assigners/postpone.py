@@ -4,16 +4,16 @@ no index to keep, and a distributed write needs no routing (each task writes its
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from changelake.option_values import POSTPONE_BUCKET
-from changelake.table.write.assigners.base import IndexUpdate
+from changelake.table.write.assigners.base import Stateless
 
 
-class PostponeBuckets:
+class PostponeBuckets(Stateless):
     """Every row's bucket is -2."""
 
     def assign(self, data: pa.Table, partition_of_row: np.ndarray, partitions: Sequence[bytes]) -> np.ndarray:
@@ -22,12 +22,3 @@ class PostponeBuckets:
     def route(self, key_columns: Sequence[pa.Array]) -> np.ndarray:
         """One group: any task may write any row."""
         return np.zeros(len(key_columns[0]) if key_columns else 0, dtype=np.int64)
-
-    def prepare(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
-        return {}
-
-    def landed(self) -> None:
-        pass  # nothing kept
-
-    def forget(self) -> None:
-        pass  # nothing kept
