@@ -26,14 +26,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.errors import DataError, OptionError
+from changelake.errors import DataError, OptionError, SnapshotNotFoundError
 from changelake.option_values import MergeEngineKind
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import binary_row, bucket, kv
 from changelake.table.format.snapshot import CommitKind
-from changelake.table.read import live_files
+from changelake.table.read import deletion_vectors, live_files
 from changelake.table.read.planner import Split, split_bucket
 from changelake.table.read.reader import read_split
 from changelake.table.write.assigners.key_index import BUCKET_BITS, BUCKET_MASK, KeyIndex, fingerprints
@@ -54,10 +54,11 @@ class _State:
     partitions: list[bytes] = field(default_factory=list)
     ids: dict[bytes, int] = field(default_factory=dict)
     counts: dict[int, dict[int, int]] = field(default_factory=dict)  # partition id -> bucket -> keys
+    dirty: bool = False  # placed rows not landed yet
 
     def copy(self) -> _State:
         return _State(self.index.copy(), self.base, list(self.partitions), dict(self.ids),
-                      {p: dict(c) for p, c in self.counts.items()})
+                      {p: dict(c) for p, c in self.counts.items()}, self.dirty)
 
     def id_of(self, partition: bytes) -> int:
         found = self.ids.get(partition)
@@ -112,8 +113,12 @@ class CrossPartitionBuckets:
     # -- the writer's calls --------------------------------------------------------------
 
     def relocate(self, data: pa.Table, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray]:
-        state = self._state if self._state is not None else self._load()
-        self._state = state
+        state = self._state
+        if state is None or (not state.dirty and self._stale(state)):
+            # Another writer's rows landed since: nothing of this writer's is pending, so it
+            # starts from the table as it is (with rows pending, its commit will be void).
+            state = self._state = self._load()
+        state.dirty = True
         batch = self._batch(state, data)
         existing = state.index.lookup(batch.hi[batch.firsts], batch.lo[batch.firsts], batch.now)
         engine = self.ctx.options.merge_engine
@@ -161,6 +166,7 @@ class CrossPartitionBuckets:
         if self._state is None:
             return
         self._state.base = snapshot_id
+        self._state.dirty = False
         COMMITTED.put(self._key(snapshot_id), self._state.copy())
 
     def forget(self) -> None:
@@ -340,6 +346,17 @@ class CrossPartitionBuckets:
             snapshot = self.ctx.snapshot(snapshot.id - 1)
         return self._bootstrap(latest.id)
 
+    def _stale(self, state: _State) -> bool:
+        """Whether rows landed after the state's snapshot (compactions move no key)."""
+        latest = self.ctx.latest_snapshot()
+        for snapshot_id in range(state.base + 1, (latest.id if latest is not None else 0) + 1):
+            try:
+                if self.ctx.snapshot(snapshot_id).commit_kind is not CommitKind.COMPACT:
+                    return True
+            except SnapshotNotFoundError:
+                return True
+        return False
+
     def _empty(self) -> KeyIndex:
         options = self.ctx.options
         return KeyIndex(memory_budget=options.lookup_cache_max_memory_size,
@@ -349,7 +366,11 @@ class CrossPartitionBuckets:
         """Every live key of the snapshot with its partition and bucket (Paimon's ``IndexBootstrap``)."""
         ctx = self.ctx
         state = _State(self._empty(), snapshot_id)
-        entries = [e for e in live_files.live_entries(ctx, ctx.snapshot(snapshot_id))]
+        snapshot = ctx.snapshot(snapshot_id)
+        entries = live_files.live_entries(ctx, snapshot)
+        # Every level, each file minus its deletion vector (with vectors, rows a later file
+        # replaced are marked there and may have no retraction left to merge with).
+        vectors = deletion_vectors.snapshot_vectors(ctx, snapshot) if ctx.options.deletion_vectors_enabled else {}
         ttl = ctx.options.cross_partition_upsert_index_ttl
         now = int(time.time() * 1000)
         splits = []
@@ -357,7 +378,9 @@ class CrossPartitionBuckets:
             if ttl is not None and all((f.creation_time_ms or 0) + ttl < now for f in files):
                 continue
             bucket_dir = ctx.bucket_dir(partition, bucket_id)
-            splits += [Split(partition, bucket_id, bucket_dir, tuple(group), raw)
+            found = deletion_vectors.deletion_files(ctx, vectors.get((partition, bucket_id), ()))
+            splits += [Split(partition, bucket_id, bucket_dir, tuple(group), raw,
+                             tuple(found.get(f.file_name) for f in group))
                        for group, raw in split_bucket(ctx, files)]
 
         def keys(split: Split) -> tuple[np.ndarray, np.ndarray]:
