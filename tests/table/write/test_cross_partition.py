@@ -279,7 +279,8 @@ def test_a_key_live_in_two_partitions_is_named_at_bootstrap(tmp_path: Path) -> N
     broken = cl.Catalog(str(tmp_path)).get_table("db.t")
     broken.reset_options(["cross-partition-upsert.index-ttl"])
     before = broken.latest_snapshot()
-    with pytest.raises(errors.DataError, match=r"live in partition \{dt=a\} bucket 0 and in partition \{dt=b\} bucket 0 of snapshot 2: two writers"):
+    with pytest.raises(errors.DataError, match=r"live in partition \{dt=a\} bucket 0 and in partition "
+                                               r"\{dt=b\} bucket 0 of snapshot 2: two writers"):
         broken.write(_rows([(3, "a", 3, "+I")]))
     assert broken.latest_snapshot() == before
 
