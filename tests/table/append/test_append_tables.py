@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -291,3 +293,13 @@ def test_racing_writers_of_one_bucket_read_back_in_commit_order(catalog: cl.Cata
     files = sorted(live_files.live_entries(table.context, latest), key=lambda e: e.file.min_sequence_number)
     ranges = [(e.file.min_sequence_number, e.file.max_sequence_number) for e in files]
     assert all(after[0] > before[1] for before, after in itertools.pairwise(ranges))
+
+
+@pytest.mark.parametrize("options", [{}, {"bucket": "2", "bucket-key": "id"}], ids=["unaware", "fixed"])
+def test_a_null_partition_value_is_paimons_default_partition(catalog: cl.Catalog, options: dict[str, str]) -> None:
+    table = catalog.create_table("db.t", SCHEMA, partition_keys=["dt"], options=options)
+    table.write(pa.table({"id": [1, 2, 3], "v": ["x", "y", "z"], "dt": ["a", None, None]}))
+    assert sorted(os.listdir(table.location)) == ["dt=__DEFAULT_PARTITION__", "dt=a", "manifest", "schema", "snapshot"]
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": "x", "dt": "a"}, {"id": 2, "v": "y", "dt": None}, {"id": 3, "v": "z", "dt": None}]
+    assert table.scan(filter=pc.field("dt").is_null()).to_arrow().column("id").to_pylist() == [2, 3]

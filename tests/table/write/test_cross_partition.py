@@ -7,6 +7,7 @@ definitions and impossible moves are refused."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -197,6 +198,21 @@ def test_a_writer_whose_keys_another_writer_changed_meanwhile_conflicts_and_land
     want = {k: ("d", 3) if k % 5 == 0 else ("c", 2) if k % 3 == 0 else ("b", 1) if k % 2 == 0 else ("a", 0)
             for k in range(200)}
     assert read(table) == want
+    assert_one_place(table)
+
+
+def test_keys_move_into_and_out_of_the_null_partition(tmp_path: Path) -> None:
+    nullable = SCHEMA.set(1, pa.field("dt", pa.string()))
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", nullable, primary_keys=["id"], partition_keys=["dt"])
+    nulls = pa.table({"id": pa.array([1, 2], pa.int64()), "dt": pa.array([None, "a"], pa.string()),
+                      "v": pa.array([1, 2], pa.int64())})
+    table.write(nulls)
+    assert read(table) == {1: (None, 1), 2: ("a", 2)}  # type: ignore[dict-item]
+    table.write(_rows([(1, "b", 3, "+I")]))
+    table.write(pa.table({"id": pa.array([2], pa.int64()), "dt": pa.array([None], pa.string()),
+                          "v": pa.array([4], pa.int64())}))
+    assert read(table) == {1: ("b", 3), 2: (None, 4)}  # type: ignore[dict-item]
+    assert "dt=__DEFAULT_PARTITION__" in os.listdir(table.location)
     assert_one_place(table)
 
 

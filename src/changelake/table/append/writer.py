@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, RowKindError
 from changelake.table import snapshot_expiry
@@ -33,6 +32,7 @@ from changelake.table.format.manifest import DataFileMeta
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.write import bucketing
 from changelake.table.write import conform as rows
+from changelake.table.write.partitions import value_codes
 
 if TYPE_CHECKING:
     from changelake.table.write.conform import WriteInput
@@ -245,12 +245,8 @@ def group_rows(ctx: TableContext, data: pa.Table) -> tuple[bucketing.BucketGroup
     else:
         ids = bucket.buckets([data.column(k) for k in ctx.bucket_key], num_buckets).astype(np.int64)
         radix = num_buckets
-    codes = ids
     partition_columns = [data.column(k) for k in ctx.partition_keys]
-    for column in partition_columns:
-        encoded = pc.dictionary_encode(column).combine_chunks()
-        codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
-        radix *= max(1, len(encoded.dictionary))
+    codes, radix = value_codes(partition_columns, ids, radix)
     if radix <= max(data.num_rows, 1 << 16):
         # Few groups: counted, not sorted; a stable sort of small ints is a radix sort.
         unique = np.flatnonzero(np.bincount(codes, minlength=radix))

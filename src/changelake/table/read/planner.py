@@ -58,14 +58,17 @@ def _range_guarantee(names: Sequence[str], types: Sequence[pa.DataType], stats: 
     lows = binary_row.from_bytes(binary_row.deserialize(stats.min_values)[1], types)
     highs = binary_row.from_bytes(binary_row.deserialize(stats.max_values)[1], types)
     guarantee = pc.scalar(True)
-    for name, t, low, high in zip(names, types, lows, highs, strict=True):
+    counts = stats.null_counts or (None,) * len(types)
+    for name, t, low, high, nulls in zip(names, types, lows, highs, counts, strict=True):
         if low is None or high is None:
             continue
         field = pc.field(name)
         if low == high:
-            guarantee = guarantee & (field == pc.scalar(pa.scalar(low, t)))
+            within = field == pc.scalar(pa.scalar(low, t))
         else:
-            guarantee = guarantee & (field >= pc.scalar(pa.scalar(low, t))) & (field <= pc.scalar(pa.scalar(high, t)))
+            within = (field >= pc.scalar(pa.scalar(low, t))) & (field <= pc.scalar(pa.scalar(high, t)))
+        # Min and max leave nulls out: a column with nulls (or an unknown count) may hold them.
+        guarantee = guarantee & (within if nulls == 0 else within | field.is_null())
     return guarantee
 
 

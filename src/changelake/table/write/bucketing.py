@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from changelake.errors import BucketRescaleError
 from changelake.option_values import POSTPONE_BUCKET
@@ -18,6 +17,7 @@ from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.merge import sort
 from changelake.table.read import live_files
 from changelake.table.write.assigners import BucketAssigner
+from changelake.table.write.partitions import value_codes
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,7 @@ class BucketGroups:
 def group_by_bucket(ctx: TableContext, data: pa.Table, assigner: BucketAssigner) -> BucketGroups:
     """The (partition, bucket) group of every row, its bucket as ``assigner`` says."""
     partition_columns = [data.column(k) for k in ctx.partition_keys]
-    codes = np.zeros(data.num_rows, dtype=np.int64)
-    radix = 1
-    for column in partition_columns:
-        encoded = pc.dictionary_encode(column).combine_chunks()
-        codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
-        radix *= max(1, len(encoded.dictionary))
+    codes, radix = value_codes(partition_columns, np.zeros(data.num_rows, dtype=np.int64), 1)
     distinct, partition_rows, partition_of_row = _groups(codes, radix)
     arity = len(partition_columns)
     if arity:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,18 +21,25 @@ class PartitionGroups:
     partitions: list[bytes]
 
 
+def value_codes(columns: Sequence[pa.Array | pa.ChunkedArray], codes: np.ndarray,
+                radix: int) -> tuple[np.ndarray, int]:
+    """``codes`` extended by each column's distinct values (null one of them, as a partition
+    whose value is null is one partition): equal codes for equal values in every column, and
+    the bound of the codes."""
+    for column in columns:
+        encoded = pc.dictionary_encode(column, null_encoding="encode").combine_chunks()
+        codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
+        radix *= max(1, len(encoded.dictionary))
+    return codes, radix
+
+
 def partition_groups(ctx: TableContext, data: pa.Table) -> PartitionGroups:
     """The partition (serialized BinaryRow) of every row."""
     columns = [data.column(k) for k in ctx.partition_keys]
     if not columns:
         empty = binary_row.serialize(binary_row.to_bytes([], []), 0)
         return PartitionGroups(np.zeros(data.num_rows, dtype=np.int64), [empty] if data.num_rows else [])
-    codes = np.zeros(data.num_rows, dtype=np.int64)
-    radix = 1
-    for column in columns:
-        encoded = pc.dictionary_encode(column).combine_chunks()
-        codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
-        radix *= max(1, len(encoded.dictionary))
+    codes, _ = value_codes(columns, np.zeros(data.num_rows, dtype=np.int64), 1)
     unique, first_rows, inverse = np.unique(codes, return_index=True, return_inverse=True)
     encoded_rows = binary_row.encode([c.take(pa.array(first_rows)) for c in columns])
     partitions = [binary_row.serialize(encoded_rows.row(g), len(columns)) for g in range(len(unique))]
