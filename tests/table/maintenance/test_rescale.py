@@ -17,6 +17,7 @@ import pytest
 
 import changelake as cl
 from changelake import errors
+from changelake.table.format import bucket as bucket_hash
 from changelake.table.format.snapshot import CommitKind
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
@@ -290,12 +291,56 @@ def test_tables_rescale_cannot_rewrite(tmp_path: Path) -> None:
         cl.open_table(table.location).rescale(bucket=3)
     assert _files(tmp_path) == files
     schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
-    append = cl.Catalog(str(tmp_path / "w2")).create_table("db.a", schema, options={"bucket": "2", "bucket-key": "k"})
-    append.write(pa.table({"k": [1, 2], "v": [1, 2]}))
+    unaware = cl.Catalog(str(tmp_path / "w2")).create_table("db.a", schema)
+    unaware.write(pa.table({"k": [1, 2], "v": [1, 2]}))
     files = _files(tmp_path)
-    with pytest.raises(errors.OptionError, match="rescale rewrites primary-key tables; this is an append table"):
-        append.rescale(bucket=3)
+    with pytest.raises(errors.OptionError, match="rescale rewrites tables of fixed buckets; this table has bucket=-1"):
+        unaware.rescale(bucket=3)
     assert _files(tmp_path) == files
+
+
+def test_append_tables_keep_each_old_buckets_order_in_the_new_buckets(tmp_path: Path) -> None:
+    """Paimon's rescale of a fixed-bucket append table: every row once, hashed by bucket-key into
+    the new number of buckets, each new bucket holding its rows of old bucket 0, then of 1, ...,
+    each in write order; rows are written out past write-buffer-size, in order all the same."""
+    schema = pa.schema([("k", pa.int64()), ("seq", pa.int64()), ("dt", pa.string())])
+    table = cl.Catalog(str(tmp_path)).create_table("db.a", schema, partition_keys=["dt"],
+                                                   options={"bucket": "2", "bucket-key": "k",
+                                                            "write-buffer-size": "4 kb"})
+    for step in range(5):
+        keys = [(step * 7 + i) % 11 for i in range(300)]
+        seqs = [step * 1000 + i for i in range(300)]
+        table.write(pa.table({"k": keys, "seq": seqs, "dt": ["a"] * 150 + ["b"] * 150}))
+    before = table.scan().to_arrow()
+    old_buckets = {(r["dt"], r["seq"]): b for b, part in _by_bucket(table).items() for r in part}
+    landed = table.rescale(bucket=3, partitions=[{"dt": "a"}])
+    assert landed is not None and landed.commit_kind.value == "OVERWRITE"
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["seq"]) == \
+        sorted(before.to_pylist(), key=lambda r: r["seq"])
+    for (dt_, new_bucket), rows in _by_bucket(table).items():
+        if dt_ == "b":
+            assert new_bucket < 2
+            continue
+        hashed = bucket_hash.buckets([pa.array([r["k"] for r in rows], pa.int64())], 3)
+        assert set(hashed.tolist()) == {new_bucket}
+        order = [(old_buckets[("a", r["seq"])][1], r["seq"]) for r in rows]
+        assert order == sorted(order)  # by old bucket, then write order
+    counts = {b: len(rows) for (dt_, b), rows in _by_bucket(table).items() if dt_ == "a"}
+    assert set(counts) == {0, 1, 2} and sum(counts.values()) == 750
+    table.write(pa.table({"k": [1], "seq": [9999], "dt": ["a"]}))  # into the rescaled partition
+    assert table.scan().to_arrow().num_rows == 1501
+
+
+def _by_bucket(table: cl.Table) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Each bucket's rows in file order (files by first sequence number)."""
+    ctx = table.context
+    found: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    entries = sorted(live_entries(ctx, ctx.latest_snapshot()),  # type: ignore[arg-type]
+                     key=lambda e: e.file.min_sequence_number)
+    for e in entries:
+        rows = ctx.read_file(ctx.bucket_dir(e.partition, e.bucket), e.file, list(ctx.arrow_schema.names))
+        found.setdefault((ctx.partition_values(e.partition)[0], e.bucket), []).extend(rows.to_pylist())
+    return found
 
 
 def test_expiry_orphans_and_rollback_after_a_rescale(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """Rescale: rewrite partitions of a fixed-bucket table with another number of buckets, as one
 OVERWRITE snapshot (Paimon's ``rescale`` procedure: ``ALTER TABLE ... SET ('bucket' = 'N')``,
-then an overwrite of the partitions with their own rows, hashed by the new number).
+then an overwrite of the partitions with their own rows, hashed by the new number). An append
+table's rows are rewritten in order (:mod:`changelake.table.append.rescale`); a primary-key
+table's as follows.
 
 Each partition's rows are its merged rows at the snapshot the rescale starts from (merge-on-read
 of every bucket, deletion vectors applied, deletes dropped), as a full compaction leaves them:
@@ -25,6 +27,7 @@ from pyroaring import BitMap
 
 from changelake.errors import CommitConflictError, CorruptMetadataError, OptionError, ScanError, SnapshotNotFoundError
 from changelake.table import metadata, schema_update
+from changelake.table.append import rescale as append_rescale
 from changelake.table.commit import overwrite
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -79,9 +82,7 @@ def _checked_bucket(ctx: TableContext, bucket: int | None, latest: Snapshot | No
     ``bucket`` is None or a positive int, SnapshotNotFoundError for a table never written."""
     current = ctx.options.bucket
     if ctx.kind is TableKind.APPEND:
-        # Its rows have no key to merge by; rewriting them is a plain overwrite (issue 26's).
-        raise OptionError("rescale rewrites primary-key tables; this is an append table",
-                          table=ctx.name, option="bucket")
+        append_rescale.check(ctx)
     if current < 1:
         raise OptionError(f"rescale rewrites tables of fixed buckets; this table has bucket={current}",
                           table=ctx.name, option="bucket")
@@ -126,8 +127,12 @@ def _rewrite(ctx: TableContext, base: Snapshot, live: Sequence[ManifestEntry], t
         if progress is not None:
             progress(0, len(by_partition))
         for done, (partition, buckets) in enumerate(sorted(by_partition.items()), start=1):
-            big = chunked.is_big([f for files in buckets.values() for f in files])
-            messages += (work.spilled if big else work.in_memory)(partition, sorted(buckets.items()))
+            if ctx.kind is TableKind.APPEND:
+                messages += append_rescale.rewrite_partition(ctx, partition, sorted(buckets.items()), target,
+                                                             work.written.extend)
+            else:
+                big = chunked.is_big([f for files in buckets.values() for f in files])
+                messages += (work.spilled if big else work.in_memory)(partition, sorted(buckets.items()))
             if progress is not None:
                 progress(done, len(by_partition))
     except (CorruptMetadataError, FileNotFoundError) as error:
