@@ -303,3 +303,19 @@ def test_a_null_partition_value_is_paimons_default_partition(catalog: cl.Catalog
     assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
         {"id": 1, "v": "x", "dt": "a"}, {"id": 2, "v": "y", "dt": None}, {"id": 3, "v": "z", "dt": None}]
     assert table.scan(filter=pc.field("dt").is_null()).to_arrow().column("id").to_pylist() == [2, 3]
+
+
+def test_inspect_shows_files_in_write_order_and_the_small_files_a_compaction_joins(catalog: cl.Catalog) -> None:
+    table = catalog.create_table("db.t", SCHEMA, options={"target-file-size": "4 kb",
+                                                          "compaction.min.file-num": "3"})
+    for i in range(7):
+        table.write(_rows([i]))
+    bucket = table.inspect().bucket(0)
+    assert [f.min_sequence for f in bucket.files] == list(range(7))  # each file its own run, in write order
+    assert len(bucket.runs) == 7
+    assert bucket.pending.rule.value == "small-files" and "joined in write order" in bucket.pending.reason
+    picked = set(bucket.pending.files)
+    assert len(picked) == 6 and picked <= {f.name for f in bucket.files}
+    table.compact()
+    after = table.inspect().bucket(0)
+    assert len(after.files) == 2 and after.pending.rule.value == "none"

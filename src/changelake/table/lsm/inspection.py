@@ -18,8 +18,10 @@ import pyarrow as pa
 
 from changelake.errors import ScanError
 from changelake.option_values import POSTPONE_BUCKET
+from changelake.table.append import compaction as append_compaction
 from changelake.table.context import TableContext, partition_of
 from changelake.table.format.manifest import DataFileMeta, FileSource
+from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import paths
 from changelake.table.lsm import picture
@@ -31,7 +33,7 @@ from changelake.table.lsm.bucket_tree import (
     human_size,
     key_text,
 )
-from changelake.table.lsm.levels import Levels
+from changelake.table.lsm.levels import Levels, LevelSortedRun
 from changelake.table.lsm.universal import PickRule, UniversalCompaction
 from changelake.table.read import live_files
 
@@ -135,29 +137,58 @@ def inspect(ctx: TableContext, snapshot: Snapshot | None, *, force_level0_up: bo
     for key in sorted(set(files) | set(changelog), key=lambda k: (ctx.partition_values(k[0]), k[1])):
         partition, bucket = key
         levels = Levels(tuple(files.get(key, ())), options.num_levels)
-        runs = levels.sorted_runs(ctx.key_of)
-        explain = choose.explain_level0 if force_level0_up else choose.explain
-        pick = explain(levels.num_levels, runs)
-        pending = PendingCompaction(pick.rule, pick.reason)
-        if bucket == POSTPONE_BUCKET:
-            pending = PendingCompaction(PickRule.NONE, "the table's compaction moves these rows into real buckets "
-                                        "(readers skip bucket-postpone/ until then)")
-        elif pick.unit is not None:
-            pending = PendingCompaction(pick.rule, pick.reason, tuple(f.file_name for f in pick.unit.files),
-                                        pick.unit.output_level)
+        if ctx.kind is TableKind.APPEND:
+            ordered = sorted(files.get(key, ()), key=lambda f: f.min_sequence_number)
+            runs = tuple(SortedRunInspection(f.level, (_file(ctx, f),)) for f in ordered)
+            pending = _append_pending(ctx, ordered)
+        else:
+            sorted_runs = levels.sorted_runs(ctx.key_of)
+            runs = tuple(SortedRunInspection(r.level, tuple(_file(ctx, f) for f in r.run.files)) for r in sorted_runs)
+            pending = _pending(ctx, choose, levels, sorted_runs, bucket, force_level0_up=force_level0_up)
         values = ctx.partition_values(partition)
         buckets.append(BucketInspection(
             partition=tuple(zip(ctx.partition_keys, values, strict=True)),
             partition_text=_partition_text(ctx, values),
             bucket=bucket,
             num_levels=levels.num_levels,
-            runs=tuple(SortedRunInspection(r.level, tuple(_file(ctx, f) for f in r.run.files)) for r in runs),
+            runs=runs,
             pending=pending,
             changelog=tuple(_file(ctx, f) for f in sorted(changelog.get(key, ()), key=lambda f: f.file_name)),
         ))
     return TableInspection(ctx.name, None if snapshot is None else snapshot.id, ctx.key_names, ctx.partition_keys,
                            tuple(ctx.partition_types), options.num_levels,
                            full_compaction_every, tuple(buckets))
+
+
+def _pending(ctx: TableContext, choose: UniversalCompaction, levels: Levels, runs: Sequence[LevelSortedRun],
+             bucket: int, *, force_level0_up: bool) -> PendingCompaction:
+    """What universal compaction would pick next in a primary-key table's bucket."""
+    if bucket == POSTPONE_BUCKET:
+        return PendingCompaction(PickRule.NONE, "the table's compaction moves these rows into real buckets "
+                                 "(readers skip bucket-postpone/ until then)")
+    explain = choose.explain_level0 if force_level0_up else choose.explain
+    pick = explain(levels.num_levels, runs)
+    if pick.unit is None:
+        return PendingCompaction(pick.rule, pick.reason)
+    return PendingCompaction(pick.rule, pick.reason, tuple(f.file_name for f in pick.unit.files),
+                             pick.unit.output_level)
+
+
+def _append_pending(ctx: TableContext, ordered: Sequence[DataFileMeta]) -> PendingCompaction:
+    """What an append table's small-file compaction would join next in a bucket (files in write
+    order, each its own run: an append table's rows have no key to sort by)."""
+    options = ctx.options
+    target = append_compaction.target_file_size(ctx)
+    settings = (f"target-file-size {human_size(target)}, compaction.min.file-num {options.compaction_min_file_num}"
+                + (f", compaction.max.file-num {options.compaction_max_file_num}"
+                   if options.compaction_max_file_num else ""))
+    groups = append_compaction.pick(ctx, options.bucket, ordered, full=False)
+    if not groups:
+        return PendingCompaction(PickRule.NONE, f"nothing: no small files reach a compaction ({settings})")
+    picked = [f for group in groups for f in group]
+    return PendingCompaction(PickRule.SMALL_FILES, f"{len(picked)} small files joined in write order into "
+                             f"{len(groups)} new {'file' if len(groups) == 1 else 'files'} ({settings})",
+                             tuple(f.file_name for f in picked), 0)
 
 
 # -- text ------------------------------------------------------------------------------------

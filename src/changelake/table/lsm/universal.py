@@ -31,6 +31,7 @@ class PickRule(enum.StrEnum):
     SIZE_RATIO = "size-ratio"
     RUN_COUNT = "run-count"
     FORCE_LEVEL0_UP = "force-level0-up"
+    SMALL_FILES = "small-files"  # not universal's: an append table's small-file compaction
 
 
 @dataclass(frozen=True)
