@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from changelake.table.commit.message import CommitMessage
 from changelake.table.format.index_manifest import IndexFileMeta
+from changelake.table.format.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,8 @@ class BucketAssigner(Protocol):
         needs of the assignment (index files to land, the snapshot the keys were placed at)."""
         ...
 
-    def landed(self, snapshot_id: int) -> None:
-        """The prepared messages landed, the last of their snapshots being ``snapshot_id``."""
+    def landed(self, snapshot: Snapshot) -> None:
+        """The prepared messages landed, the last of their snapshots being ``snapshot``."""
         ...
 
     def forget(self) -> None:
@@ -72,7 +73,7 @@ class Stateless:
     def prepare(self, messages: Sequence[CommitMessage]) -> list[CommitMessage]:
         return list(messages)
 
-    def landed(self, snapshot_id: int) -> None:
+    def landed(self, snapshot: Snapshot) -> None:
         pass  # nothing kept
 
     def forget(self) -> None:

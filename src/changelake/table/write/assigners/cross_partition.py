@@ -32,7 +32,7 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import binary_row, bucket, kv
-from changelake.table.format.snapshot import CommitKind
+from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.read import deletion_vectors, live_files
 from changelake.table.read.planner import Split, split_bucket
 from changelake.table.read.reader import read_split
@@ -162,12 +162,12 @@ class CrossPartitionBuckets:
             return list(messages)
         return [dataclasses.replace(m, key_base=self._state.base) for m in messages]
 
-    def landed(self, snapshot_id: int) -> None:
+    def landed(self, snapshot: Snapshot) -> None:
         if self._state is None:
             return
-        self._state.base = snapshot_id
+        self._state.base = snapshot.id
         self._state.dirty = False
-        COMMITTED.put(self._key(snapshot_id), self._state.copy())
+        COMMITTED.put(self._key(snapshot), self._state.copy())
 
     def forget(self) -> None:
         self._state = None
@@ -325,8 +325,10 @@ class CrossPartitionBuckets:
 
     # -- the index of the table ----------------------------------------------------------
 
-    def _key(self, snapshot_id: int) -> tuple[str, str, int]:
-        return self.ctx.file_io.protocol, self.ctx.paths.root, snapshot_id
+    def _key(self, snapshot: Snapshot) -> tuple[str, str, int, int, str]:
+        # Its time and user too: a table dropped and made again at the same place numbers its
+        # snapshots from 1 again.
+        return self.ctx.file_io.protocol, self.ctx.paths.root, snapshot.id, snapshot.time_millis, snapshot.commit_user
 
     def _load(self) -> _State:
         """The key index of the latest snapshot: as a writer of this process committed it, or
@@ -336,7 +338,7 @@ class CrossPartitionBuckets:
             return _State(self._empty(), 0)
         snapshot = latest
         for _ in range(_COMPACTIONS_SKIPPED):
-            cached = COMMITTED.peek(self._key(snapshot.id))
+            cached = COMMITTED.peek(self._key(snapshot))
             if isinstance(cached, _State):
                 state = cached.copy()
                 state.base = latest.id

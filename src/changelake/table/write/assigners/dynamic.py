@@ -27,6 +27,7 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket, hash_index
 from changelake.table.format.index_manifest import IndexFileMeta, IndexManifestEntry
+from changelake.table.format.snapshot import Snapshot
 from changelake.table.read import deletion_vectors as read_index
 from changelake.table.read.live_files import ManifestCache
 from changelake.table.write.assigners.base import IndexUpdate, Stateless, with_index
@@ -268,7 +269,7 @@ class DynamicBuckets(Stateless):
             index.dirty.clear()
         return updates
 
-    def landed(self, snapshot_id: int) -> None:
+    def landed(self, snapshot: Snapshot) -> None:
         for (partition, b), meta in self._prepared.items():
             self._indexes[partition].base[b] = meta
         for partition in {p for p, _ in self._prepared}:
