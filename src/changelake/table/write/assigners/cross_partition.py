@@ -32,6 +32,7 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import binary_row, bucket, kv
+from changelake.table.format.manifest import FileKind, ManifestEntry
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.read import deletion_vectors, live_files
 from changelake.table.read.planner import Split, split_bucket
@@ -41,8 +42,6 @@ from changelake.table.write.partitions import partition_groups
 
 # Paimon's bucket ids are Java shorts in this mode too.
 MAX_BUCKETS = 32768
-# Snapshots walked back over compactions to find a cached index that still holds every key.
-_COMPACTIONS_SKIPPED = 8
 
 
 @dataclass
@@ -72,14 +71,23 @@ class _State:
         return self.index.nbytes + 64 * sum(len(c) for c in self.counts.values())
 
 
-def _weigh(state: object) -> int:
-    return state.nbytes if isinstance(state, _State) else 0
+@dataclass(frozen=True)
+class _Cached:
+    """A key index as of ``snapshot``."""
+
+    snapshot: Snapshot
+    state: _State
 
 
-# By (filesystem, table root, snapshot id): the key index as of that snapshot, kept by the
-# writer that committed it, so the next writer of this process (``table.write`` after
-# ``table.write``) does not read every key again.
-COMMITTED = live_files.ManifestCache(max_files=4, max_bytes=1024 * 1024 * 1024, weigh=_weigh)
+def _weigh(cached: object) -> int:
+    return cached.state.nbytes if isinstance(cached, _Cached) else 0
+
+
+# By (filesystem, table paths): the newest key index a writer of this process bootstrapped or
+# committed. The next writer (``table.write`` after ``table.write``, a Spark task of the next
+# micro-batch in a reused Python worker) catches it up with the rows landed since, instead of
+# reading every key of the table again.
+COMMITTED = live_files.ManifestCache(max_files=8, max_bytes=1024 * 1024 * 1024, weigh=_weigh)
 
 
 @dataclass(frozen=True)
@@ -167,7 +175,7 @@ class CrossPartitionBuckets:
             return
         self._state.base = snapshot.id
         self._state.dirty = False
-        COMMITTED.put(self._key(snapshot), self._state.copy())
+        self._remember(snapshot, self._state)
 
     def forget(self) -> None:
         self._state = None
@@ -264,9 +272,7 @@ class CrossPartitionBuckets:
 
     @staticmethod
     def _decrement(state: _State, codes: np.ndarray) -> None:
-        for code in codes.tolist():
-            bucket_counts = state.counts.setdefault(code >> BUCKET_BITS, {})
-            bucket_counts[code & BUCKET_MASK] = bucket_counts.get(code & BUCKET_MASK, 0) - 1
+        _count(state, codes[codes >= 0], -1)
 
     def _with_partitions(self, state: _State, data: pa.Table, mask: np.ndarray, target: np.ndarray) -> pa.Table:
         """``data`` with the partition columns of the rows in ``mask`` set to their ``target``
@@ -325,28 +331,21 @@ class CrossPartitionBuckets:
 
     # -- the index of the table ----------------------------------------------------------
 
-    def _key(self, snapshot: Snapshot) -> tuple[str, str, int, int, str]:
-        # Its time and user too: a table dropped and made again at the same place numbers its
-        # snapshots from 1 again.
-        return self.ctx.file_io.protocol, self.ctx.paths.root, snapshot.id, snapshot.time_millis, snapshot.commit_user
+    def _remember(self, snapshot: Snapshot, state: _State) -> None:
+        COMMITTED.put((self.ctx.file_io.protocol, self.ctx.paths), _Cached(snapshot, state.copy()))
 
     def _load(self) -> _State:
-        """The key index of the latest snapshot: as a writer of this process committed it, or
-        read from the table's live keys."""
+        """The key index of the latest snapshot: the one this process holds, caught up with the
+        rows landed since, or read from the table's live keys."""
         latest = self.ctx.latest_snapshot()
         if latest is None:
             return _State(self._empty(), 0)
-        snapshot = latest
-        for _ in range(_COMPACTIONS_SKIPPED):
-            cached = COMMITTED.peek(self._key(snapshot))
-            if isinstance(cached, _State):
-                state = cached.copy()
-                state.base = latest.id
-                return state
-            if snapshot.commit_kind is not CommitKind.COMPACT or snapshot.id <= 1:
-                break
-            snapshot = self.ctx.snapshot(snapshot.id - 1)
-        return self._bootstrap(latest.id)
+        cached = COMMITTED.peek((self.ctx.file_io.protocol, self.ctx.paths))
+        state = self._caught_up(cached, latest) if isinstance(cached, _Cached) else None
+        if state is None:
+            state = self._bootstrap(latest)
+        self._remember(latest, state)
+        return state
 
     def _stale(self, state: _State) -> bool:
         """Whether rows landed after the state's snapshot (compactions move no key)."""
@@ -359,16 +358,78 @@ class CrossPartitionBuckets:
                 return True
         return False
 
+    def _caught_up(self, cached: _Cached, latest: Snapshot) -> _State | None:
+        """The cached index moved to ``latest`` by the rows the APPEND snapshots since added
+        (None when that cannot be: the cached snapshot is not the table's any more, one since
+        expired, or an OVERWRITE replaced rows). A key goes where its newest row of a bucket is
+        an insert; deletes move nothing, as in Paimon's index."""
+        ctx = self.ctx
+        files: list[tuple[int, ManifestEntry]] = []
+        try:
+            if cached.snapshot.id > latest.id or ctx.snapshot(cached.snapshot.id) != cached.snapshot:
+                return None
+            for position, snapshot_id in enumerate(range(cached.snapshot.id + 1, latest.id + 1)):
+                landed = latest if snapshot_id == latest.id else ctx.snapshot(snapshot_id)
+                if landed.commit_kind is CommitKind.COMPACT:
+                    continue
+                if landed.commit_kind is not CommitKind.APPEND:
+                    return None
+                files += [(position, e) for meta in live_files.manifest_list(ctx, landed.delta_manifest_list)
+                          for e in live_files.manifest_entries(ctx, meta.file_name) if e.kind is FileKind.ADD]
+        except SnapshotNotFoundError:
+            return None
+        state = cached.state.copy()
+        state.base = latest.id
+        if files:
+            self._apply(state, files)
+        return state
+
+    def _apply(self, state: _State, files: Sequence[tuple[int, ManifestEntry]]) -> None:
+        """Move every key whose newest row in a bucket of ``files`` is an insert there."""
+        ctx = self.ctx
+        columns = [*ctx.primary_keys, kv.SEQUENCE, kv.VALUE_KIND]
+
+        def read(item: tuple[int, ManifestEntry]) -> tuple[np.ndarray, ...]:
+            position, e = item
+            rows = ctx.read_file(ctx.bucket_dir(e.partition, e.bucket), e.file, columns)
+            hi, lo = fingerprints([rows.column(k) for k in ctx.primary_keys])
+            code = (state.id_of(e.partition) << BUCKET_BITS) | e.bucket
+            n = rows.num_rows
+            return (hi, lo, np.full(n, code, dtype=np.int64), rows.column(kv.SEQUENCE).to_numpy(),
+                    rows.column(kv.VALUE_KIND).to_numpy(), np.full(n, position, dtype=np.int64))
+
+        for entry in files:  # partition ids before the parallel reads
+            state.id_of(entry[1].partition)
+        hi, lo, code, sequence, kind, position = (np.concatenate(c) for c in zip(*map_all(read, files), strict=True))
+        # A key's newest row in each bucket ...
+        order = np.lexsort((sequence, code, lo, hi))
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = (hi[order][1:] != hi[order][:-1]) | (lo[order][1:] != lo[order][:-1]) | \
+            (code[order][1:] != code[order][:-1])
+        newest = order[last]
+        newest = newest[np.isin(kind[newest], (kv.INSERT, kv.UPDATE_AFTER))]
+        # ... and of those inserts the one of the newest snapshot.
+        order = np.lexsort((position[newest], lo[newest], hi[newest]))
+        picked = newest[order]
+        last = np.ones(len(picked), dtype=bool)
+        last[:-1] = (hi[picked][1:] != hi[picked][:-1]) | (lo[picked][1:] != lo[picked][:-1])
+        picked = picked[last]
+        old = state.index.lookup(hi[picked], lo[picked], int(time.time() * 1000))
+        moved = old != code[picked]
+        self._decrement(state, old[moved])
+        _count(state, code[picked][moved], 1)
+        state.index.put(hi[picked][moved], lo[picked][moved], code[picked][moved], int(time.time() * 1000))
+
     def _empty(self) -> KeyIndex:
         options = self.ctx.options
         return KeyIndex(memory_budget=options.lookup_cache_max_memory_size,
                         ttl_ms=options.cross_partition_upsert_index_ttl)
 
-    def _bootstrap(self, snapshot_id: int) -> _State:
+    def _bootstrap(self, snapshot: Snapshot) -> _State:
         """Every live key of the snapshot with its partition and bucket (Paimon's ``IndexBootstrap``)."""
         ctx = self.ctx
+        snapshot_id = snapshot.id
         state = _State(self._empty(), snapshot_id)
-        snapshot = ctx.snapshot(snapshot_id)
         entries = live_files.live_entries(ctx, snapshot)
         # Every level, each file minus its deletion vector (with vectors, rows a later file
         # replaced are marked there and may have no retraction left to merge with).
@@ -411,6 +472,14 @@ class CrossPartitionBuckets:
                                 table=ctx.name)
             state.index.put(hi, lo, code, now)
         return state
+
+
+def _count(state: _State, codes: np.ndarray, step: int) -> None:
+    """Add ``step`` to the key count of every (partition, bucket) code, once per occurrence."""
+    distinct, times = np.unique(codes, return_counts=True)
+    for code, n in zip(distinct.tolist(), times.tolist(), strict=True):
+        bucket_counts = state.counts.setdefault(code >> BUCKET_BITS, {})
+        bucket_counts[code & BUCKET_MASK] = bucket_counts.get(code & BUCKET_MASK, 0) + step * n
 
 
 def _first_duplicate(hi: np.ndarray, lo: np.ndarray) -> tuple[int, int] | None:
