@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from changelake.table.format import binary_row
-from changelake.table.io import scratch
+from changelake.table.io import killpoints, scratch
+from changelake.table.io.killpoints import KillPoint
 
 BUCKET_BITS = 16
 BUCKET_MASK = (1 << BUCKET_BITS) - 1
@@ -183,6 +184,7 @@ def _to_disk(run: Run) -> Run:
             path = os.path.join(directory, f"{name}.npy")
             np.save(path, array)
             mapped[name] = np.load(path, mmap_mode="r")
+        killpoints.reached(KillPoint.KEY_INDEX)  # a killed writer leaves the files: the next sweeps them
     finally:
         for name in os.listdir(directory):
             os.unlink(os.path.join(directory, name))
