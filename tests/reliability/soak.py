@@ -301,8 +301,8 @@ def summary(report: SoakReport, commits: int, seconds: float, mode: str = "fixed
         f"commit retries (lost snapshot races): {report.lost_races}",
         f"table.compact(): {compactor.get('calls', 0)} calls, {compactor.get('compactions', 0)} landed, "
         f"{compactor.get('conflicts', 0)} void (CommitConflictError)",
-        f"rows differing from the model: {Diff(**report.diff).total}; pypaimon: {Diff(**report.paimon_diff).total}; "
-        f"keys moved to another partition: {report.key_moves}",
+        f"rows differing from the model: {Diff(**report.diff).total}; pypaimon: {Diff(**report.paimon_diff).total}"
+        + (f"; keys moved to another partition: {report.key_moves}" if MODES[mode].cross_partition else ""),
         f"orphan files: {report.orphans}",
         f"errors: {len(report.errors)}",
         *(f"  {e}" for e in report.errors[:20]),
