@@ -56,6 +56,7 @@ REACH = {
     KillPoint.HINT_RETRY: 4,
     KillPoint.INDEX_FILE: 2,
     KillPoint.HASH_INDEX: 3,
+    KillPoint.KEY_INDEX: 3,
     KillPoint.COMPACTION: 3,
     KillPoint.MANIFEST_COMPACTION: 2,
     KillPoint.BEFORE_COMPACT_SNAPSHOT: 3,
@@ -89,7 +90,8 @@ def points_of(mode: Mode) -> list[str]:
                KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
                KillPoint.INDEX_FILE: "deletion-vectors.enabled" in mode.options,
-               KillPoint.HASH_INDEX: mode.options.get("bucket") == "-1",
+               KillPoint.HASH_INDEX: mode.options.get("bucket") == "-1" and not mode.cross_partition,
+               KillPoint.KEY_INDEX: mode.cross_partition,
                KillPoint.HINT_RETRY: mode.hint_faults,
                # a postpone writer's commit is an APPEND only, its compaction a COMPACT only; an
                # append writer's compaction lands as a commit of its own
@@ -263,6 +265,7 @@ class Totals:
     lost_commits_landed: int = 0  # commits whose result a kill lost, found landed
     lost_commits_not_landed: int = 0
     level0_windows: int = 0  # first-row checks that found the latest snapshot holding level 0
+    key_moves: int = 0  # cross-partition: rows that moved a key to another partition, checked
     rows: Diff = field(default_factory=Diff)
     paimon_rows: Diff = field(default_factory=Diff)
     changelog: Diff = field(default_factory=Diff)
@@ -286,6 +289,7 @@ class Totals:
             f"{self.spill_leftovers} spill files in temp directories",
             f"first-row checks whose latest snapshot held level-0 files (pypaimon read the newest "
             f"without): {self.level0_windows}",
+            f"cross-partition: {self.key_moves} key moves landed and checked (a key on two rows fails)",
             f"failures: {len(self.failures)}",
             *(f"  {f}" for f in self.failures),
             f"wall time: {seconds:.1f} s",
@@ -392,6 +396,7 @@ def _check(outcome: Outcome, totals: Totals, where: str, *, final: bool) -> bool
         totals.changelog.add(Diff(**report["changelog_diff"]))
         totals.changelog_rows += report["changelog_rows"]
         totals.orphans += report["orphans"]
+        totals.key_moves += report["key_moves"]
     return True
 
 

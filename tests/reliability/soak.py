@@ -3,6 +3,12 @@ two one-shot ``table.write()``) commit N times each on overlapping keys while an
 calls ``table.compact()`` in a loop (a CommitConflictError there, when a writer's compaction
 removed its inputs first, is expected and counted).
 
+The table is one of ``MODES``: fixed buckets; dynamic buckets (``bucket = -1``), where writers
+placing new keys in one partition race for its HASH index; or cross-partition upsert (the key
+without the partition, keys moving between partitions), where any other writer's commit since a
+writer placed its keys voids its commit. A writer whose commit is void (CommitConflictError)
+writes its rows again and commits again; the voids are counted.
+
 Then a fresh process checks: every commit landed exactly once (each APPEND snapshot matched
 to one logged commit by (commit user, identifier), or by the commit user ``table.write()``
 returned), snapshot ids have no gap, every snapshot reads as the model of the commits before
@@ -35,15 +41,21 @@ from changelake.errors import CommitConflictError
 from changelake.table.format import snapshot as snapshot_format
 from pypaimon_oracle import PypaimonWorker
 
-MODE = Mode("soak", one_shot=False, engine="deduplicate", calls=1, rows=30, keys=150)
 OPTIONS = {
-    **workload.BASE_OPTIONS,
     "num-sorted-run.compaction-trigger": "3",
     "target-file-size": "16 kb",
     # Five committers race for every snapshot id: retry (with backoff) as long as it takes.
     "commit.max-retries": "1000",
     "commit.max-retry-wait": "200 ms",
 }
+DYNAMIC = {"bucket": "-1", "dynamic-bucket.target-row-num": "40"}
+MODES = {m.name: m for m in (
+    Mode("fixed", one_shot=False, engine="deduplicate", options=OPTIONS, calls=1, rows=30, keys=150),
+    Mode("dynamic-bucket", one_shot=False, engine="deduplicate", options=OPTIONS | DYNAMIC, calls=1, rows=30,
+         keys=150),
+    Mode("cross-partition", one_shot=False, engine="deduplicate", options=OPTIONS | DYNAMIC, calls=1, rows=30,
+         keys=150, cross_partition=True),
+)}
 LONG_LIVED = (0, 1)
 ONE_SHOT = (2, 3)
 
@@ -69,22 +81,29 @@ class _RaceCounter:
 def writer_main(spec: dict[str, Any]) -> None:
     races = _RaceCounter()
     table = cl.open_table(workload.table_location(spec["warehouse"]))
+    mode = MODES[spec["mode"]]
     writer_id = spec["writer"]
     log = Log(spec["log"])
     long_lived = table.writer(commit_user=_user(writer_id)) if writer_id in LONG_LIVED else None
+    voids = 0
     for index in range(1, spec["commits"] + 1):
         log.append({"event": "intent", "commit": index})
-        [rows] = workload.commit_rows(MODE, spec["seed"], writer_id, index)
-        if long_lived is None:
-            snap = table.write(workload.to_arrow(rows))
-            landed, user = ([snap] if snap else []), (snap.commit_user if snap else None)
-        else:
-            long_lived.write(workload.to_arrow(rows))
-            landed, user = long_lived.commit(index), _user(writer_id)
+        [rows] = workload.commit_rows(mode, spec["seed"], writer_id, index)
+        while True:
+            try:
+                if long_lived is None:
+                    snap = table.write(workload.to_arrow(rows))
+                    landed, user = ([snap] if snap else []), (snap.commit_user if snap else None)
+                else:
+                    long_lived.write(workload.to_arrow(rows))
+                    landed, user = long_lived.commit(index), _user(writer_id)
+                break
+            except CommitConflictError:
+                voids += 1  # another writer's keys landed since this one placed its own: again
         log.append({"event": "result", "commit": index, "user": user, "snapshots": [s.id for s in landed]})
     if long_lived is not None:
         long_lived.close()
-    log.append({"event": "done", "lost_races": races.lost})
+    log.append({"event": "done", "lost_races": races.lost, "voids": voids})
 
 
 def compactor_main(spec: dict[str, Any], stop: Event) -> None:
@@ -113,6 +132,8 @@ class SoakReport:
     commits_landed: int = 0
     commits_lost: int = 0
     lost_races: int = 0
+    voids: int = 0  # writers' commits void by a conflict, written again
+    key_moves: int = 0  # cross-partition: rows of the landed commits that moved a key
     compactor: dict[str, int] = field(default_factory=dict)
     diff: dict[str, int] = field(default_factory=dict)
     paimon_diff: dict[str, int] = field(default_factory=dict)
@@ -137,6 +158,7 @@ def verify(spec: dict[str, Any]) -> SoakReport:
         results = {r["commit"]: r for r in records if r["event"] == "result"}
         done = [r for r in records if r["event"] == "done"]
         report.lost_races += sum(r["lost_races"] for r in done)
+        report.voids += sum(r["voids"] for r in done)
         if not done:
             errors.append(f"writer {writer_id} did not finish")
         for index in range(1, spec["commits"] + 1):
@@ -153,7 +175,8 @@ def verify(spec: dict[str, Any]) -> SoakReport:
         report.compactor = {k: v for k, v in compactor[0].items() if k != "event"}
         report.lost_races += report.compactor.get("lost_races", 0)
 
-    model = workload.Model(MODE.engine)
+    mode = MODES[spec["mode"]]
+    model = workload.Model(mode.engine, cross_partition=mode.cross_partition)
     seen: dict[tuple[int, int], int] = {}
     last_of_writer: dict[int, int] = {}
     diff = Diff()
@@ -174,20 +197,26 @@ def verify(spec: dict[str, Any]) -> SoakReport:
                               f"{last_of_writer[commit[0]]}")
             seen[commit] = snap.id
             last_of_writer[commit[0]] = commit[1]
-            [rows] = workload.commit_rows(MODE, spec["seed"], *commit)
+            [rows] = workload.commit_rows(mode, spec["seed"], *commit)
             model.apply(rows)
         else:
             report.compacts += 1
         if spec["every_snapshot"] or snap.id == ids[-1]:
             try:
-                one = Diff.of(model.view(), workload.read_rows(table, snap.id))
+                read = workload.scan_rows(table, snap.id)
             except cl.errors.ChangelakeError as exc:
                 errors.append(f"snapshot {snap.id} is unreadable: {exc}")
                 continue
+            twice = workload.live_twice(read, mode.primary_keys)
+            if twice:
+                errors.append(f"snapshot {snap.id}: keys {twice[:3]} are on two rows each (in two partitions or "
+                              "buckets)")
+            one = Diff.of(model.view(), workload.keyed(read))
             if one.total:
                 errors.append(f"snapshot {snap.id} differs from the model: {one}")
             diff.add(one)
     report.commits_landed = len(seen)
+    report.key_moves = model.moves
     missing = sorted(set(logged) - set(seen))
     if missing:
         errors.append(f"{len(missing)} logged commits are in no snapshot: {missing[:5]}")
@@ -212,14 +241,14 @@ def _verify_child(conn: Connection, spec: dict[str, Any]) -> None:
     conn.close()
 
 
-def soak(warehouse: str, commits: int, *, pypaimon_address: str, seed: int = 0, timeout: float = 600.0,
-         every_snapshot: bool = True) -> SoakReport:
-    """Run the soak in ``warehouse`` and check it from a fresh process (pypaimon is the worker at
-    ``pypaimon_address``)."""
-    workload.create_table(warehouse, OPTIONS)
+def soak(warehouse: str, commits: int, *, pypaimon_address: str, mode: str = "fixed", seed: int = 0,
+         timeout: float = 600.0, every_snapshot: bool = True) -> SoakReport:
+    """Run the soak on a table of ``mode`` (one of ``MODES``) in ``warehouse`` and check it from a
+    fresh process (pypaimon is the worker at ``pypaimon_address``)."""
+    workload.create_table(warehouse, MODES[mode].table_options, MODES[mode].primary_keys)
     context = workload.process_context()
     spec = {"warehouse": warehouse, "commits": commits, "seed": seed, "every_snapshot": every_snapshot,
-            "pypaimon_address": pypaimon_address}
+            "pypaimon_address": pypaimon_address, "mode": mode}
     stop = context.Event()
     writers = [
         context.Process(target=writer_main, daemon=True,
@@ -261,17 +290,19 @@ def soak(warehouse: str, commits: int, *, pypaimon_address: str, seed: int = 0, 
     return report
 
 
-def summary(report: SoakReport, commits: int, seconds: float) -> str:
+def summary(report: SoakReport, commits: int, seconds: float, mode: str = "fixed") -> str:
     compactor = report.compactor
     return "\n".join([
-        f"writers: 2 long-lived + 2 table.write(), {commits} commits each, plus a table.compact() loop",
-        f"commits landed: {report.commits_landed} of {4 * commits}, lost: {report.commits_lost}",
+        f"table: {mode}; writers: 2 long-lived + 2 table.write(), {commits} commits each, plus a table.compact() loop",
+        f"commits landed: {report.commits_landed} of {4 * commits}, lost: {report.commits_lost}; "
+        f"void by a conflict and written again: {report.voids}",
         f"snapshots: {report.snapshots} ({report.appends} APPEND, {report.compacts} COMPACT), no gaps: "
         f"{not any('gaps' in e for e in report.errors)}",
         f"commit retries (lost snapshot races): {report.lost_races}",
         f"table.compact(): {compactor.get('calls', 0)} calls, {compactor.get('compactions', 0)} landed, "
         f"{compactor.get('conflicts', 0)} void (CommitConflictError)",
-        f"rows differing from the model: {Diff(**report.diff).total}; pypaimon: {Diff(**report.paimon_diff).total}",
+        f"rows differing from the model: {Diff(**report.diff).total}; pypaimon: {Diff(**report.paimon_diff).total}"
+        + (f"; keys moved to another partition: {report.key_moves}" if MODES[mode].cross_partition else ""),
         f"orphan files: {report.orphans}",
         f"errors: {len(report.errors)}",
         *(f"  {e}" for e in report.errors[:20]),
@@ -284,15 +315,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=250, help="commits per writer")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--timeout", type=float, default=1800.0)
-    parser.add_argument("--root", default=None, help="where the table goes (default: a temp directory, removed)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--root", default=None, help="where the tables go (default: a temp directory, removed)")
     args = parser.parse_args(argv)
-    started = time.monotonic()
+    failed = False
     with tempfile.TemporaryDirectory(prefix="changelake-soak-") as scratch, PypaimonWorker.start() as worker:
-        root = args.root or scratch
-        print(f"soak: {args.commits} commits per writer, seed {args.seed}, table in {root}", flush=True)
-        report = soak(root, args.commits, pypaimon_address=worker.address, seed=args.seed, timeout=args.timeout)
-        print(summary(report, args.commits, time.monotonic() - started))
-    return 0 if not report.errors else 1
+        for mode in args.modes.split(","):
+            started = time.monotonic()
+            root = os.path.join(args.root or scratch, mode)
+            print(f"soak: {mode} table, {args.commits} commits per writer, seed {args.seed}, table in {root}",
+                  flush=True)
+            report = soak(root, args.commits, pypaimon_address=worker.address, mode=mode, seed=args.seed,
+                          timeout=args.timeout)
+            print(summary(report, args.commits, time.monotonic() - started, mode), flush=True)
+            failed |= bool(report.errors)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

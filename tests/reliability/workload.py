@@ -17,6 +17,7 @@ import multiprocessing.forkserver
 import os
 import random
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,9 @@ class Mode:
     keys: int = 60  # keys per partition
     # Snapshot hint writes (LATEST, EARLIEST) fail in a fixed pattern, some on every try.
     hint_faults: bool = False
+    # The primary key is k alone, without the partition p (cross-partition upsert, bucket -1):
+    # a key lives in one partition, and a row of it in the other partition moves it there.
+    cross_partition: bool = False
 
     @property
     def append(self) -> bool:
@@ -86,6 +90,8 @@ class Mode:
 
     @property
     def primary_keys(self) -> list[str]:
+        if self.cross_partition:
+            return ["k"]
         return [] if self.append else list(KEY)
 
     @property
@@ -172,6 +178,11 @@ MODES = {m.name: m for m in (
     # Postpone bucket: the lookup changelog comes with each postpone compaction.
     Mode("postpone", one_shot=False, engine="deduplicate",
          options=COMPACTION | {"bucket": "-2", "postpone.default-bucket-num": "2", "changelog-producer": "lookup"}),
+    # Cross-partition upsert: each row's partition drawn afresh, so every commit moves keys (a -D
+    # in the old bucket), some twice; restarted writers bootstrap the key index (spilled at 1 kb).
+    Mode("cross-partition", one_shot=False, engine="deduplicate", cross_partition=True,
+         options=COMPACTION | EXPIRY | {"bucket": "-1", "dynamic-bucket.target-row-num": "20",
+                                        "lookup.cache-max-memory-size": "1 kb"}),
 )}
 
 
@@ -220,20 +231,27 @@ def to_arrow(rows: Sequence[Row]) -> pa.Table:
 
 
 class Model:
-    """What a table shows after a sequence of commits, folded row by row in commit order."""
+    """What a table shows after a sequence of commits, folded row by row in commit order. With
+    ``cross_partition`` the key is k alone: deduplicate moves it to each row's partition."""
 
-    def __init__(self, engine: str) -> None:
+    def __init__(self, engine: str, *, cross_partition: bool = False) -> None:
         self.engine = engine
+        self.cross_partition = cross_partition
         self.rows: dict[Key, Row] = {}
+        self.partition: dict[Key, str] = {}  # cross-partition: where each key lives
+        self.moves = 0  # cross-partition: rows that moved a live key to the other partition
 
     def apply(self, rows: Iterable[Row]) -> None:
         for row in rows:
-            key = (row["p"], row["k"])
+            key = ("", row["k"]) if self.cross_partition else (row["p"], row["k"])
             values = {"a": row["a"], "b": row["b"]}
             old = self.rows.get(key)
             if row.get("rowkind", "+I") == "-D":
                 self.rows.pop(key, None)
             elif old is None or self.engine in ("deduplicate", APPEND):
+                if self.cross_partition:
+                    self.moves += old is not None and self.partition[key] != row["p"]
+                    self.partition[key] = row["p"]
                 self.rows[key] = values
             elif self.engine == "partial-update":
                 old.update({n: v for n, v in values.items() if v is not None})
@@ -243,6 +261,9 @@ class Model:
             # first-row: the first row of a key stays
 
     def view(self) -> dict[Key, Row]:
+        """The rows by (partition, key), as a read shows them."""
+        if self.cross_partition:
+            return {(self.partition[k], k[1]): dict(v) for k, v in self.rows.items()}
         return {k: dict(v) for k, v in self.rows.items()}
 
 
@@ -308,7 +329,18 @@ class Log:
 
 
 def read_rows(table: cl.Table, snapshot_id: int | None = None) -> dict[Key, Row]:
-    return keyed(table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist())
+    return keyed(scan_rows(table, snapshot_id))
+
+
+def scan_rows(table: cl.Table, snapshot_id: int | None = None) -> list[Row]:
+    return table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
+
+
+def live_twice(rows: Iterable[Row], primary_keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Primary keys that more than one row of a read has: live in two partitions (a
+    cross-partition key whose move left it behind) or in two buckets of one."""
+    counts = Counter(tuple(r[n] for n in primary_keys) for r in rows)
+    return sorted(k for k, n in counts.items() if n > 1)
 
 
 def changelog_rows(table: cl.Table, snap: cl.Snapshot) -> list[Row]:

@@ -29,6 +29,7 @@ class KillPoint(enum.StrEnum):
     HINT_RETRY = "hint-retry"  # a LATEST or EARLIEST hint write failed, and is about to be tried again
     INDEX_FILE = "index-file"  # half of a deletion-vector index file's bytes are on disk
     HASH_INDEX = "hash-index"  # half of a dynamic bucket's HASH index file's bytes are on disk
+    KEY_INDEX = "key-index"  # a cross-partition key index run is on local disk, its files not yet unlinked
     COMPACTION = "compaction"  # a compaction wrote some of its output files
     BEFORE_COMPACT_SNAPSHOT = "before-compact-snapshot"  # a commit's APPEND landed, its COMPACT not yet
     RESCALE = "rescale"  # a rescale wrote some of its partitions' new files, nothing committed

@@ -37,7 +37,13 @@ from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.read import deletion_vectors, live_files
 from changelake.table.read.planner import Split, split_bucket
 from changelake.table.read.reader import read_split
-from changelake.table.write.assigners.key_index import BUCKET_BITS, BUCKET_MASK, KeyIndex, fingerprints
+from changelake.table.write.assigners.key_index import (
+    BUCKET_BITS,
+    BUCKET_MASK,
+    KeyIndex,
+    fingerprint_order,
+    fingerprints,
+)
 from changelake.table.write.partitions import partition_groups
 
 # Paimon's bucket ids are Java shorts in this mode too.
@@ -144,7 +150,7 @@ class CrossPartitionBuckets:
             if data.num_rows else np.zeros(0, dtype=np.int64)
         keys = [data.column(k) for k in self.ctx.primary_keys]
         hi, lo = fingerprints(keys)
-        order = np.lexsort((np.arange(data.num_rows), lo, hi))
+        order = fingerprint_order(hi, lo, stable=True)
         s_hi, s_lo = hi[order], lo[order]
         key_start = np.ones(len(order), dtype=bool)
         key_start[1:] = (s_hi[1:] != s_hi[:-1]) | (s_lo[1:] != s_lo[:-1])
@@ -484,7 +490,7 @@ def _count(state: _State, codes: np.ndarray, step: int) -> None:
 
 def _first_duplicate(hi: np.ndarray, lo: np.ndarray) -> tuple[int, int] | None:
     """Two rows with one fingerprint, if any."""
-    order = np.lexsort((lo, hi))
+    order = fingerprint_order(hi, lo)
     same = (hi[order][1:] == hi[order][:-1]) & (lo[order][1:] == lo[order][:-1])
     if not same.any():
         return None
