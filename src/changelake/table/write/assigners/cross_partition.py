@@ -354,8 +354,11 @@ class CrossPartitionBuckets:
         return state
 
     def _stale(self, state: _State) -> bool:
-        """Whether rows landed after the state's snapshot (compactions move no key)."""
+        """Whether rows landed after the state's snapshot (compactions move no key), or the
+        table was rolled back before it."""
         latest = self.ctx.latest_snapshot()
+        if (latest.id if latest is not None else 0) < state.base:
+            return True
         for snapshot_id in range(state.base + 1, (latest.id if latest is not None else 0) + 1):
             try:
                 if self.ctx.snapshot(snapshot_id).commit_kind is not CommitKind.COMPACT:
