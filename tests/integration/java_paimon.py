@@ -165,39 +165,50 @@ class JavaPaimon:
             write.close()
             commit.close()
 
-    def write_cross_partition(self, warehouse: str, name: str, rows: Iterable[tuple[str, Row]]) -> None:
+    def write_cross_partition(self, warehouse: str, name: str, rows: Iterable[tuple[str, Row]], *,
+                              assigners: int = 1) -> None:
         """One batch commit of ``rows`` into a cross-partition table (a primary key without
         every partition column, ``bucket = -1``), each row placed by Paimon's own
-        ``GlobalIndexAssigner`` (one assigner, as a Flink job of parallelism 1): its key index
+        ``GlobalIndexAssigner``s, as a Flink job with ``assigners`` of them: its key index
         bootstrapped from the table (``IndexBootstrap``), a moved key's -D sent to its old
-        partition. The assigner hands each row and bucket to a Java ``BiConsumer``, here a
+        partition, each row sent to the assigner of its key hash (Flink's
+        ``KeyPartRowChannelComputer``; every assigner learns every key, which places rows as
+        Flink's routing of keys does: an assigner looks up only its own keys, and fills only its
+        own buckets). An assigner hands each row and bucket to a Java ``BiConsumer``, here a
         Python object behind py4j's callback server, which writes it."""
         paimon = self.jvm.org.apache.paimon
         self._serve_callbacks()
         table = self.table(warehouse, name)
         fields = fields_of(table)
+        key_fields = [next(f for f in fields if f[0] == key) for key in table.primaryKeys()]
         io_manager = paimon.disk.IOManager.create(self.spill)
         builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
         write = builder.newWrite()
         write.withIOManager(io_manager)
         commit = builder.newCommit()
-        assigner = paimon.crosspartition.GlobalIndexAssigner(table)
+        placers = [paimon.crosspartition.GlobalIndexAssigner(table) for _ in range(assigners)]
         try:
-            assigner.open(0, io_manager, 1, 0, _WriteRow(write))
+            for i, placer in enumerate(placers):
+                placer.open(0, io_manager, assigners, i, _WriteRow(write))
             keys = paimon.crosspartition.IndexBootstrap(table).bootstrap(1, 0).toCloseableIterator()
             try:
                 while keys.hasNext():
-                    assigner.bootstrapKey(keys.next())
+                    key = keys.next()
+                    for placer in placers:
+                        placer.bootstrapKey(key)
             finally:
                 keys.close()
-            assigner.endBoostrap(False)
+            for placer in placers:
+                placer.endBoostrap(False)
             for kind, values in rows:
                 row = _binary_row(paimon, fields, values)
                 row.setRowKind(getattr(paimon.types.RowKind, ROW_KINDS[kind]))
-                assigner.processInput(row)
+                key_hash = _binary_row(paimon, key_fields, values).hashCode()
+                placers[abs(key_hash) % assigners].processInput(row)
             commit.commit(write.prepareCommit())
         finally:
-            assigner.close()
+            for placer in placers:
+                placer.close()
             write.close()
             commit.close()
 

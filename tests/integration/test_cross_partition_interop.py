@@ -335,34 +335,40 @@ DELETES = [
     _rows([(1, "b"), (2, "a"), (9, "b")], kind="-D") + _rows([(5, "c")], 1),
     _rows([(1, "c"), (2, "b"), (9, "c")], 2) + _rows([(3, "c")], kind="-D") + _rows([(3, "c")], 2),
 ]
+# Paimon's Flink sink runs max(initial-buckets, assigner-parallelism) assigners in this mode; each
+# fills the buckets b with b % assigners == its number.
+THREE_ASSIGNERS = {"dynamic-bucket.initial-buckets": "2", "dynamic-bucket.assigner-parallelism": "3"}
 PLACEMENT_CASES = [
-    pytest.param("deduplicate", ONE_WAY, id="deduplicate-one-way"),
-    pytest.param("deduplicate", DELETES, id="deduplicate-deletes"),
-    pytest.param("partial-update", _batches(5, 5), id="partial-update"),
-    pytest.param("deduplicate", MOVED_BEFORE, id="moved-before-new-key",
+    pytest.param("deduplicate", ONE_WAY, {}, id="deduplicate-one-way"),
+    pytest.param("deduplicate", DELETES, {}, id="deduplicate-deletes"),
+    pytest.param("partial-update", _batches(5, 5), {}, id="partial-update"),
+    pytest.param("deduplicate", ONE_WAY, THREE_ASSIGNERS, id="three-assigners"),
+    pytest.param("deduplicate", MOVED_BEFORE, {}, id="moved-before-new-key",
                  marks=pytest.mark.xfail(strict=True, reason=ROW_BY_ROW)),
-    pytest.param("deduplicate", MOVED_AFTER, id="moved-after-new-key",
+    pytest.param("deduplicate", MOVED_AFTER, {}, id="moved-after-new-key",
                  marks=pytest.mark.xfail(strict=True, reason=ROW_BY_ROW)),
 ]
 
 
-@pytest.mark.parametrize(("engine", "batches"), PLACEMENT_CASES)
+@pytest.mark.parametrize(("engine", "batches", "extra"), PLACEMENT_CASES)
 def test_changelake_places_keys_as_java_global_index_assigner(tmp_path: Any, java: JavaPaimon, engine: str,
-                                                              batches: list[list[Row]]) -> None:
+                                                              batches: list[list[Row]], extra: dict[str, str]) -> None:
     """The same batches into two fresh tables, one written by changelake, one by Java's
     ``GlobalIndexAssigner``: after each, every key is in the same partition and bucket (Paimon's
     ``BucketAssigner``: the lowest bucket with room, a moved key's place freed)."""
     warehouse = str(tmp_path)
     catalog = cl.Catalog(warehouse)
-    options = {**TARGET, **ENGINES[engine]}
+    options = {**TARGET, **ENGINES[engine], **extra}
+    assigners = max((int(extra[k]) for k in THREE_ASSIGNERS if k in extra), default=1)
     ours = catalog.create_table("db.ours", SCHEMA, primary_keys=["id"], partition_keys=["dt"], options=options)
     java.create_table(warehouse, "db.theirs", JAVA_FIELDS, primary_keys=["id"], partition_keys=["dt"],
                       options=options)
     theirs = catalog.get_table("db.theirs")
     for step, rows in enumerate(batches):
         ours.write(_arrow(ours, rows))
-        java.write_cross_partition(warehouse, "db.theirs", _java_rows(rows))
+        java.write_cross_partition(warehouse, "db.theirs", _java_rows(rows), assigners=assigners)
         theirs.refresh()
         placed = placement(ours, ours.latest_snapshot().id)  # type: ignore[union-attr]
         assert placed == placement(theirs, theirs.latest_snapshot().id), f"after batch {step}"  # type: ignore[union-attr]
         assert _ours(ours, ours.latest_snapshot().id) == _ours(theirs, theirs.latest_snapshot().id)  # type: ignore[union-attr]
+    assert len({b for _, b in placed.values()}) >= assigners
