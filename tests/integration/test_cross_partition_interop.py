@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -40,6 +40,7 @@ from pypaimon_oracle import Pypaimon, PypaimonError
 Row = dict[str, Any]
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("dt", pa.string(), nullable=False),
                     pa.field("v", pa.int64()), pa.field("w", pa.string())])
+NULLABLE_DT = SCHEMA.set(1, SCHEMA.field("dt").with_nullable(True))
 JAVA_FIELDS = [("id", "BIGINT"), ("dt", "STRING"), ("v", "BIGINT"), ("w", "STRING")]
 TARGET = {"dynamic-bucket.target-row-num": "3"}  # a few keys a bucket: partitions open several
 ENGINES = {"deduplicate": {}, "partial-update": {"merge-engine": "partial-update"},
@@ -53,11 +54,11 @@ def _sorted(rows: Iterable[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: r["id"])
 
 
-def _batches(seed: int, count: int) -> list[list[Row]]:
+def _batches(seed: int, count: int, partitions: Sequence[str | None] = "abc") -> list[list[Row]]:
     """``count`` batches of 12 rows over 12 keys and three partitions: most keys written again
     land in another partition (some twice within a batch); some values are null."""
     rng = random.Random(seed)
-    return [[{"id": rng.randrange(12), "dt": rng.choice("abc"), "v": rng.choice([None, rng.randrange(1000)]),
+    return [[{"id": rng.randrange(12), "dt": rng.choice(partitions), "v": rng.choice([None, rng.randrange(1000)]),
               "w": rng.choice([None, f"s{step}"])} for _ in range(12)] for step in range(count)]
 
 
@@ -280,6 +281,36 @@ def test_java_paimon_and_changelake_write_one_cross_partition_table(tmp_path: An
     _exercise(table, engine, _batches(4, 6), writers if created_by_us else writers[1:] + writers[:1], readers)
 
 
+def test_keys_move_into_and_out_of_the_null_partition(tmp_path: Any, java: JavaPaimon, pypaimon: Pypaimon) -> None:
+    """Null partition values (``dt=__DEFAULT_PARTITION__``) are a partition like any other:
+    changelake and Java move keys in and out of it; Java, pypaimon-rust and pypaimon (up to
+    Java's first commit) read every snapshot."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", NULLABLE_DT, primary_keys=["id"], partition_keys=["dt"],
+                                               options=TARGET)
+
+    def theirs(rows: list[Row]) -> None:
+        java.write_cross_partition(warehouse, "db.t", _java_rows(rows))
+
+    pypaimon_read = _pypaimon_reader(pypaimon, warehouse)
+    read_by_pypaimon = []
+
+    def pypaimon_until_java(snapshot_id: int) -> list[Row]:
+        try:
+            rows = pypaimon_read(snapshot_id)
+        except PypaimonError as exc:  # a manifest of Java's
+            if "_VALUE_STATS_COLS" not in str(exc):
+                raise
+            return _ours(table, snapshot_id)
+        read_by_pypaimon.append(snapshot_id)
+        return rows
+
+    _exercise(table, "deduplicate", _batches(6, 4, ["a", None, "b"]), [None, None, theirs], [
+        lambda s: _sorted(java.read(warehouse, "db.t", s)), lambda s: _rust_read(warehouse, s), pypaimon_until_java])
+    assert len(read_by_pypaimon) >= 2
+    assert any(dt is None for dt, _ in placement(table, table.latest_snapshot().id).values())  # type: ignore[union-attr]
+
+
 def test_changelake_writer_commit_after_java_moved_keys_is_void(tmp_path: Any, java: JavaPaimon) -> None:
     """A changelake writer placed its rows by its key index as of its last commit; Java moved
     keys since: its commit is void (CommitConflictError), not a key left in two partitions, and
@@ -338,8 +369,12 @@ DELETES = [
 # Paimon's Flink sink runs max(initial-buckets, assigner-parallelism) assigners in this mode; each
 # fills the buckets b with b % assigners == its number.
 THREE_ASSIGNERS = {"dynamic-bucket.initial-buckets": "2", "dynamic-bucket.assigner-parallelism": "3"}
+# Keys into and out of the null partition (Paimon's __DEFAULT_PARTITION__).
+NULLS = [_rows([(1, "a"), (2, None), (3, None), (4, "a")]), _rows([(1, None), (2, "b"), (5, None)], 1),
+         _rows([(3, "a"), (6, None), (7, None)], 2)]
 PLACEMENT_CASES = [
     pytest.param("deduplicate", ONE_WAY, {}, id="deduplicate-one-way"),
+    pytest.param("deduplicate", NULLS, {}, id="null-partition"),
     pytest.param("deduplicate", DELETES, {}, id="deduplicate-deletes"),
     pytest.param("partial-update", _batches(5, 5), {}, id="partial-update"),
     pytest.param("deduplicate", ONE_WAY, THREE_ASSIGNERS, id="three-assigners"),
@@ -360,7 +395,8 @@ def test_changelake_places_keys_as_java_global_index_assigner(tmp_path: Any, jav
     catalog = cl.Catalog(warehouse)
     options = {**TARGET, **ENGINES[engine], **extra}
     assigners = max((int(extra[k]) for k in THREE_ASSIGNERS if k in extra), default=1)
-    ours = catalog.create_table("db.ours", SCHEMA, primary_keys=["id"], partition_keys=["dt"], options=options)
+    ours = catalog.create_table("db.ours", NULLABLE_DT, primary_keys=["id"], partition_keys=["dt"],
+                                options=options)
     java.create_table(warehouse, "db.theirs", JAVA_FIELDS, primary_keys=["id"], partition_keys=["dt"],
                       options=options)
     theirs = catalog.get_table("db.theirs")
@@ -370,5 +406,6 @@ def test_changelake_places_keys_as_java_global_index_assigner(tmp_path: Any, jav
         theirs.refresh()
         placed = placement(ours, ours.latest_snapshot().id)  # type: ignore[union-attr]
         assert placed == placement(theirs, theirs.latest_snapshot().id), f"after batch {step}"  # type: ignore[union-attr]
-        assert _ours(ours, ours.latest_snapshot().id) == _ours(theirs, theirs.latest_snapshot().id)  # type: ignore[union-attr]
+        rows_read = _ours(ours, ours.latest_snapshot().id)  # type: ignore[union-attr]
+        assert rows_read == _ours(theirs, theirs.latest_snapshot().id) == _sorted(java.read(warehouse, "db.ours"))  # type: ignore[union-attr]
     assert len({b for _, b in placed.values()}) >= assigners

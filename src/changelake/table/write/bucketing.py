@@ -35,7 +35,7 @@ def group_by_bucket(ctx: TableContext, data: pa.Table, assigner: BucketAssigner)
     codes = np.zeros(data.num_rows, dtype=np.int64)
     radix = 1
     for column in partition_columns:
-        encoded = pc.dictionary_encode(column).combine_chunks()
+        encoded = pc.dictionary_encode(column, null_encoding="encode").combine_chunks()
         codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
         radix *= max(1, len(encoded.dictionary))
     distinct, partition_rows, partition_of_row = _groups(codes, radix)

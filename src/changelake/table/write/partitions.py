@@ -29,7 +29,7 @@ def partition_groups(ctx: TableContext, data: pa.Table) -> PartitionGroups:
     codes = np.zeros(data.num_rows, dtype=np.int64)
     radix = 1
     for column in columns:
-        encoded = pc.dictionary_encode(column).combine_chunks()
+        encoded = pc.dictionary_encode(column, null_encoding="encode").combine_chunks()
         codes = codes + np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64) * radix
         radix *= max(1, len(encoded.dictionary))
     unique, first_rows, inverse = np.unique(codes, return_index=True, return_inverse=True)
