@@ -212,6 +212,25 @@ class JavaPaimon:
             write.close()
             commit.close()
 
+    def compact(self, warehouse: str, name: str, buckets: Iterable[tuple[Row, int]]) -> None:
+        """One batch commit fully compacting ``buckets``: (partition values by column, bucket)
+        pairs, e.g. of a dynamic-bucket table (whose buckets Java's batch writer cannot list)."""
+        paimon = self.jvm.org.apache.paimon
+        table = self.table(warehouse, name)
+        fields = fields_of(table)
+        key_fields = [next(f for f in fields if f[0] == key) for key in table.partitionKeys()]
+        builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
+        write = builder.newWrite()
+        write.withIOManager(paimon.disk.IOManager.create(self.spill))
+        commit = builder.newCommit()
+        try:
+            for partition, bucket in buckets:
+                write.compact(_binary_row(paimon, key_fields, partition), bucket, True)
+            commit.commit(write.prepareCommit())
+        finally:
+            write.close()
+            commit.close()
+
     def _serve_callbacks(self) -> None:
         """Start py4j's callback server (Java calls Python objects through it) on a free port."""
         if self.gateway.start_callback_server(CallbackServerParameters(port=0, daemonize=True,

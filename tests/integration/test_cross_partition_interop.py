@@ -12,12 +12,14 @@ those semantics says, at every snapshot, and no key is ever live in two partitio
   reads no level 0 of a first-row table, so of those it only reads changelake's.
 * Java Paimon 0.9 writes through its own ``GlobalIndexAssigner`` (key index bootstrapped by
   ``IndexBootstrap``, rows collected over py4j's callback server); it and changelake write one
-  table in turn (changelake fully compacting once), then pypaimon-rust reads it too (pypaimon
-  2.1 cannot: it reads no manifest file of Java Paimon 0.9, which has no ``_VALUE_STATS_COLS``).
+  table in turn (each fully compacting once), then pypaimon-rust reads it too (pypaimon 2.1
+  cannot: it reads no manifest file of Java Paimon 0.9, which has no ``_VALUE_STATS_COLS``).
   The same batches (deletes too) written into two fresh tables, one by each, place every key in
   the same partition and bucket, except where a batch interleaves moves and new keys of one
   partition (strict xfail: changelake frees the moved keys' places batch-wise, Paimon row by
-  row). A changelake writer whose key index predates Java's commit is voided.
+  row). A changelake writer whose key index predates Java's commit is voided. Keys also move
+  in and out of the null partition (``__DEFAULT_PARTITION__``), and a primary key may hold one
+  of two partition columns (Java 0.9 only reads those: it keys its index without them).
 """
 
 
@@ -34,6 +36,7 @@ from java_paimon import JavaPaimon
 
 import changelake as cl
 from changelake.errors import CommitConflictError
+from changelake.table.read.live_files import live_entries
 from changelake.table.read.reader import read_split
 from pypaimon_oracle import Pypaimon, PypaimonError
 
@@ -275,8 +278,8 @@ def test_java_paimon_and_changelake_write_one_cross_partition_table(tmp_path: An
                                                                     created_by_us: bool) -> None:
     """Java's writes go through its ``GlobalIndexAssigner``, bootstrapped from changelake's
     files (once after changelake fully compacted them), and changelake's key index bootstraps
-    from Java's; pypaimon-rust reads the table too (pypaimon 2.1 reads no manifest Java Paimon
-    0.9 writes: it lacks ``_VALUE_STATS_COLS``)."""
+    from Java's (once after Java fully compacted every bucket); pypaimon-rust reads the table
+    too (pypaimon 2.1 reads no manifest Java Paimon 0.9 writes: it lacks ``_VALUE_STATS_COLS``)."""
     pytest.importorskip("pypaimon_rust")
     warehouse = str(tmp_path)
     options = {**TARGET, **ENGINES[engine]}
@@ -288,7 +291,18 @@ def test_java_paimon_and_changelake_write_one_cross_partition_table(tmp_path: An
 
     def theirs(rows: list[Row]) -> None:
         java.write_cross_partition(warehouse, "db.t", _java_rows(rows))
-    writers: list[Write | None] = [None, theirs, _compacting(table), theirs]
+
+    def theirs_compacting(rows: list[Row]) -> None:
+        table.refresh()
+        ctx = table.context
+        buckets = sorted({(e.partition, e.bucket) for e in live_entries(ctx, ctx.latest_snapshot())})  # type: ignore[arg-type]
+        java.compact(warehouse, "db.t", [(dict(zip(ctx.partition_keys, ctx.partition_values(p), strict=True)), b)
+                                         for p, b in buckets])
+        table.refresh()
+        assert table.latest_snapshot().commit_kind.value == "COMPACT"  # type: ignore[union-attr]
+        theirs(rows)
+
+    writers: list[Write | None] = [None, theirs, _compacting(table), theirs_compacting]
     readers = [lambda s: _sorted(java.read(warehouse, "db.t", s)), lambda s: _rust_read(warehouse, s)]
     _exercise(table, engine, _batches(4, 6), writers if created_by_us else writers[1:] + writers[:1], readers)
 
