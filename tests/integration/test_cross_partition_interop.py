@@ -20,8 +20,8 @@ those semantics says, at every snapshot, and no key is ever live in two partitio
   row). A changelake writer whose key index predates Java's commit is voided. Keys also move
   in and out of the null partition (``__DEFAULT_PARTITION__``), and a primary key may hold one
   of two partition columns (Java 0.9 only reads those: it keys its index without them).
+  Bootstrapped from the table, changelake's key index counts live keys only, as Java's does.
 """
-
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ import changelake as cl
 from changelake.errors import CommitConflictError
 from changelake.table.read.live_files import live_entries
 from changelake.table.read.reader import read_split
+from changelake.table.write.assigners import cross_partition
 from pypaimon_oracle import Pypaimon, PypaimonError
 
 Row = dict[str, Any]
@@ -67,7 +68,7 @@ def _sorted(rows: Iterable[Row]) -> list[Row]:
 
 
 def _batches(seed: int, count: int, partitions: Sequence[str | None] = "abc") -> list[list[Row]]:
-    """``count`` batches of 12 rows over 12 keys and three partitions: most keys written again
+    """``count`` batches of 12 rows over 12 keys and ``partitions``: most keys written again
     land in another partition (some twice within a batch); some values are null."""
     rng = random.Random(seed)
     return [[{"id": rng.randrange(12), "dt": rng.choice(partitions), "v": rng.choice([None, rng.randrange(1000)]),
@@ -442,6 +443,8 @@ PLACEMENT_CASES = [
     pytest.param("deduplicate", NULLS, {}, id="null-partition"),
     pytest.param("deduplicate", DELETES, {}, id="deduplicate-deletes"),
     pytest.param("partial-update", _batches(5, 5), {}, id="partial-update"),
+    pytest.param("aggregation", _batches(8, 4), {}, id="aggregation"),
+    pytest.param("first-row", _batches(9, 4), {}, id="first-row"),
     pytest.param("deduplicate", ONE_WAY, THREE_ASSIGNERS, id="three-assigners"),
     pytest.param("deduplicate", MOVED_BEFORE, {}, id="moved-before-new-key",
                  marks=pytest.mark.xfail(strict=True, reason=ROW_BY_ROW)),
@@ -456,7 +459,29 @@ def test_changelake_places_keys_as_java_global_index_assigner(tmp_path: Any, jav
     """The same batches into two fresh tables, one written by changelake, one by Java's
     ``GlobalIndexAssigner``: after each, every key is in the same partition and bucket (Paimon's
     ``BucketAssigner``: the lowest bucket with room, a moved key's place freed)."""
-    warehouse = str(tmp_path)
+    _compare_placement(str(tmp_path), java, engine, batches, extra)
+
+
+# A deleted key's place: b's bucket 0 has room for key 4 once the table's live keys are counted.
+DELETED_THEN_NEW = [_rows([(1, "b"), (2, "b"), (3, "b")]), _rows([(1, "b")], kind="-D"), _rows([(4, "b")])]
+DELETED_UNKNOWN_THEN_NEW = [_rows([(1, "b"), (2, "b")]), _rows([(9, "b")], kind="-D"), _rows([(4, "b")])]
+
+
+@pytest.mark.parametrize("batches", [pytest.param(DELETED_THEN_NEW, id="deleted-then-new"),
+                                     pytest.param(DELETED_UNKNOWN_THEN_NEW, id="deleted-unknown-then-new")])
+def test_key_index_bootstrapped_from_the_table_counts_live_keys_as_java(tmp_path: Any, java: JavaPaimon,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         batches: list[list[Row]]) -> None:
+    """Every write bootstraps its key index from the table (as each of Java's batch writes
+    does): deleted keys hold no place, and keys land as Java places them. (A process keeps the
+    key index its writes committed for its next write, as a long-running Paimon job keeps its
+    own: there a deleted key keeps its place, in changelake as in Paimon's job.)"""
+    monkeypatch.setattr(cross_partition.COMMITTED, "peek", lambda key: None)
+    _compare_placement(str(tmp_path), java, "deduplicate", batches, {})
+
+
+def _compare_placement(warehouse: str, java: JavaPaimon, engine: str, batches: list[list[Row]],
+                       extra: dict[str, str]) -> None:
     catalog = cl.Catalog(warehouse)
     options = {**TARGET, **ENGINES[engine], **extra}
     assigners = max((int(extra[k]) for k in THREE_ASSIGNERS if k in extra), default=1)
