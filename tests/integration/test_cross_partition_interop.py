@@ -20,7 +20,8 @@ those semantics says, at every snapshot, and no key is ever live in two partitio
   row). A changelake writer whose key index predates Java's commit is voided. Keys also move
   in and out of the null partition (``__DEFAULT_PARTITION__``), and a primary key may hold one
   of two partition columns (Java 0.9 only reads those: it keys its index without them).
-  Bootstrapped from the table, changelake's key index counts live keys only, as Java's does.
+  Bootstrapped from the table, changelake's key index counts live keys only, as Java's does;
+  with ``changelog-producer`` input or lookup, both engines write the same changes for moves.
 """
 
 from __future__ import annotations
@@ -499,3 +500,44 @@ def _compare_placement(warehouse: str, java: JavaPaimon, engine: str, batches: l
         rows_read = _ours(ours, ours.latest_snapshot().id)  # type: ignore[union-attr]
         assert rows_read == _ours(theirs, theirs.latest_snapshot().id) == _sorted(java.read(warehouse, "db.ours"))  # type: ignore[union-attr]
     assert len({b for _, b in placed.values()}) >= assigners
+
+
+# Key 1 updated in a, moved to b and back to a in one batch: Paimon puts it back in a's bucket
+# 0 (freed when it left), so its lookup changelog there is -U/+U; changelake, which frees the
+# place only after placing the batch's keys, opens bucket 1: -D in bucket 0, +I in bucket 1.
+MOVED_BACK = [_rows([(1, "a"), (2, "a"), (3, "a")]), _rows([(1, "a"), (1, "b"), (1, "a")], 1)]
+
+
+@pytest.mark.parametrize(("producer", "batches"), [
+    pytest.param("input", ONE_WAY + DELETES, id="input"),
+    pytest.param("lookup", ONE_WAY + DELETES, id="lookup"),
+    pytest.param("lookup", MOVED_BACK, id="lookup-moved-back", marks=pytest.mark.xfail(strict=True, reason=ROW_BY_ROW)),
+])
+def test_changelog_of_moved_keys_as_java_produces_it(tmp_path: Any, java: JavaPaimon, monkeypatch: pytest.MonkeyPatch,
+                                                    producer: str, batches: list[list[Row]]) -> None:
+    """The same batches into two tables with ``changelog-producer``, one written by changelake,
+    one by Java: both hold the same changes (a moved key: -D in its old partition, +I in the
+    new; lookup: -U/+U for an update in place), as changelake reads them and as Java's stream
+    reads them. Each write bootstraps its key index from the table, as each of Java's does (a
+    key index kept across writes, like a long-running Paimon job's, still places a deleted key,
+    so a row of it in another partition sends a -D there: one more change of input's)."""
+    monkeypatch.setattr(cross_partition.COMMITTED, "peek", lambda key: None)
+    warehouse = str(tmp_path)
+    catalog = cl.Catalog(warehouse)
+    options = {**TARGET, "changelog-producer": producer}
+    ours = catalog.create_table("db.ours", NULLABLE_DT, primary_keys=["id"], partition_keys=["dt"], options=options)
+    java.create_table(warehouse, "db.theirs", JAVA_FIELDS, primary_keys=["id"], partition_keys=["dt"],
+                      options=options)
+    for rows in batches:
+        ours.write(_arrow(ours, rows))
+        java.write_cross_partition(warehouse, "db.theirs", _java_rows(rows))
+
+    def changes(name: str) -> list[str]:
+        table = catalog.get_table(name)
+        rows = table.changes(0, table.latest_snapshot().id).to_arrow().to_pylist()  # type: ignore[union-attr]
+        return sorted(repr((row.pop("rowkind"), row)) for row in rows)
+
+    ours_changes = changes("db.ours")
+    assert ours_changes == sorted(repr((kind, row)) for kind, row in java.stream(warehouse, "db.ours", 1))
+    assert any("'-D'" in c for c in ours_changes)
+    assert ours_changes == changes("db.theirs")
