@@ -235,11 +235,11 @@ def _rust_create(warehouse: str, options: dict[str, str]) -> None:
                 f"PRIMARY KEY (id)) PARTITIONED BY (dt) WITH ({settings})")
 
 
-def _rust_write(warehouse: str, rows: list[Row]) -> None:
+def _rust_write(warehouse: str, rows: list[Row], schema: pa.Schema = SCHEMA) -> None:
     builder = _rust_catalog(warehouse).get_table("db.t").new_batch_write_builder()
     write, commit = builder.new_write(), builder.new_commit()
     try:
-        write.write_arrow(pa.RecordBatch.from_pylist(rows, schema=SCHEMA))
+        write.write_arrow(pa.RecordBatch.from_pylist(rows, schema=schema))
         commit.commit(write.prepare_commit())
     finally:
         write.close()
@@ -343,17 +343,6 @@ HOURLY = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("dt", p
                     pa.field("hr", pa.int32(), nullable=False), pa.field("v", pa.int64()), pa.field("w", pa.string())])
 
 
-def _hourly_rust_write(warehouse: str, rows: list[Row]) -> None:
-    builder = _rust_catalog(warehouse).get_table("db.t").new_batch_write_builder()
-    write, commit = builder.new_write(), builder.new_commit()
-    try:
-        write.write_arrow(pa.RecordBatch.from_pylist(rows, schema=HOURLY))
-        commit.commit(write.prepare_commit())
-    finally:
-        write.close()
-        commit.close()
-
-
 @pytest.mark.parametrize("engine", ["deduplicate", "partial-update"])
 @pytest.mark.parametrize("rust_writes", [False, True], ids=["changelake-writes", "rust-writes-too"])
 def test_primary_key_with_one_of_two_partition_columns(tmp_path: Any, java: JavaPaimon, pypaimon: Pypaimon,
@@ -373,7 +362,7 @@ def test_primary_key_with_one_of_two_partition_columns(tmp_path: Any, java: Java
                for step in range(5)]
     readers = [_pypaimon_reader(pypaimon, warehouse), lambda s: _rust_read(warehouse, s)]
     if rust_writes:
-        _exercise(table, engine, batches, [None, lambda rows: _hourly_rust_write(warehouse, rows)], readers)
+        _exercise(table, engine, batches, [None, lambda rows: _rust_write(warehouse, rows, HOURLY)], readers)
     else:
         _exercise(table, engine, batches, [None], [*readers, lambda s: _sorted(java.read(warehouse, "db.t", s))])
 
@@ -425,7 +414,8 @@ MOVED_BEFORE = [_rows([(1, "a"), (2, "a"), (3, "a"), (1, "b"), (4, "a")])]  # Pa
 MOVED_AFTER = [_rows([(1, "a"), (2, "a"), (3, "a")]), _rows([(4, "a"), (1, "b")])]  # Paimon: 4 in bucket 1
 ROW_BY_ROW = ("changelake frees the places of a batch's moved keys all before (keys of the index) or all after "
               "(keys placed in the batch) it places the batch's new keys, not row by row as Paimon "
-              "(cross_partition.py, _move); only which bucket a key gets differs")
+              "(cross_partition.py, _move): a key gets another bucket, so a key moved back within a batch "
+              "has a lookup changelog of -D/+I over two buckets where Paimon's is -U/+U in one")
 # Deletes of keys in their partition, in another one, and of keys the table never had (Paimon
 # places those like new keys: the key then lives where its -D went).
 DELETES = [
