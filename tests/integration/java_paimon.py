@@ -25,10 +25,10 @@ import struct
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyspark
-from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway, launch_gateway
 
 JAR_ENV = "CHANGELAKE_PAIMON_JAR"
 DEFAULT_JAR = Path(__file__).resolve().parents[2] / ".cache" / "paimon-java" / "paimon-python-java-bridge-0.9.0.jar"
@@ -165,6 +165,80 @@ class JavaPaimon:
             write.close()
             commit.close()
 
+    def write_cross_partition(self, warehouse: str, name: str, rows: Iterable[tuple[str, Row]], *,
+                              assigners: int = 1) -> None:
+        """One batch commit of ``rows`` into a cross-partition table (a primary key without
+        every partition column, ``bucket = -1``), each row placed by Paimon's own
+        ``GlobalIndexAssigner``s, as a Flink job with ``assigners`` of them: its key index
+        bootstrapped from the table (``IndexBootstrap``), a moved key's -D sent to its old
+        partition, each row sent to the assigner of its key hash (Flink's
+        ``KeyPartRowChannelComputer``; every assigner learns every key, which places rows as
+        Flink's routing of keys does: an assigner looks up only its own keys, and fills only its
+        own buckets). An assigner hands each row and bucket to a Java ``BiConsumer``, here a
+        Python object behind py4j's callback server, which writes it."""
+        paimon = self.jvm.org.apache.paimon
+        self._serve_callbacks()
+        table = self.table(warehouse, name)
+        fields = fields_of(table)
+        key_fields = [next(f for f in fields if f[0] == key) for key in table.primaryKeys()]
+        io_manager = paimon.disk.IOManager.create(self.spill)
+        builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
+        write = builder.newWrite()
+        write.withIOManager(io_manager)
+        commit = builder.newCommit()
+        placers = [paimon.crosspartition.GlobalIndexAssigner(table) for _ in range(assigners)]
+        try:
+            for i, placer in enumerate(placers):
+                placer.open(0, io_manager, assigners, i, _WriteRow(write))
+            keys = paimon.crosspartition.IndexBootstrap(table).bootstrap(1, 0).toCloseableIterator()
+            try:
+                while keys.hasNext():
+                    key = keys.next()
+                    for placer in placers:
+                        placer.bootstrapKey(key)
+            finally:
+                keys.close()
+            for placer in placers:
+                placer.endBoostrap(False)
+            for kind, values in rows:
+                row = _binary_row(paimon, fields, values)
+                row.setRowKind(getattr(paimon.types.RowKind, ROW_KINDS[kind]))
+                key_hash = _binary_row(paimon, key_fields, values).hashCode()
+                placers[abs(key_hash) % assigners].processInput(row)
+            commit.commit(write.prepareCommit())
+        finally:
+            for placer in placers:
+                placer.close()
+            write.close()
+            commit.close()
+
+    def compact(self, warehouse: str, name: str, buckets: Iterable[tuple[Row, int]]) -> None:
+        """One batch commit fully compacting ``buckets``: (partition values by column, bucket)
+        pairs, e.g. of a dynamic-bucket table (whose buckets Java's batch writer cannot list)."""
+        paimon = self.jvm.org.apache.paimon
+        table = self.table(warehouse, name)
+        fields = fields_of(table)
+        key_fields = [next(f for f in fields if f[0] == key) for key in table.partitionKeys()]
+        builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
+        write = builder.newWrite()
+        write.withIOManager(paimon.disk.IOManager.create(self.spill))
+        commit = builder.newCommit()
+        try:
+            for partition, bucket in buckets:
+                write.compact(_binary_row(paimon, key_fields, partition), bucket, True)
+            commit.commit(write.prepareCommit())
+        finally:
+            write.close()
+            commit.close()
+
+    def _serve_callbacks(self) -> None:
+        """Start py4j's callback server (Java calls Python objects through it) on a free port."""
+        if self.gateway.start_callback_server(CallbackServerParameters(port=0, daemonize=True,
+                                                                      daemonize_connections=True)):
+            server = self.gateway.java_gateway_server
+            server.resetCallbackClient(server.getCallbackClient().getAddress(),
+                                       self.gateway.get_callback_server().get_listening_port())
+
     def read(self, warehouse: str, name: str, snapshot_id: int | None = None, *,
              options: dict[str, str] | None = None, by_id: bool = False) -> list[Row]:
         """Every row of the latest snapshot (or ``snapshot_id``; ``options`` such as
@@ -209,6 +283,19 @@ class JavaPaimon:
             finally:
                 iterator.close()
         return rows
+
+
+class _WriteRow:
+    """A ``java.util.function.BiConsumer`` of (row, bucket) writing each row into its bucket."""
+
+    def __init__(self, write: Any) -> None:
+        self.write = write
+
+    def accept(self, row: Any, bucket: int) -> None:
+        self.write.write(row, bucket)
+
+    class Java:
+        implements: ClassVar[list[str]] = ["java.util.function.BiConsumer"]
 
 
 Field = tuple[str, str, tuple[int, ...], int]  # name, type root, (precision[, scale]), field id

@@ -120,7 +120,9 @@ class CrossPartitionBuckets:
         options = ctx.options
         self.ctx = ctx
         self.target = options.dynamic_bucket_target_row_num
-        self.assigners = options.dynamic_bucket_initial_buckets or options.dynamic_bucket_assigner_parallelism or 1
+        # Paimon's cross-partition sink runs max(initial-buckets, assigner-parallelism) assigners.
+        self.assigners = max(options.dynamic_bucket_initial_buckets or 1,
+                             options.dynamic_bucket_assigner_parallelism or 1)
         self._state: _State | None = None
         self._placed: tuple[pa.Table, np.ndarray] | None = None
 
