@@ -77,7 +77,8 @@ class BucketOptions:
     )
     dynamic_bucket_assigner_parallelism: int | None = declare(
         "dynamic-bucket.assigner-parallelism", values.positive_int, None,
-        "Dynamic bucket mode: assigners, when `dynamic-bucket.initial-buckets` is unset.",
+        "Dynamic bucket mode: assigners, when `dynamic-bucket.initial-buckets` is unset (with a "
+        "cross-partition upsert: the larger of the two).",
     )
     cross_partition_upsert_index_ttl: int | None = declare(
         "cross-partition-upsert.index-ttl", values.parse_duration_ms, None,
