@@ -38,7 +38,7 @@ from java_paimon import JavaPaimon
 import changelake as cl
 from changelake.table.read.live_files import live_entries
 from changelake.table.read.reader import read_split
-from changelake.table.write.assigners import cross_partition
+from changelake.table.write.assigners import key_places
 from pypaimon_oracle import Pypaimon, PypaimonError
 
 Row = dict[str, Any]
@@ -463,7 +463,7 @@ def test_key_index_bootstrapped_from_the_table_counts_live_keys_as_java(tmp_path
     does): deleted keys hold no place, and keys land as Java places them. (A process keeps the
     key index its writes committed for its next write, as a long-running Paimon job keeps its
     own: there a deleted key keeps its place, in changelake as in Paimon's job.)"""
-    monkeypatch.setattr(cross_partition.COMMITTED, "peek", lambda key: None)
+    monkeypatch.setattr(key_places.COMMITTED, "peek", lambda key: None)
     _compare_placement(str(tmp_path), java, "deduplicate", batches, {})
 
 
@@ -507,7 +507,7 @@ def test_changelog_of_moved_keys_as_java_produces_it(tmp_path: Any, java: JavaPa
     reads them. Each write bootstraps its key index from the table, as each of Java's does (a
     key index kept across writes, like a long-running Paimon job's, still places a deleted key,
     so a row of it in another partition sends a -D there: one more change of input's)."""
-    monkeypatch.setattr(cross_partition.COMMITTED, "peek", lambda key: None)
+    monkeypatch.setattr(key_places.COMMITTED, "peek", lambda key: None)
     warehouse = str(tmp_path)
     catalog = cl.Catalog(warehouse)
     options = {**TARGET, "changelog-producer": producer}

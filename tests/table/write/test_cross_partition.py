@@ -18,7 +18,7 @@ import pytest
 import changelake as cl
 from changelake import errors
 from changelake.table.read.live_files import live_entries
-from changelake.table.write.assigners import cross_partition
+from changelake.table.write.assigners import key_places
 from changelake.table.write.assigners.key_index import KeyIndex, Run, fingerprints
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("dt", pa.string(), nullable=False),
@@ -127,13 +127,13 @@ def test_keys_move_stay_or_are_dropped_by_merge_engine_as_the_model(tmp_path: Pa
                 long_lived.write(_rows(rows[20:]))
                 assert long_lived.commit(step)
             elif step % 6 == 2:
-                cross_partition.COMMITTED.clear()  # as in another process: bootstrapped from the files
+                key_places.COMMITTED.clear()  # as in another process: bootstrapped from the files
                 cl.open_table(table.location).write(_rows(rows))
-                old = cross_partition.COMMITTED.peek(key)
+                old = key_places.COMMITTED.peek(key)
             else:
                 # As a Spark task of a later micro-batch: the index its process held some
                 # commits ago, caught up with the rows landed since.
-                cross_partition.COMMITTED.put(key, old)
+                key_places.COMMITTED.put(key, old)
                 cl.open_table(table.location).write(_rows(rows))
             apply(model, rows, engine)
             assert read(table) == model, f"step {step}"
@@ -146,16 +146,16 @@ def test_a_caught_up_index_places_keys_as_a_bootstrapped_one(tmp_path: Path) -> 
     rng = random.Random(7)
     table.write(_rows(_batch(rng, 0, "deduplicate")))
     key = (table.context.file_io.protocol, table.context.paths)
-    old = cross_partition.COMMITTED.peek(key)
+    old = key_places.COMMITTED.peek(key)
     for step in range(1, 6):
         table.write(_rows(_batch(rng, step, "deduplicate")))
     table.compact(full=True)
     latest = table.latest_snapshot()
     assert latest is not None
-    cross_partition.COMMITTED.put(key, old)
-    caught_up = cross_partition.CrossPartitionBuckets(table.context)._load()
-    cross_partition.COMMITTED.clear()
-    bootstrapped = cross_partition.CrossPartitionBuckets(table.context)._load()
+    key_places.COMMITTED.put(key, old)
+    caught_up = key_places.load(table.context)
+    key_places.COMMITTED.clear()
+    bootstrapped = key_places.load(table.context)
     keys = pa.array(range(60), pa.int64())
     hi, lo = fingerprints([keys])
     live = read(table)
@@ -186,7 +186,7 @@ def test_new_keys_fill_buckets_up_to_the_target_and_freed_places_are_reused(tmp_
     assert counts == {("a", 0): 7, ("a", 1): 7, ("a", 2): 6}
     table.write(_rows([(k, "b", k, "+I") for k in range(3)]))  # three keys leave bucket 0 of a
     table.write(_rows([(k, "a", k, "+I") for k in range(100, 104)]))  # bucket 0 has room again, then 2
-    cross_partition.COMMITTED.clear()
+    key_places.COMMITTED.clear()
     table.write(_rows([(k, "a", k, "+I") for k in range(200, 202)]))  # counted from the files alike
     ids = _ids_by_bucket(table)
     assert {100, 101, 102} <= ids[("a", 0)] and 103 in ids[("a", 2)]
@@ -280,7 +280,7 @@ def test_index_ttl_forgets_keys_of_old_files(tmp_path: Path) -> None:
     all older, so their keys are new to the writer (and may then live in two partitions)."""
     table = _table(tmp_path, **{"cross-partition-upsert.index-ttl": "1 ms"})
     table.write(_rows([(1, "a", 1, "+I")]))
-    cross_partition.COMMITTED.clear()
+    key_places.COMMITTED.clear()
     table.write(_rows([(1, "b", 2, "+I")]))
     assert sorted((r["id"], r["dt"]) for r in table.scan().to_arrow().to_pylist()) == [(1, "a"), (1, "b")]
 
@@ -288,7 +288,7 @@ def test_index_ttl_forgets_keys_of_old_files(tmp_path: Path) -> None:
 def test_bootstrap_reads_every_partition_with_small_parallelism(tmp_path: Path) -> None:
     table = _table(tmp_path, **{"cross-partition-upsert.bootstrap-parallelism": "1"})
     table.write(_rows([(k, "abc"[k % 3], k, "+I") for k in range(30)]))
-    cross_partition.COMMITTED.clear()
+    key_places.COMMITTED.clear()
     table.write(_rows([(k, "d", -k, "+I") for k in range(0, 30, 2)]))
     live = read(table)
     assert {k for k, (dt_, _) in live.items() if dt_ == "d"} == set(range(0, 30, 2)) and len(live) == 30
@@ -322,9 +322,9 @@ def test_a_move_that_ignore_delete_would_lose_is_refused_and_writes_nothing(tmp_
 def test_a_key_live_in_two_partitions_is_named_at_bootstrap(tmp_path: Path) -> None:
     table = _table(tmp_path, **{"cross-partition-upsert.index-ttl": "1 ms"})
     table.write(_rows([(1, "a", 1, "+I")]))
-    cross_partition.COMMITTED.clear()
+    key_places.COMMITTED.clear()
     table.write(_rows([(1, "b", 2, "+I")]))  # the index forgot key 1: now in two partitions
-    cross_partition.COMMITTED.clear()
+    key_places.COMMITTED.clear()
     broken = cl.Catalog(str(tmp_path)).get_table("db.t")
     broken.reset_options(["cross-partition-upsert.index-ttl"])
     before = broken.latest_snapshot()

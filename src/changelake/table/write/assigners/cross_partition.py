@@ -1,9 +1,7 @@
 """Cross-partition upsert: a primary key without every partition column (``bucket = -1``), as
-Paimon's ``GlobalIndexAssigner``. A key lives in one partition of the table; a key index (see
-:mod:`.key_index`) says which partition and bucket, bootstrapped from the live keys of the latest
-snapshot (only of buckets with a file younger than ``cross-partition-upsert.index-ttl``, when it
-is set, read ``cross-partition-upsert.bootstrap-parallelism`` splits at a time) and extended by
-every row written.
+Paimon's ``GlobalIndexAssigner``. A key lives in one partition of the table; a key index says
+which partition and bucket (:mod:`.key_index` holds it, :mod:`.key_places` loads it for a
+writer), and every row written extends it.
 
 A row whose key the index places in its own partition goes to that bucket; a new key goes to the
 first bucket of its partition holding fewer than ``dynamic-bucket.target-row-num`` keys, else to
@@ -20,80 +18,30 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.errors import DataError, OptionError, SnapshotNotFoundError
+from changelake.errors import DataError, OptionError
 from changelake.option_values import MergeEngineKind
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
-from changelake.table.executor import map_all
 from changelake.table.format import binary_row, bucket, kv
-from changelake.table.format.manifest import FileKind, ManifestEntry
-from changelake.table.format.snapshot import CommitKind, Snapshot
-from changelake.table.read import deletion_vectors, live_files
-from changelake.table.read.planner import Split, split_bucket
-from changelake.table.read.reader import read_split
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.write.assigners import key_places
 from changelake.table.write.assigners.key_index import (
     BUCKET_BITS,
     BUCKET_MASK,
-    KeyIndex,
     fingerprint_order,
     fingerprints,
 )
+from changelake.table.write.assigners.key_places import KeyPlaces
 from changelake.table.write.partitions import partition_groups
 
 # Paimon's bucket ids are Java shorts in this mode too.
 MAX_BUCKETS = 32768
-
-
-@dataclass
-class _State:
-    """The key index of a snapshot (``base``) and what it needs to place new keys."""
-
-    index: KeyIndex
-    base: int
-    partitions: list[bytes] = field(default_factory=list)
-    ids: dict[bytes, int] = field(default_factory=dict)
-    counts: dict[int, dict[int, int]] = field(default_factory=dict)  # partition id -> bucket -> keys
-    dirty: bool = False  # placed rows not landed yet
-
-    def copy(self) -> _State:
-        return _State(self.index.copy(), self.base, list(self.partitions), dict(self.ids),
-                      {p: dict(c) for p, c in self.counts.items()}, self.dirty)
-
-    def id_of(self, partition: bytes) -> int:
-        found = self.ids.get(partition)
-        if found is None:
-            found = self.ids[partition] = len(self.partitions)
-            self.partitions.append(partition)
-        return found
-
-    @property
-    def nbytes(self) -> int:
-        return self.index.nbytes + 64 * sum(len(c) for c in self.counts.values())
-
-
-@dataclass(frozen=True)
-class _Cached:
-    """A key index as of ``snapshot``."""
-
-    snapshot: Snapshot
-    state: _State
-
-
-def _weigh(cached: object) -> int:
-    return cached.state.nbytes if isinstance(cached, _Cached) else 0
-
-
-# By (filesystem, table paths): the newest key index a writer of this process bootstrapped or
-# committed. The next writer (``table.write`` after ``table.write``, a Spark task of the next
-# micro-batch in a reused Python worker) catches it up with the rows landed since, instead of
-# reading every key of the table again.
-COMMITTED = live_files.ManifestCache(max_files=8, max_bytes=1024 * 1024 * 1024, weigh=_weigh)
 
 
 @dataclass(frozen=True)
@@ -123,17 +71,17 @@ class CrossPartitionBuckets:
         # Paimon's cross-partition sink runs max(initial-buckets, assigner-parallelism) assigners.
         self.assigners = max(options.dynamic_bucket_initial_buckets or 1,
                              options.dynamic_bucket_assigner_parallelism or 1)
-        self._state: _State | None = None
+        self._state: KeyPlaces | None = None
         self._placed: tuple[pa.Table, np.ndarray] | None = None
 
     # -- the writer's calls --------------------------------------------------------------
 
     def relocate(self, data: pa.Table, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         state = self._state
-        if state is None or (not state.dirty and self._stale(state)):
+        if state is None or (not state.dirty and key_places.stale(self.ctx, state)):
             # Another writer's rows landed since: nothing of this writer's is pending, so it
             # starts from the table as it is (with rows pending, its commit will be void).
-            state = self._state = self._load()
+            state = self._state = key_places.load(self.ctx)
         state.dirty = True
         batch = self._batch(state, data)
         existing = state.index.lookup(batch.hi[batch.firsts], batch.lo[batch.firsts], batch.now)
@@ -146,7 +94,7 @@ class CrossPartitionBuckets:
         self._placed = (rows, buckets)
         return rows, out_kinds
 
-    def _batch(self, state: _State, data: pa.Table) -> _Batch:
+    def _batch(self, state: KeyPlaces, data: pa.Table) -> _Batch:
         groups = partition_groups(self.ctx, data)
         part = np.array([state.id_of(p) for p in groups.partitions], dtype=np.int64)[groups.codes] \
             if data.num_rows else np.zeros(0, dtype=np.int64)
@@ -183,7 +131,7 @@ class CrossPartitionBuckets:
             return
         self._state.base = snapshot.id
         self._state.dirty = False
-        self._remember(snapshot, self._state)
+        key_places.remember(self.ctx, snapshot, self._state)
 
     def forget(self) -> None:
         self._state = None
@@ -193,12 +141,12 @@ class CrossPartitionBuckets:
         return None if self._state is None else self._state.copy()
 
     def restore(self, checkpoint: object) -> None:
-        self._state = checkpoint if isinstance(checkpoint, _State) else None
+        self._state = checkpoint if isinstance(checkpoint, KeyPlaces) else None
         self._placed = None
 
     # -- placing rows --------------------------------------------------------------------
 
-    def _keep(self, state: _State, batch: _Batch, data: pa.Table, kinds: np.ndarray, existing: np.ndarray, *,
+    def _keep(self, state: KeyPlaces, batch: _Batch, data: pa.Table, kinds: np.ndarray, existing: np.ndarray, *,
               drop: bool) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """Partial-update and aggregation (every row of a key goes where the key lives) and
         first-row (rows of another partition than the key's are dropped)."""
@@ -222,7 +170,7 @@ class CrossPartitionBuckets:
             return data.filter(pa.array(keep)), kinds[keep], row_bucket[keep]
         return self._with_partitions(state, data, moved, row_part), kinds, row_bucket
 
-    def _move(self, state: _State, batch: _Batch, data: pa.Table, kinds: np.ndarray,
+    def _move(self, state: KeyPlaces, batch: _Batch, data: pa.Table, kinds: np.ndarray,
               existing: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """Deduplicate: a key's rows in another partition than the key's delete it there first.
         A key's consecutive rows of one partition make a run; each run after the key's first,
@@ -279,10 +227,10 @@ class CrossPartitionBuckets:
         return self._with_partitions(state, rows_out, deleted, target), out_kinds, out_buckets
 
     @staticmethod
-    def _decrement(state: _State, codes: np.ndarray) -> None:
-        _count(state, codes[codes >= 0], -1)
+    def _decrement(state: KeyPlaces, codes: np.ndarray) -> None:
+        key_places.count(state, codes[codes >= 0], -1)
 
-    def _with_partitions(self, state: _State, data: pa.Table, mask: np.ndarray, target: np.ndarray) -> pa.Table:
+    def _with_partitions(self, state: KeyPlaces, data: pa.Table, mask: np.ndarray, target: np.ndarray) -> pa.Table:
         """``data`` with the partition columns of the rows in ``mask`` set to their ``target``
         partition (an id of the state's)."""
         if not mask.any():
@@ -300,7 +248,7 @@ class CrossPartitionBuckets:
             columns[at] = pc.if_else(pa.array(mask), replacement, data.column(at))
         return pa.Table.from_arrays(columns, schema=data.schema)
 
-    def _new_buckets(self, state: _State, parts: np.ndarray, owners: np.ndarray) -> np.ndarray:
+    def _new_buckets(self, state: KeyPlaces, parts: np.ndarray, owners: np.ndarray) -> np.ndarray:
         """Buckets for new placements (in arrival order) in ``parts``, each by its owner:
         Paimon's ``BucketAssigner.assignBucket`` (the lowest owned bucket with room, else the
         lowest owned id not in use), counted as they are placed."""
@@ -313,7 +261,7 @@ class CrossPartitionBuckets:
             out[mine] = self._fill(state, code // self.assigners, code % self.assigners, len(mine))
         return out
 
-    def _fill(self, state: _State, part: int, owner: int, count: int) -> np.ndarray:
+    def _fill(self, state: KeyPlaces, part: int, owner: int, count: int) -> np.ndarray:
         counts = state.counts.setdefault(part, {})
         n = self.assigners
         room = [(b, self.target - c) for b, c in sorted(counts.items()) if b % n == owner and c < self.target]
@@ -336,168 +284,3 @@ class CrossPartitionBuckets:
         for b, k in zip(used.tolist(), times.tolist(), strict=True):
             counts[b] = counts.get(b, 0) + k
         return out
-
-    # -- the index of the table ----------------------------------------------------------
-
-    def _remember(self, snapshot: Snapshot, state: _State) -> None:
-        COMMITTED.put((self.ctx.file_io.protocol, self.ctx.paths), _Cached(snapshot, state.copy()))
-
-    def _load(self) -> _State:
-        """The key index of the latest snapshot: the one this process holds, caught up with the
-        rows landed since, or read from the table's live keys."""
-        latest = self.ctx.latest_snapshot()
-        if latest is None:
-            return _State(self._empty(), 0)
-        cached = COMMITTED.peek((self.ctx.file_io.protocol, self.ctx.paths))
-        state = self._caught_up(cached, latest) if isinstance(cached, _Cached) else None
-        if state is None:
-            state = self._bootstrap(latest)
-        self._remember(latest, state)
-        return state
-
-    def _stale(self, state: _State) -> bool:
-        """Whether rows landed after the state's snapshot (compactions move no key), or the
-        table was rolled back before it."""
-        latest = self.ctx.latest_snapshot()
-        if (latest.id if latest is not None else 0) < state.base:
-            return True
-        for snapshot_id in range(state.base + 1, (latest.id if latest is not None else 0) + 1):
-            try:
-                if self.ctx.snapshot(snapshot_id).commit_kind is not CommitKind.COMPACT:
-                    return True
-            except SnapshotNotFoundError:
-                return True
-        return False
-
-    def _caught_up(self, cached: _Cached, latest: Snapshot) -> _State | None:
-        """The cached index moved to ``latest`` by the rows the APPEND snapshots since added
-        (None when that cannot be: the cached snapshot is not the table's any more, one since
-        expired, or an OVERWRITE replaced rows). A key goes where its newest row of a bucket is
-        an insert; deletes move nothing, as in Paimon's index."""
-        ctx = self.ctx
-        files: list[tuple[int, ManifestEntry]] = []
-        try:
-            if cached.snapshot.id > latest.id or ctx.snapshot(cached.snapshot.id) != cached.snapshot:
-                return None
-            for position, snapshot_id in enumerate(range(cached.snapshot.id + 1, latest.id + 1)):
-                landed = latest if snapshot_id == latest.id else ctx.snapshot(snapshot_id)
-                if landed.commit_kind is CommitKind.COMPACT:
-                    continue
-                if landed.commit_kind is not CommitKind.APPEND:
-                    return None
-                files += [(position, e) for meta in live_files.manifest_list(ctx, landed.delta_manifest_list)
-                          for e in live_files.manifest_entries(ctx, meta.file_name) if e.kind is FileKind.ADD]
-        except SnapshotNotFoundError:
-            return None
-        state = cached.state.copy()
-        state.base = latest.id
-        if files:
-            self._apply(state, files)
-        return state
-
-    def _apply(self, state: _State, files: Sequence[tuple[int, ManifestEntry]]) -> None:
-        """Move every key whose newest row in a bucket of ``files`` is an insert there."""
-        ctx = self.ctx
-        columns = [*ctx.primary_keys, kv.SEQUENCE, kv.VALUE_KIND]
-
-        def read(item: tuple[int, ManifestEntry]) -> tuple[np.ndarray, ...]:
-            position, e = item
-            rows = ctx.read_file(ctx.bucket_dir(e.partition, e.bucket), e.file, columns)
-            hi, lo = fingerprints([rows.column(k) for k in ctx.primary_keys])
-            code = (state.id_of(e.partition) << BUCKET_BITS) | e.bucket
-            n = rows.num_rows
-            return (hi, lo, np.full(n, code, dtype=np.int64), rows.column(kv.SEQUENCE).to_numpy(),
-                    rows.column(kv.VALUE_KIND).to_numpy(), np.full(n, position, dtype=np.int64))
-
-        for entry in files:  # partition ids before the parallel reads
-            state.id_of(entry[1].partition)
-        hi, lo, code, sequence, kind, position = (np.concatenate(c) for c in zip(*map_all(read, files), strict=True))
-        # A key's newest row in each bucket ...
-        order = np.lexsort((sequence, code, lo, hi))
-        last = np.ones(len(order), dtype=bool)
-        last[:-1] = (hi[order][1:] != hi[order][:-1]) | (lo[order][1:] != lo[order][:-1]) | \
-            (code[order][1:] != code[order][:-1])
-        newest = order[last]
-        newest = newest[np.isin(kind[newest], (kv.INSERT, kv.UPDATE_AFTER))]
-        # ... and of those inserts the one of the newest snapshot.
-        order = np.lexsort((position[newest], lo[newest], hi[newest]))
-        picked = newest[order]
-        last = np.ones(len(picked), dtype=bool)
-        last[:-1] = (hi[picked][1:] != hi[picked][:-1]) | (lo[picked][1:] != lo[picked][:-1])
-        picked = picked[last]
-        old = state.index.lookup(hi[picked], lo[picked], int(time.time() * 1000))
-        moved = old != code[picked]
-        self._decrement(state, old[moved])
-        _count(state, code[picked][moved], 1)
-        state.index.put(hi[picked][moved], lo[picked][moved], code[picked][moved], int(time.time() * 1000))
-
-    def _empty(self) -> KeyIndex:
-        options = self.ctx.options
-        return KeyIndex(memory_budget=options.lookup_cache_max_memory_size,
-                        ttl_ms=options.cross_partition_upsert_index_ttl)
-
-    def _bootstrap(self, snapshot: Snapshot) -> _State:
-        """Every live key of the snapshot with its partition and bucket (Paimon's ``IndexBootstrap``)."""
-        ctx = self.ctx
-        snapshot_id = snapshot.id
-        state = _State(self._empty(), snapshot_id)
-        entries = live_files.live_entries(ctx, snapshot)
-        # Every level, each file minus its deletion vector (with vectors, rows a later file
-        # replaced are marked there and may have no retraction left to merge with).
-        vectors = deletion_vectors.snapshot_vectors(ctx, snapshot) if ctx.options.deletion_vectors_enabled else {}
-        ttl = ctx.options.cross_partition_upsert_index_ttl
-        now = int(time.time() * 1000)
-        splits = []
-        for (partition, bucket_id), files in sorted(live_files.files_by_bucket(entries).items()):
-            if ttl is not None and all((f.creation_time_ms or 0) + ttl < now for f in files):
-                continue
-            bucket_dir = ctx.bucket_dir(partition, bucket_id)
-            found = deletion_vectors.deletion_files(ctx, vectors.get((partition, bucket_id), ()))
-            splits += [Split(partition, bucket_id, bucket_dir, tuple(group), raw,
-                             tuple(found.get(f.file_name) for f in group))
-                       for group, raw in split_bucket(ctx, files)]
-
-        def keys(split: Split) -> tuple[np.ndarray, np.ndarray]:
-            rows = read_split(ctx, split, ctx.primary_keys, None)
-            return fingerprints([rows.column(k) for k in ctx.primary_keys])
-
-        step = ctx.options.cross_partition_upsert_bootstrap_parallelism
-        his, los, codes = [], [], []
-        for start in range(0, len(splits), step):
-            chunk = splits[start:start + step]
-            for split, (hi, lo) in zip(chunk, map_all(keys, chunk), strict=True):
-                part = state.id_of(split.partition)
-                his.append(hi)
-                los.append(lo)
-                codes.append(np.full(len(hi), (part << BUCKET_BITS) | split.bucket, dtype=np.int64))
-                bucket_counts = state.counts.setdefault(part, {})
-                bucket_counts[split.bucket] = bucket_counts.get(split.bucket, 0) + len(hi)
-        if his:
-            hi, lo, code = np.concatenate(his), np.concatenate(los), np.concatenate(codes)
-            twice = _first_duplicate(hi, lo)
-            if twice is not None:
-                a, b = (f"{ctx.describe_partition(state.partitions[c >> BUCKET_BITS])} bucket {c & BUCKET_MASK}"
-                        for c in (code[twice[0]], code[twice[1]]))
-                raise DataError(f"a key is live in {a} and in {b} of snapshot {snapshot_id}: two writers wrote the "
-                                "table at once (Paimon supports one writer job); rewrite one of the rows",
-                                table=ctx.name)
-            state.index.put(hi, lo, code, now)
-        return state
-
-
-def _count(state: _State, codes: np.ndarray, step: int) -> None:
-    """Add ``step`` to the key count of every (partition, bucket) code, once per occurrence."""
-    distinct, times = np.unique(codes, return_counts=True)
-    for code, n in zip(distinct.tolist(), times.tolist(), strict=True):
-        bucket_counts = state.counts.setdefault(code >> BUCKET_BITS, {})
-        bucket_counts[code & BUCKET_MASK] = bucket_counts.get(code & BUCKET_MASK, 0) + step * n
-
-
-def _first_duplicate(hi: np.ndarray, lo: np.ndarray) -> tuple[int, int] | None:
-    """Two rows with one fingerprint, if any."""
-    order = fingerprint_order(hi, lo)
-    same = (hi[order][1:] == hi[order][:-1]) & (lo[order][1:] == lo[order][:-1])
-    if not same.any():
-        return None
-    at = int(np.flatnonzero(same)[0])
-    return int(order[at]), int(order[at + 1])
