@@ -159,6 +159,7 @@ def test_a_missing_or_corrupt_index_file_is_named_and_nothing_is_written(tmp_pat
     else:
         path.write_bytes(path.read_bytes()[:6])
     dynamic.COMMITTED.clear()  # as in another process: this one kept the index it committed
+    dynamic.LATEST.clear()
     before = table.latest_snapshot()
     with pytest.raises(errors.CorruptMetadataError, match=entry.file.file_name):
         table.write(_rows(range(10), "y"))
@@ -234,3 +235,27 @@ def test_dynamic_buckets_work_with_merge_engines_and_index_kinds(tmp_path: Path,
         assert latest is not None
         kinds = {e.file.index_type for e in read_index.index_entries(table.context, latest)}
         assert kinds == {"HASH", "DELETION_VECTORS"}
+
+
+def test_a_writer_extends_the_index_loaded_before_with_the_keys_of_the_new_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a Spark task of the next micro-batch in a reused worker: the partition's index this
+    process loaded some commits ago, extended with the keys the HASH files written since add
+    (their first bytes are the ones it holds), not read and sorted whole again."""
+    table = _table(tmp_path)
+    table.write(_rows(range(50), "a"))
+    ctx = table.context
+    latest_key = (ctx.file_io.protocol, ctx.paths.root, next(iter(hash_entries(ctx))), ())
+    older = dynamic.LATEST.peek(latest_key)
+    assert older is not None
+    table.write(_rows(range(40, 120), "b"))  # fills bucket 1, opens buckets 2 and 3
+    dynamic.COMMITTED.clear()
+    dynamic.LATEST.put(latest_key, older)
+
+    def whole(*_: object) -> None:
+        raise AssertionError("the index was read whole")
+
+    monkeypatch.setattr(dynamic._PartitionIndex, "of", staticmethod(whole))
+    table.write(_rows(range(100, 160), "c"))
+    assert _values(table) == {("a", k): "a" if k < 40 else "b" if k < 100 else "c" for k in range(160)}
+    assert sorted(len(k) for k in buckets_of(table).values()) == [10, 30, 30, 30, 30, 30]

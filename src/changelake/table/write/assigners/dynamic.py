@@ -76,6 +76,11 @@ class _Committed:
 
 # By (filesystem, table root, partition, names of its HASH files): those files never change.
 COMMITTED = ManifestCache(max_files=64, max_bytes=512 * 1024 * 1024, weigh=_Committed.nbytes)
+# By (filesystem, table root, partition, ()): the partition's index this process loaded or
+# committed last. A writer whose partition's HASH files changed since (a Spark task of the next
+# micro-batch, in a reused Python worker) extends it with the new files' keys, instead of
+# reading and sorting every key of the partition again.
+LATEST = ManifestCache(max_files=64, max_bytes=512 * 1024 * 1024, weigh=_Committed.nbytes)
 
 
 @dataclass
@@ -206,10 +211,46 @@ class DynamicBuckets(Stateless):
         names = tuple(sorted(e.file.file_name for e in live.values()))
         pending = index is not None and (index.dirty or any(p == partition for p, _ in self._prepared))
         if index is None or (index.base_names() != names and not pending):
-            committed = COMMITTED.get(self._key(partition, names), lambda: _PartitionIndex.of(
-                {b: e.file for b, e in live.items()}, {b: self._read(e) for b, e in live.items()}).committed())
+            committed = COMMITTED.get(self._key(partition, names), lambda: self._load(partition, live))
+            LATEST.put(self._key(partition, ()), committed)
             index = self._indexes[partition] = _PartitionIndex.of_committed(committed)
         return index
+
+    def _load(self, partition: bytes, live: dict[int, IndexManifestEntry]) -> _Committed:
+        """The partition's index from its HASH files: the one this process loaded or committed
+        last, extended by the keys the new files add to it, or else read whole."""
+        previous = LATEST.peek(self._key(partition, ()))
+        if isinstance(previous, _Committed):
+            extended = self._extended(previous, live)
+            if extended is not None:
+                return extended
+        return _PartitionIndex.of({b: e.file for b, e in live.items()},
+                                  {b: self._read(e) for b, e in live.items()}).committed()
+
+    def _extended(self, previous: _Committed, live: dict[int, IndexManifestEntry]) -> _Committed | None:
+        """``previous`` with the keys the partition's new HASH files add: every bucket's new file
+        must start with the bytes ``previous`` holds of it (changelake's writers append a
+        bucket's new keys; Paimon's Java writer may reorder them), else None."""
+        if not set(previous.base) <= set(live):
+            return None
+        index = _PartitionIndex.of_committed(previous)
+        for b, entry in live.items():
+            if b in previous.base and previous.base[b].file_name == entry.file.file_name:
+                continue
+            try:
+                data = self.ctx.file_io.read_bytes(read_index.index_path(self.ctx, entry.file))
+            except FileNotFoundError:
+                return None  # read whole, which names the missing file
+            old, n = previous.files.get(b, (bytearray(), 0))
+            if len(data) != entry.file.row_count * 4 or len(data) < n or memoryview(data)[:n] != memoryview(old)[:n]:
+                return None
+            added = hash_index.decode(data[n:], table=self.ctx.name, path=entry.file.file_name)
+            index.base[b] = entry.file
+            index.counts[b] = len(data) // 4
+            index.files[b] = (bytearray(data), len(data))
+            index.owned.add(b)
+            index._add_run(_codes(added, np.full(len(added), b)))
+        return index.committed()
 
     def _key(self, partition: bytes, names: tuple[str, ...]) -> tuple[str, str, bytes, tuple[str, ...]]:
         return self.ctx.file_io.protocol, self.ctx.paths.root, partition, names
@@ -275,7 +316,9 @@ class DynamicBuckets(Stateless):
         for partition in {p for p, _ in self._prepared}:
             index = self._indexes[partition]
             if not index.dirty:  # holds exactly what landed: the next writer starts from it
-                COMMITTED.put(self._key(partition, index.base_names()), index.committed())
+                committed = index.committed()
+                COMMITTED.put(self._key(partition, index.base_names()), committed)
+                LATEST.put(self._key(partition, ()), committed)
         self._prepared.clear()
 
     def forget(self) -> None:
