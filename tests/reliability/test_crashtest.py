@@ -14,6 +14,7 @@ import crashtest_verify
 import pytest
 import workload
 
+import changelake as cl
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import live_files
@@ -136,15 +137,7 @@ def test_the_changelog_check_sees_a_lost_change(tmp_path: Path, monkeypatch: pyt
     mode = workload.MODES["changelog"]
     warehouse = str(tmp_path)
     table = workload.create_table(warehouse, mode.table_options)
-    records: list[dict[str, object]] = []
-    with table.writer(commit_user=crashtest_verify.WRITER_USER) as writer:
-        for index in (1, 2):
-            for call in workload.commit_rows(mode, 0, 0, index):
-                writer.write(workload.to_arrow(call))
-            landed = writer.commit(index)
-            records += [{"event": "intent", "commit": index},
-                        {"event": "result", "commit": index, "user": crashtest_verify.WRITER_USER,
-                         "snapshots": [s.id for s in landed]}]
+    records = _two_commits(table, mode)
     report = crashtest_verify.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address)
     assert not report.errors, report.errors
     assert report.changelog_rows == sum(len(c) for i in (1, 2) for c in workload.commit_rows(mode, 0, 0, i))
@@ -161,15 +154,7 @@ def test_the_check_sees_a_key_live_in_two_partitions(tmp_path: Path, monkeypatch
     mode = workload.MODES["cross-partition"]
     warehouse = str(tmp_path)
     table = workload.create_table(warehouse, mode.table_options, mode.primary_keys)
-    records: list[dict[str, object]] = []
-    with table.writer(commit_user=crashtest_verify.WRITER_USER) as writer:
-        for index in (1, 2):
-            for call in workload.commit_rows(mode, 0, 0, index):
-                writer.write(workload.to_arrow(call))
-            landed = writer.commit(index)
-            records += [{"event": "intent", "commit": index},
-                        {"event": "result", "commit": index, "user": crashtest_verify.WRITER_USER,
-                         "snapshots": [s.id for s in landed]}]
+    records = _two_commits(table, mode)
     report = crashtest_verify.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address)
     assert not report.errors, report.errors
     assert report.key_moves > 0
@@ -182,3 +167,17 @@ def test_the_check_sees_a_key_live_in_two_partitions(tmp_path: Path, monkeypatch
     monkeypatch.setattr(workload, "scan_rows", left_behind)
     errors = crashtest_verify.verify(table, warehouse, mode, 0, records, pypaimon_address=pypaimon.address).errors
     assert any("on two rows" in e for e in errors), errors
+
+
+def _two_commits(table: cl.Table, mode: workload.Mode) -> list[dict[str, object]]:
+    """Commits 1 and 2 of writer 0 of episode 0, and the records a writer logs of them."""
+    records: list[dict[str, object]] = []
+    with table.writer(commit_user=crashtest_verify.WRITER_USER) as writer:
+        for index in (1, 2):
+            for call in workload.commit_rows(mode, 0, 0, index):
+                writer.write(workload.to_arrow(call))
+            landed = writer.commit(index)
+            records += [{"event": "intent", "commit": index},
+                        {"event": "result", "commit": index, "user": crashtest_verify.WRITER_USER,
+                         "snapshots": [s.id for s in landed]}]
+    return records
