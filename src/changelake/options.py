@@ -345,6 +345,15 @@ class TableOptions(BucketOptions):
         "consumer.ignore-progress", values.parse_bool, "false",
         "A new stream with `consumer-id` starts by `scan.mode`, not where the consumer left off.",
     )
+    streaming_read_overwrite: bool = declare(
+        "streaming-read-overwrite", values.parse_bool, "false",
+        "Primary-key tables: streams read OVERWRITE commits too (the replaced files' rows as -D, "
+        "the new files' as written); not with changelog-producer lookup or full-compaction.",
+    )
+    streaming_read_append_overwrite: bool = declare(
+        "streaming-read-append-overwrite", values.parse_bool, "false",
+        "Append tables: streams read the new files of OVERWRITE commits too (as +I).",
+    )
     # Spark streaming reads (Paimon's Spark connector options)
     read_changelog: bool = declare(
         "read.changelog", values.parse_bool, "false",

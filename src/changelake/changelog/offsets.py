@@ -19,6 +19,9 @@ class ChangeKind(enum.StrEnum):
     DELTA = "delta"
     # The other producers: the changelog files a snapshot lists in its changelog manifest list.
     CHANGELOG = "changelog"
+    # ``streaming-read-overwrite``: an OVERWRITE snapshot's removed files (rows reversed), then
+    # its added files (rows as stored).
+    OVERWRITE = "overwrite"
 
 
 class StreamOffset(BaseModel):

@@ -267,7 +267,7 @@ class ChangeSource:
             # are (with one, the compaction that moves them into real buckets writes changelog).
             postpone = self.options.changelog_producer is ChangelogProducer.NONE
             return ChangeKind.FULL, planner.plan(self.context, snapshot, self.row_filter, levels, postpone=postpone)
-        kind = follow_up.change_kind(self.options.changelog_producer, snapshot)
+        kind = follow_up.change_kind(self.context, self.options, snapshot)
         if kind is None:
             return None, []
         return kind, follow_up.change_splits(self.context, snapshot, kind, self.row_filter)
@@ -313,7 +313,7 @@ class ChangeSource:
             last = first + max_rows >= rows.num_rows
             offset = split.end if last else _at(split.end, split.snapshot_id, split.start + first + max_rows,
                                                 full=split.kind is ChangeKind.FULL)
-            data = self._output(part, merged=split.merged)
+            data = self._output(part, merged=split.merged, reverse=split.split.reversed)
             if data.num_rows:
                 yield ChangeChunk(data, offset)
 
@@ -326,10 +326,14 @@ class ChangeSource:
         for chunk in self.read(split, max_rows):
             yield from chunk.data.to_batches()
 
-    def _output(self, rows: pa.Table, *, merged: bool) -> pa.Table:
+    def _output(self, rows: pa.Table, *, merged: bool, reverse: bool) -> pa.Table:
         rows = reader.apply_filter(self.context, rows, self.row_filter)
         if merged:
             kinds: pa.Array = pa.repeat(pa.scalar(kv.ROW_KIND_SYMBOLS[kv.INSERT]), rows.num_rows)
+        elif reverse:  # Paimon's ReverseReader: an insert or update after as -D, a retraction as +I
+            stored = rows.column(kv.VALUE_KIND)
+            adds = pc.is_in(stored, pa.array([kv.INSERT, kv.UPDATE_AFTER], pa.int8()))
+            kinds = _SYMBOLS.take(pc.if_else(adds, pa.scalar(kv.DELETE, pa.int8()), pa.scalar(kv.INSERT, pa.int8())))
         else:
             kinds = _SYMBOLS.take(rows.column(kv.VALUE_KIND))
         return pa.Table.from_arrays([kinds, *(rows.column(c) for c in self.columns)], schema=self.schema)

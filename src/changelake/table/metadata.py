@@ -31,7 +31,12 @@ from changelake.table.format.snapshot import Snapshot
 from changelake.table.format.tag import Tag
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
-from changelake.table.merge.parse import check_cross_partition, check_deletion_vectors, merge_engine
+from changelake.table.merge.parse import (
+    check_cross_partition,
+    check_deletion_vectors,
+    check_streaming_read_overwrite,
+    merge_engine,
+)
 
 _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
 _TAG_FILE = re.compile(r"^tag-(.+)$")
@@ -95,6 +100,7 @@ def create_table(
                           table=name, option="bucket-key")
     append_definition.check(new_schema, parsed)
     check_cross_partition(new_schema, parsed)
+    check_streaming_read_overwrite(parsed)
     merge_engine(new_schema, parsed)  # rejects invalid merge-engine settings now
     check_deletion_vectors(parsed)
     paths = TablePaths(root)

@@ -26,7 +26,12 @@ from changelake.table.append import definition as append_definition
 from changelake.table.context import TableContext
 from changelake.table.format import kv, snapshot, types
 from changelake.table.format.schema import DataField, TableSchema
-from changelake.table.merge.parse import check_cross_partition, check_deletion_vectors, merge_engine
+from changelake.table.merge.parse import (
+    check_cross_partition,
+    check_deletion_vectors,
+    check_streaming_read_overwrite,
+    merge_engine,
+)
 
 # options whose values Paimon refuses beside deletion vectors (checked when one of them is set)
 _PAIRED_WITH_VECTORS = frozenset({"deletion-vectors.enabled", "merge-engine", "changelog-producer"})
@@ -169,6 +174,8 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
     changed = {key for change in changes if isinstance(change, SetOptions) for key in change.values}
     append_definition.check(evolved, parsed, keys=changed)
     check_cross_partition(evolved, parsed)
+    if changed & {"streaming-read-overwrite", "changelog-producer"}:
+        check_streaming_read_overwrite(parsed)
     if any(isinstance(change, SetOptions) and _PAIRED_WITH_VECTORS & change.values.keys() for change in changes):
         check_deletion_vectors(parsed)
     return evolved

@@ -30,6 +30,7 @@ PRIMARY_KEY_ONLY = frozenset({
     "fields.default-aggregate-function", "lookup-wait", "lookup-compact", "lookup-compact.max-interval",
     "data-file.thin-mode", "num-sorted-run.compaction-trigger", "num-sorted-run.stop-trigger", "num-levels",
     "compaction.max-size-amplification-percent", "compaction.size-ratio", "record-level.expire-time",
+    "streaming-read-overwrite",
 })
 _PRIMARY_KEY_FIELD_OPTION = re.compile(
     r"^fields\.[^.]+(?:,[^.]+)*\.(aggregate-function|sequence-group|ignore-retract|distinct|list-agg-delimiter)$")

@@ -54,6 +54,17 @@ def check_deletion_vectors(options: TableOptions) -> None:
                           option="deletion-vectors.enabled")
 
 
+def check_streaming_read_overwrite(options: TableOptions) -> None:
+    """OptionError for ``streaming-read-overwrite`` beside a producer that writes changelog on
+    compaction (lookup, full-compaction): streams would read an overwrite's changes twice, and
+    Paimon documents the pair as refused. Checked when a definition is made or changed."""
+    if options.streaming_read_overwrite and options.changelog_producer in (ChangelogProducer.LOOKUP,
+                                                                            ChangelogProducer.FULL_COMPACTION):
+        raise OptionError(f"cannot be true with changelog-producer {options.changelog_producer.value}: streams "
+                          "would read an overwrite's changes twice", table=options.table,
+                          option="streaming-read-overwrite")
+
+
 def check_cross_partition(schema: TableSchema, options: TableOptions) -> None:
     """OptionError for what Paimon refuses when the primary key lacks a partition column (a
     cross-partition update, ``SchemaValidation``): any ``bucket`` but -1, and ``sequence.field``

@@ -4,6 +4,7 @@ adds (its delta or changelog files, read as they are) and full reads restricted 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from collections.abc import Callable, Sequence
@@ -44,6 +45,8 @@ class Split:
     files: tuple[DataFileMeta, ...]
     raw_convertible: bool
     deletion_files: tuple[DeletionFile | None, ...] = ()
+    # A stream's read of the files an OVERWRITE removed: every row with its kind reversed.
+    reversed: bool = False
 
     @property
     def row_count(self) -> int:
@@ -237,6 +240,24 @@ def plan_added_files(ctx: TableContext, manifests: Sequence[ManifestFileMeta],
     kept = _prune_manifests(ctx, list(manifests), expression)
     entries = [e for m in kept for e in live_files.manifest_entries(ctx, m.file_name) if e.kind is FileKind.ADD]
     return _file_splits(ctx, _prune_files(ctx, entries, expression))
+
+
+def plan_overwritten_files(ctx: TableContext, snapshot: Snapshot, before: Snapshot | None,
+                           expression: pc.Expression | None) -> list[Split]:
+    """An OVERWRITE snapshot's changes as a stream reads them (Paimon's ``readChanges`` with
+    ``streaming-read-overwrite``): one split per file it removed, whose rows are read reversed
+    (an insert as -D, a retraction as +I) without those the deletion vectors of ``before`` (the
+    snapshot it replaced) mark, then one per file it added, read as stored."""
+    kept = _prune_manifests(ctx, live_files.manifest_list(ctx, snapshot.delta_manifest_list), expression)
+    entries = [e for m in kept for e in live_files.manifest_entries(ctx, m.file_name)]
+    removed = _file_splits(ctx, _prune_files(ctx, [e for e in entries if e.kind is FileKind.DELETE], expression))
+    added = _file_splits(ctx, _prune_files(ctx, [e for e in entries if e.kind is FileKind.ADD], expression))
+    vectors = deletion_vectors.snapshot_vectors(ctx, before) \
+        if before is not None and ctx.options.deletion_vectors_enabled else {}
+    found = {where: deletion_vectors.deletion_files(ctx, files) for where, files in vectors.items()}
+    reversed_splits = [dataclasses.replace(s, reversed=True, deletion_files=(
+        found.get((s.partition, s.bucket), {}).get(s.files[0].file_name),)) for s in removed]
+    return reversed_splits + added
 
 
 def _file_splits(ctx: TableContext, entries: list[ManifestEntry]) -> list[Split]:

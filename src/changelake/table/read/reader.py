@@ -222,14 +222,18 @@ def read_changes(ctx: TableContext, split: Split, columns: Sequence[str],
                  rows: tuple[int, int] | None = None) -> pa.Table:
     """The rows of a one-file split as stored, not merged: ``_VALUE_KIND`` (each row's kind;
     +I for an append table's) then ``columns``, in file order; ``rows`` = (start, stop) reads
-    only those rows."""
+    only those rows, less those the split's deletion vector (if any) marks."""
     (meta,) = split.files
     if ctx.key_value_files:
-        return ctx.read_file(split.bucket_dir, meta, [kv.VALUE_KIND, *columns], rows)
-    # An append table's rows are all inserts.
-    plain = ctx.read_file(split.bucket_dir, meta, columns, rows)
-    return plain.add_column(0, pa.field(kv.VALUE_KIND, pa.int8(), nullable=False),
-                            CONSTANT_COLUMNS.column(kv.INSERT, pa.int8(), plain.num_rows))
+        stored = ctx.read_file(split.bucket_dir, meta, [kv.VALUE_KIND, *columns], rows)
+    else:  # an append table's rows are all inserts
+        plain = ctx.read_file(split.bucket_dir, meta, columns, rows)
+        stored = plain.add_column(0, pa.field(kv.VALUE_KIND, pa.int8(), nullable=False),
+                                  CONSTANT_COLUMNS.column(kv.INSERT, pa.int8(), plain.num_rows))
+    deletion = split.deletion_files[0] if split.deletion_files else None
+    # Positions stay those of the stored rows: the vector drops rows of the range read.
+    keep = deletion_vector.keep_mask(_vector(ctx, deletion), stored.num_rows, rows[0] if rows else 0)
+    return stored if keep is None else stored.filter(pa.array(keep))
 
 
 def read_splits(
