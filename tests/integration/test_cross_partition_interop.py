@@ -15,9 +15,9 @@ those semantics says, at every snapshot, and no key is ever live in two partitio
   table in turn (each fully compacting once), then pypaimon-rust reads it too (pypaimon 2.1
   cannot: it reads no manifest file of Java Paimon 0.9, which has no ``_VALUE_STATS_COLS``).
   The same batches (deletes too) written into two fresh tables, one by each, place every key in
-  the same partition and bucket, except where a batch interleaves moves and new keys of one
-  partition (strict xfail: changelake frees the moved keys' places batch-wise, Paimon row by
-  row). A changelake writer whose key index predates Java's commit is voided. Keys also move
+  the same partition and bucket, also where a batch interleaves moves and new keys of one
+  partition (a moved key frees its place from its row on, as Paimon's row-by-row assigner). A
+  changelake writer whose key index predates Java's commit catches up with it. Keys also move
   in and out of the null partition (``__DEFAULT_PARTITION__``), and a primary key may hold one
   of two partition columns (Java 0.9 only reads those: it keys its index without them).
   Bootstrapped from the table, changelake's key index counts live keys only, as Java's does;
@@ -408,10 +408,6 @@ ONE_WAY = [
 # row comes, before the rows after it are placed (a's bucket 0 holds 3 keys when 4 comes).
 MOVED_BEFORE = [_rows([(1, "a"), (2, "a"), (3, "a"), (1, "b"), (4, "a")])]  # Paimon: 4 in a's bucket 0
 MOVED_AFTER = [_rows([(1, "a"), (2, "a"), (3, "a")]), _rows([(4, "a"), (1, "b")])]  # Paimon: 4 in bucket 1
-ROW_BY_ROW = ("changelake frees the places of a batch's moved keys all before (keys of the index) or all after "
-              "(keys placed in the batch) it places the batch's new keys, not row by row as Paimon "
-              "(cross_partition.py, _move): a key gets another bucket, so a key moved back within a batch "
-              "has a lookup changelog of -D/+I over two buckets where Paimon's is -U/+U in one")
 # Deletes of keys in their partition, in another one, and of keys the table never had (Paimon
 # places those like new keys: the key then lives where its -D went).
 DELETES = [
@@ -433,10 +429,8 @@ PLACEMENT_CASES = [
     pytest.param("aggregation", _batches(8, 4), {}, id="aggregation"),
     pytest.param("first-row", _batches(9, 4), {}, id="first-row"),
     pytest.param("deduplicate", ONE_WAY, THREE_ASSIGNERS, id="three-assigners"),
-    pytest.param("deduplicate", MOVED_BEFORE, {}, id="moved-before-new-key",
-                 marks=pytest.mark.xfail(strict=True, reason=ROW_BY_ROW)),
-    pytest.param("deduplicate", MOVED_AFTER, {}, id="moved-after-new-key",
-                 marks=pytest.mark.xfail(strict=True, reason=ROW_BY_ROW)),
+    pytest.param("deduplicate", MOVED_BEFORE, {}, id="moved-before-new-key"),
+    pytest.param("deduplicate", MOVED_AFTER, {}, id="moved-after-new-key"),
 ]
 
 
@@ -488,16 +482,15 @@ def _compare_placement(warehouse: str, java: JavaPaimon, engine: str, batches: l
     assert len({b for _, b in placed.values()}) >= assigners
 
 
-# Key 1 updated in a, moved to b and back to a in one batch: Paimon puts it back in a's bucket
-# 0 (freed when it left), so its lookup changelog there is -U/+U; changelake, which frees the
-# place only after placing the batch's keys, opens bucket 1: -D in bucket 0, +I in bucket 1.
+# Key 1 updated in a, moved to b and back to a in one batch: it goes back into a's bucket 0
+# (freed when it left), so its lookup changelog there is -U/+U, as Paimon's.
 MOVED_BACK = [_rows([(1, "a"), (2, "a"), (3, "a")]), _rows([(1, "a"), (1, "b"), (1, "a")], 1)]
 
 
 @pytest.mark.parametrize(("producer", "batches"), [
     pytest.param("input", ONE_WAY + DELETES, id="input"),
     pytest.param("lookup", ONE_WAY + DELETES, id="lookup"),
-    pytest.param("lookup", MOVED_BACK, id="lookup-moved-back", marks=pytest.mark.xfail(strict=True, reason=ROW_BY_ROW)),
+    pytest.param("lookup", MOVED_BACK, id="lookup-moved-back"),
 ])
 def test_changelog_of_moved_keys_as_java_produces_it(tmp_path: Any, java: JavaPaimon, monkeypatch: pytest.MonkeyPatch,
                                                     producer: str, batches: list[list[Row]]) -> None:
@@ -525,5 +518,6 @@ def test_changelog_of_moved_keys_as_java_produces_it(tmp_path: Any, java: JavaPa
 
     ours_changes = changes("db.ours")
     assert ours_changes == sorted(repr((kind, row)) for kind, row in java.stream(warehouse, "db.ours", 1))
-    assert any("'-D'" in c for c in ours_changes)
+    if batches is not MOVED_BACK:  # moved back into its bucket: -U/+U, as Paimon
+        assert any("'-D'" in c for c in ours_changes)
     assert ours_changes == changes("db.theirs")

@@ -42,6 +42,8 @@ from changelake.table.write.partitions import partition_groups
 
 # Paimon's bucket ids are Java shorts in this mode too.
 MAX_BUCKETS = 32768
+# Rounds of placing a batch's new keys again with the places its own moves free.
+_PLACING_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -154,8 +156,8 @@ class CrossPartitionBuckets:
         new = np.flatnonzero(existing < 0)
         part = np.where(existing < 0, batch.part[firsts], existing >> BUCKET_BITS)
         buckets = existing & BUCKET_MASK
-        arrival = new[np.argsort(batch.order[firsts[new]], kind="stable")]
-        buckets[arrival] = self._new_buckets(state, part[arrival], batch.owner[firsts[arrival]])
+        buckets[new] = self._new_buckets(state, part[new], batch.owner[firsts[new]], batch.order[firsts[new]])
+        key_places.count(state, (part[new] << BUCKET_BITS) | buckets[new], 1)
         state.index.put(batch.hi[firsts[new]], batch.lo[firsts[new]], (part[new] << BUCKET_BITS) | buckets[new],
                         batch.now)
         row_part = np.empty(data.num_rows, dtype=np.int64)
@@ -194,18 +196,28 @@ class CrossPartitionBuckets:
                             "from another partition, but ignore-delete drops the delete that moves it (the key "
                             "would be in two partitions): write it in the partition it has, or unset "
                             "ignore-delete", table=self.ctx.name)
-        # A key leaving a bucket frees a place there (Paimon's decrement): the index's places
-        # before new keys are placed, those placed in this batch after.
-        self._decrement(state, known[first_run & moves])
+        # A key leaving a bucket frees a place there from its row on (Paimon's decrement, row by
+        # row). The places of keys placed in this batch are known once placed: placed again
+        # with them until nothing changes (a key moving twice in one batch is rare).
+        time = batch.order[runs]
+        left_index = first_run & moves
         run_bucket = np.where(stays, known & BUCKET_MASK, -1)
         fresh = np.flatnonzero(~stays)
-        arrival = fresh[np.argsort(batch.order[runs[fresh]], kind="stable")]
-        run_bucket[arrival] = self._new_buckets(state, run_part[arrival], batch.owner[runs[arrival]])
-        run_code = (run_part << BUCKET_BITS) | run_bucket
-        prev_code = known.copy()
         later = np.flatnonzero(~first_run)
-        prev_code[later] = run_code[later - 1]
-        self._decrement(state, prev_code[later])
+        prev_code = known.copy()
+        freed = known[left_index], time[left_index]
+        for _ in range(_PLACING_ROUNDS):
+            placed = self._new_buckets(state, run_part[fresh], batch.owner[runs[fresh]], time[fresh], freed)
+            settled = bool((run_bucket[fresh] == placed).all())
+            run_bucket[fresh] = placed
+            run_code = (run_part << BUCKET_BITS) | run_bucket
+            prev_code[later] = run_code[later - 1]
+            freed = (np.concatenate([known[left_index], prev_code[later]]),
+                     np.concatenate([time[left_index], time[later]]))
+            if settled or not len(later):
+                break
+        key_places.count(state, run_code[fresh], 1)
+        self._decrement(state, freed[0])
         # Each key's last run is where it lives now.
         key_end = np.append(batch.key_start[1:], True)
         final = np.flatnonzero(key_end[np.append(runs[1:], len(batch.order)) - 1])
@@ -248,39 +260,61 @@ class CrossPartitionBuckets:
             columns[at] = pc.if_else(pa.array(mask), replacement, data.column(at))
         return pa.Table.from_arrays(columns, schema=data.schema)
 
-    def _new_buckets(self, state: KeyPlaces, parts: np.ndarray, owners: np.ndarray) -> np.ndarray:
-        """Buckets for new placements (in arrival order) in ``parts``, each by its owner:
-        Paimon's ``BucketAssigner.assignBucket`` (the lowest owned bucket with room, else the
-        lowest owned id not in use), counted as they are placed."""
+    def _new_buckets(self, state: KeyPlaces, parts: np.ndarray, owners: np.ndarray, times: np.ndarray,
+                     freed: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """Buckets for new placements in ``parts`` at row positions ``times``, each by its
+        owner, as Paimon's ``BucketAssigner.assignBucket`` places them one row after another
+        (the lowest owned bucket with room, else the lowest owned id not in use), where
+        ``freed`` (codes, times) are the places keys leave from those rows on. Counts nothing."""
         out = np.empty(len(parts), dtype=np.int64)
-        if not len(parts):
-            return out
-        groups = parts * self.assigners + owners
+        n = self.assigners
+        codes, when = freed if freed is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        freed_groups = (codes >> BUCKET_BITS) * n + (codes & BUCKET_MASK) % n
+        groups = parts * n + owners
         for code in np.unique(groups).tolist():
             mine = np.flatnonzero(groups == code)
-            out[mine] = self._fill(state, code // self.assigners, code % self.assigners, len(mine))
+            hit = freed_groups == code
+            out[mine] = self._fill(state, code // n, code % n, times[mine], codes[hit] & BUCKET_MASK, when[hit])
         return out
 
-    def _fill(self, state: KeyPlaces, part: int, owner: int, count: int) -> np.ndarray:
-        counts = state.counts.setdefault(part, {})
-        n = self.assigners
-        room = [(b, self.target - c) for b, c in sorted(counts.items()) if b % n == owner and c < self.target]
-        spare = count - sum(r for _, r in room)
-        candidate = owner
-        while spare > 0:
-            if candidate >= MAX_BUCKETS:
-                raise OptionError(f"{self.ctx.describe_partition(state.partitions[part])} needs more than "
-                                  f"{MAX_BUCKETS} buckets of dynamic-bucket.target-row-num={self.target} keys",
-                                  table=self.ctx.name, option="dynamic-bucket.target-row-num")
-            if candidate not in counts:
-                room.append((candidate, self.target))
-                spare -= self.target
-            candidate += n
-        room.sort()
-        ends = np.cumsum([r for _, r in room])
-        slots = np.array([b for b, _ in room], dtype=np.int64)
-        out = slots[np.searchsorted(ends, np.arange(count), side="right")]
-        used, times = np.unique(out, return_counts=True)
-        for b, k in zip(used.tolist(), times.tolist(), strict=True):
-            counts[b] = counts.get(b, 0) + k
+    def _fill(self, state: KeyPlaces, part: int, owner: int, times: np.ndarray, freed_buckets: np.ndarray,
+              freed_times: np.ndarray) -> np.ndarray:
+        """One partition's and owner's placements. Placing every row in turn into the lowest
+        bucket with room is the same as giving each bucket, lowest first, the earliest rows not
+        placed yet: its room to the first of them, and each place freed at row t to the first
+        after t."""
+        counts = state.counts.get(part, {})
+        order = np.argsort(times, kind="stable")
+        arrived = times[order]
+        placed = np.full(len(times), -1, dtype=np.int64)
+        waiting = np.ones(len(times), dtype=bool)
+        ids = sorted({b for b in counts if b % self.assigners == owner} | set(freed_buckets.tolist()))
+        for b in ids:
+            room = max(self.target - counts.get(b, 0), 0)
+            first = np.flatnonzero(waiting)[:room]
+            placed[first] = b
+            waiting[first] = False
+            frees = np.sort(freed_times[freed_buckets == b])
+            rest = np.flatnonzero(waiting)
+            if len(frees) and len(rest):
+                steps = np.arange(len(frees))
+                at = np.maximum.accumulate(np.searchsorted(arrived[rest], frees) - steps) + steps
+                taken = rest[at[at < len(rest)]]
+                placed[taken] = b
+                waiting[taken] = False
+        left = np.flatnonzero(waiting)
+        if len(left):
+            opened: list[int] = []
+            candidate = owner
+            while len(opened) * self.target < len(left):
+                if candidate >= MAX_BUCKETS:
+                    raise OptionError(f"{self.ctx.describe_partition(state.partitions[part])} needs more than "
+                                      f"{MAX_BUCKETS} buckets of dynamic-bucket.target-row-num={self.target} keys",
+                                      table=self.ctx.name, option="dynamic-bucket.target-row-num")
+                if candidate not in counts and candidate not in ids:
+                    opened.append(candidate)
+                candidate += self.assigners
+            placed[left] = np.array(opened, dtype=np.int64)[np.arange(len(left)) // self.target]
+        out = np.empty(len(times), dtype=np.int64)
+        out[order] = placed
         return out
