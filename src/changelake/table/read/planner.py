@@ -254,7 +254,8 @@ def plan_overwritten_files(ctx: TableContext, snapshot: Snapshot, before: Snapsh
     added = _file_splits(ctx, _prune_files(ctx, [e for e in entries if e.kind is FileKind.ADD], expression))
     vectors = deletion_vectors.snapshot_vectors(ctx, before) \
         if before is not None and ctx.options.deletion_vectors_enabled else {}
-    found = {where: deletion_vectors.deletion_files(ctx, files) for where, files in vectors.items()}
+    found = {where: deletion_vectors.deletion_files(ctx, vectors[where])
+             for where in {(s.partition, s.bucket) for s in removed} if where in vectors}
     reversed_splits = [dataclasses.replace(s, reversed=True, deletion_files=(
         found.get((s.partition, s.bucket), {}).get(s.files[0].file_name),)) for s in removed]
     return reversed_splits + added

@@ -35,7 +35,7 @@ from changelake.table.write.assigners.key_index import (
     BUCKET_BITS,
     BUCKET_MASK,
     fingerprint_order,
-    fingerprints,
+    row_fingerprints,
 )
 from changelake.table.write.assigners.key_places import KeyPlaces
 from changelake.table.write.partitions import partition_groups
@@ -100,13 +100,14 @@ class CrossPartitionBuckets:
         groups = partition_groups(self.ctx, data)
         part = np.array([state.id_of(p) for p in groups.partitions], dtype=np.int64)[groups.codes] \
             if data.num_rows else np.zeros(0, dtype=np.int64)
-        keys = [data.column(k) for k in self.ctx.primary_keys]
-        hi, lo = fingerprints(keys)
+        # The key rows are encoded once, for their fingerprints and their assigners' hashes.
+        encoded = binary_row.encode([data.column(k) for k in self.ctx.primary_keys])
+        hi, lo = row_fingerprints(encoded)
         order = fingerprint_order(hi, lo, stable=True)
         s_hi, s_lo = hi[order], lo[order]
         key_start = np.ones(len(order), dtype=bool)
         key_start[1:] = (s_hi[1:] != s_hi[:-1]) | (s_lo[1:] != s_lo[:-1])
-        return _Batch(order, s_hi, s_lo, part[order], self.route(keys)[order], key_start,
+        return _Batch(order, s_hi, s_lo, part[order], self._owner(encoded)[order], key_start,
                       np.cumsum(key_start) - 1, np.flatnonzero(key_start), int(time.time() * 1000))
 
     def assign(self, data: pa.Table, partition_of_row: np.ndarray, partitions: Sequence[bytes]) -> np.ndarray:
@@ -120,8 +121,10 @@ class CrossPartitionBuckets:
     def route(self, key_columns: Sequence[pa.Array]) -> np.ndarray:
         """The assigner of every key (all primary-key columns, so that its rows of any partition
         meet in one task): ``abs(hash % N)`` of Paimon's assigners."""
-        hashes = bucket.hash_rows(binary_row.encode(list(key_columns))).astype(np.int64)
-        return np.abs(np.fmod(hashes, self.assigners))
+        return self._owner(binary_row.encode(list(key_columns)))
+
+    def _owner(self, keys: binary_row.EncodedRows) -> np.ndarray:
+        return np.abs(np.fmod(bucket.hash_rows(keys).astype(np.int64), self.assigners))
 
     def prepare(self, messages: Sequence[CommitMessage]) -> list[CommitMessage]:
         if self._state is None:

@@ -41,7 +41,11 @@ def _fmix(h: np.ndarray) -> np.ndarray:
 
 def fingerprints(columns: Sequence[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
     """The two 64-bit halves of every row's fingerprint over ``columns`` (in the table's types)."""
-    rows = binary_row.encode(columns)
+    return row_fingerprints(binary_row.encode(columns))
+
+
+def row_fingerprints(rows: binary_row.EncodedRows) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fingerprints` of rows encoded already."""
     n = len(rows.offsets) - 1
     sizes = np.diff(rows.offsets)
     words = rows.data.view("<u4")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from changelake.errors import DataError, SnapshotNotFoundError
+from changelake.table.commit import key_placement
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import kv
@@ -102,13 +103,8 @@ def stale(ctx: TableContext, state: KeyPlaces) -> bool:
     latest = ctx.latest_snapshot()
     if (latest.id if latest is not None else 0) < state.base:
         return True
-    for snapshot_id in range(state.base + 1, (latest.id if latest is not None else 0) + 1):
-        try:
-            if ctx.snapshot(snapshot_id).commit_kind is not CommitKind.COMPACT:
-                return True
-        except SnapshotNotFoundError:
-            return True
-    return False
+    # Nothing of this writer's is pending: any rows since are another writer's.
+    return key_placement.rows_landed(ctx, state.base, latest) is not None
 
 def _caught_up(ctx: TableContext, cached: _Cached, latest: Snapshot) -> KeyPlaces | None:
     """The cached index moved to ``latest`` by the rows the APPEND snapshots since added
