@@ -41,3 +41,21 @@ def test_a_torn_or_short_file_is_named(tmp_path: Path) -> None:
     Path(path).write_bytes(Path(path).read_bytes()[:4])
     with pytest.raises(CorruptMetadataError, match="holds 1 key hashes, its index manifest entry says 4"):
         hash_index.read(file_io, path, meta, table="db.t")
+
+
+@pytest.mark.parametrize("source", ["whole", "missing", "short"])
+def test_a_file_that_extends_the_last_one_holds_every_hash_whatever_the_last_file(tmp_path: Path, source: str) -> None:
+    file_io, root = FileIO.for_url(str(tmp_path))
+    paths = TablePaths(root)
+    old = np.arange(1000, dtype=np.int32)
+    last = hash_index.write(file_io, paths, hash_index.encode(old))
+    last_path = paths.index(last.file_name)
+    if source == "missing":  # expired meanwhile: the new file is written whole
+        Path(last_path).unlink()
+    elif source == "short":  # holds fewer bytes than promised: not copied from
+        Path(last_path).write_bytes(Path(last_path).read_bytes()[:400])
+    data = bytearray(hash_index.encode(old)) + hash_index.encode(np.array([-5, 2**31 - 1], dtype=np.int32))
+    meta = hash_index.write(file_io, paths, memoryview(data), extends=(last_path, last.file_size))
+    assert (meta.row_count, meta.file_size) == (1002, 4008)
+    read = hash_index.read(file_io, paths.index(meta.file_name), meta, table="db.t")
+    assert read.tolist() == [*range(1000), -5, 2**31 - 1]

@@ -259,3 +259,41 @@ def test_a_writer_extends_the_index_loaded_before_with_the_keys_of_the_new_files
     table.write(_rows(range(100, 160), "c"))
     assert _values(table) == {("a", k): "a" if k < 40 else "b" if k < 100 else "c" for k in range(160)}
     assert sorted(len(k) for k in buckets_of(table).values()) == [10, 30, 30, 30, 30, 30]
+
+
+def test_large_partition_indexes_place_every_key_once_through_filtered_runs(tmp_path: Path) -> None:
+    # Past 65,536 keys a sorted run of the index gets a membership filter; merges of runs,
+    # a writer reloading the index, and lookups of keys old and new must still agree.
+    table = _table(tmp_path, **{"dynamic-bucket.target-row-num": "60000", "write-only": "true"})
+    with table.writer() as writer:
+        for i, start in enumerate(range(0, 200_000, 40_000), start=1):
+            writer.write(_rows(range(max(0, start - 20_000), start + 40_000), f"w{i}"))
+            writer.commit(i)
+    first = buckets_of(table)
+    assert sorted(len(k) for k in first.values()) == [20_000, 60_000, 60_000, 60_000]
+    dynamic.COMMITTED.clear()  # the next writer reads every HASH file: one run of 200,000
+    dynamic.LATEST.clear()
+    table.write(_rows(range(150_000, 250_000), "again"))
+    after = buckets_of(table)
+    assert sum(len(k) for k in after.values()) == 250_000
+    for (partition, b), ids in first.items():  # old keys stayed where they were
+        assert ids <= after[(partition, b)]
+    values = _values(table)
+    assert (values[("a", 139_999)], values[("a", 149_999)], values[("a", 150_000)]) == ("w4", "w5", "again")
+    assert len(values) == 250_000
+
+
+def test_hash_files_written_ahead_and_superseded_or_abandoned_leave_no_file_behind(tmp_path: Path) -> None:
+    # A small write buffer flushes several times a commit: each flush writes its buckets' HASH
+    # files ahead, the next flush replaces them, and the commit lands only the last.
+    table = _table(tmp_path, **{"write-buffer-size": "64 kb", "dynamic-bucket.target-row-num": "5000"})
+    index_dir = tmp_path / "db.db" / "t" / "index"
+    with table.writer() as writer:
+        for i in range(6):
+            writer.write(_rows(range(i * 2_000, (i + 1) * 2_000), "x"))
+        writer.commit(1)
+        listed = {e.file.file_name for p in hash_entries(table.context).values() for e in p.values()}
+        assert {f.name for f in index_dir.iterdir()} == listed
+        writer.write(_rows(range(12_000, 13_000), "y"))  # never committed
+    assert {f.name for f in index_dir.iterdir()} == listed
+    assert sorted(len(k) for k in buckets_of(table).values()) == [2_000, 5_000, 5_000]

@@ -48,9 +48,12 @@ def read(file_io: FileIO, path: str, meta: IndexFileMeta, *, table: str) -> np.n
     return hashes
 
 
-def write(file_io: FileIO, paths: TablePaths, data: bytes) -> IndexFileMeta:
+def write(file_io: FileIO, paths: TablePaths, data: bytes | memoryview, *,
+          extends: tuple[str, int] | None = None) -> IndexFileMeta:
     """Write a bucket's encoded hashes (see :func:`encode`; in any order, as Paimon writes a hash
-    map's) as a new HASH index file (``index/index-<uuid>-0``), described."""
+    map's) as a new HASH index file (``index/index-<uuid>-0``), described. ``extends`` (a file
+    and its size) says that ``data`` starts with that file's bytes: a bucket's new file repeats
+    its last one, and a local filesystem copies that part in the kernel."""
     name = f"index-{uuid.uuid4()}-0"
-    file_io.write_bytes(paths.index(name), data, kill_point=KillPoint.HASH_INDEX)
+    file_io.write_bytes(paths.index(name), data, kill_point=KillPoint.HASH_INDEX, copied_from=extends)
     return IndexFileMeta(HASH, name, len(data), len(data) // 4)

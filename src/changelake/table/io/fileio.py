@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 import pyarrow as pa
@@ -109,6 +109,31 @@ def _filesystem_of(url: str, storage_options: Mapping[str, Any] | None) -> tuple
     return fs, path
 
 
+def _copy_prefix(source: tuple[str, int], out: BinaryIO) -> bool:
+    """Copy the first ``n`` bytes of the local file ``source = (path, n)`` to the start of the
+    empty file ``out``, in the kernel; False (``out`` left empty) when the platform, the
+    filesystem or the source (gone, or shorter) does not allow it."""
+    path, n = source
+    if not hasattr(os, "copy_file_range"):
+        return False
+    try:
+        with open(path, "rb") as src:
+            done = 0
+            while done < n:
+                step = os.copy_file_range(src.fileno(), out.fileno(), n - done)
+                if step == 0:
+                    break
+                done += step
+    except OSError:
+        done = -1
+    if done == n:
+        out.seek(n)
+        return True
+    out.seek(0)
+    out.truncate()
+    return False
+
+
 @dataclass(frozen=True)
 class FileIO:
     """A filesystem (any fsspec URL) plus the operations the table needs.
@@ -189,14 +214,20 @@ class FileIO:
     def read_text(self, path: str) -> str:
         return self.read_bytes(path).decode("utf-8")
 
-    def write_bytes(self, path: str, data: bytes, *, kill_point: KillPoint | None = None) -> None:
+    def write_bytes(self, path: str, data: bytes | memoryview, *, kill_point: KillPoint | None = None,
+                    copied_from: tuple[str, int] | None = None) -> None:
         """Write a file whose name is unique (data, manifest): overwrite semantics suffice.
-        A crash test can kill the process at ``kill_point`` when half of the bytes are written."""
+        A crash test can kill the process at ``kill_point`` when half of the bytes are written.
+        ``copied_from`` (a file and a length) says that the first bytes of ``data`` are those of
+        that file: on a local filesystem the kernel copies them from it (cheaper than writing
+        them from memory), falling back to writing them when it cannot."""
         if self.is_local:
             with reported("write", path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "wb") as out:
                     rest = memoryview(data)
+                    if copied_from is not None and _copy_prefix(copied_from, out):
+                        rest = rest[copied_from[1]:]
                     if kill_point is not None:
                         half = len(rest) // 2
                         out.write(rest[:half])
@@ -207,7 +238,7 @@ class FileIO:
         else:
             if kill_point is not None:
                 killpoints.reached(kill_point)
-            self._put(path, data)
+            self._put(path, bytes(data))
 
     def open_output(self, path: str) -> pa.NativeFile:
         """A stream that writes the file ``path`` (its directory made as needed), for files

@@ -10,13 +10,15 @@ assigner ``a`` fills only buckets ``b`` with ``b % N == a``, so N buckets fill a
 A partition's index is loaded from the latest snapshot when the writer first writes it, and again
 before a flush when another writer changed it meanwhile (unless this writer has keys of its own
 not yet committed there). Every bucket that got new keys gets a whole new HASH file, committed
-with the rows; the commit is void (CommitConflictError) when the partition's index changed since
+with the rows (written on a pool thread as soon as the bucket's keys are placed, while the
+flush goes on); the commit is void (CommitConflictError) when the partition's index changed since
 the assignment started, so that no key ever lands in two buckets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +27,7 @@ import pyarrow as pa
 from changelake.errors import CorruptMetadataError, OptionError
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
+from changelake.table.executor import executor, map_all
 from changelake.table.format import binary_row, bucket, hash_index
 from changelake.table.format.index_manifest import IndexFileMeta, IndexManifestEntry
 from changelake.table.format.snapshot import Snapshot
@@ -36,6 +39,10 @@ from changelake.table.write.assigners.base import IndexUpdate, Stateless, with_i
 MAX_BUCKETS = 32768
 _BUCKET_BITS = 16
 _BUCKET_MASK = (1 << _BUCKET_BITS) - 1
+# A run this long gets a membership filter: a binary search of it is mostly cache misses, and
+# most keys looked up (new keys, keys of the other runs) are not in it.
+_FILTERED_RUN = 1 << 16
+_INT32_MIN = -(1 << 31)
 
 
 def hash_entries(ctx: TableContext) -> dict[bytes, dict[int, IndexManifestEntry]]:
@@ -59,6 +66,55 @@ def hash_entries(ctx: TableContext) -> dict[bytes, dict[int, IndexManifestEntry]
 
 
 @dataclass(frozen=True)
+class _Run:
+    """A sorted run of key hashes (int32: half the memory a binary search walks) and their
+    buckets, and for a long run a filter: one bit per slot of a power-of-two table at least 8
+    slots per key, set at each key's hash's top bits (the hashes are murmur-mixed), so that a
+    lookup binary-searches only the hashes whose bit is set: about one in nine of those the run
+    does not hold."""
+
+    hashes: np.ndarray
+    buckets: np.ndarray
+    bits: np.ndarray | None
+    shift: int  # a hash's slot: (hash - INT32_MIN) >> shift
+
+    @staticmethod
+    def of(codes: np.ndarray) -> _Run:
+        """The run of ``hash << 16 | bucket`` codes, sorted."""
+        hashes = (codes >> _BUCKET_BITS).astype(np.int32)
+        buckets = (codes & _BUCKET_MASK).astype(np.uint16)
+        if len(codes) < _FILTERED_RUN:
+            return _Run(hashes, buckets, None, 0)
+        slot_bits = (8 * len(codes) - 1).bit_length()
+        shift = 32 - slot_bits
+        # Sorted hashes give sorted slots: each byte's bits are or-ed over its slots' stretch.
+        slots = (hashes.astype(np.int64) - _INT32_MIN) >> shift
+        byte = slots >> 3
+        starts = np.flatnonzero(np.diff(byte, prepend=-1))
+        bits = np.zeros(1 << (slot_bits - 3), dtype=np.uint8)
+        bits[byte[starts]] = np.bitwise_or.reduceat(np.left_shift(1, slots & 7).astype(np.uint8), starts)
+        return _Run(hashes, buckets, bits, shift)
+
+    def codes(self) -> np.ndarray:
+        return _codes(self.hashes, self.buckets)
+
+    def lookup(self, hashes: np.ndarray, found: np.ndarray) -> None:
+        """Set ``found`` to the bucket of every hash (int32, sorted, distinct) this run holds."""
+        rows = np.arange(len(hashes))
+        if self.bits is not None:
+            slots = (hashes.astype(np.int64) - _INT32_MIN) >> self.shift
+            rows = rows[(self.bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1 == 1]
+        wanted = hashes[rows]
+        at = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
+        hit = self.hashes[at] == wanted
+        found[rows[hit]] = self.buckets[at[hit]]
+
+    @property
+    def nbytes(self) -> int:
+        return self.hashes.nbytes + self.buckets.nbytes + (0 if self.bits is None else self.bits.nbytes)
+
+
+@dataclass(frozen=True)
 class _Committed:
     """A partition's index as a snapshot committed it, shared by the writers of this process
     (its arrays are never changed in place, and of each bucket's HASH file bytes only the first
@@ -68,7 +124,7 @@ class _Committed:
     base: Mapping[int, IndexFileMeta]
     counts: Mapping[int, int]
     files: Mapping[int, tuple[bytearray, int]]
-    runs: tuple[np.ndarray, ...]
+    runs: tuple[_Run, ...]
 
     def nbytes(self) -> int:
         return sum(n for _, n in self.files.values()) + sum(r.nbytes for r in self.runs)
@@ -85,15 +141,16 @@ LATEST = ManifestCache(max_files=64, max_bytes=512 * 1024 * 1024, weigh=_Committ
 
 @dataclass
 class _PartitionIndex:
-    """One partition's key hash -> bucket map, as sorted runs of ``hash << 16 | bucket`` (looked
-    up with a binary search per run; a new run merges with the last ones while not much smaller),
-    and each bucket's HASH file bytes (a buffer and its length), to which new keys are appended:
-    a bucket that got new ones is written whole again from them."""
+    """One partition's key hash -> bucket map, as sorted runs (looked up with a binary search
+    per run, past its filter; a new run merges with the last ones while not much smaller), and
+    each bucket's HASH file bytes (a buffer and its length), to which new keys are appended: a
+    bucket that got new ones is written whole again from them, its old bytes copied from its
+    last file."""
 
     base: dict[int, IndexFileMeta]
     counts: dict[int, int]  # keys per bucket, in the order buckets were opened (filled in this order)
     files: dict[int, tuple[bytearray, int]]
-    runs: list[np.ndarray] = field(default_factory=list)
+    runs: list[_Run] = field(default_factory=list)
     dirty: set[int] = field(default_factory=set)
     owned: set[int] = field(default_factory=set)  # buffers only this index appends to
 
@@ -120,11 +177,9 @@ class _PartitionIndex:
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """The bucket of every hash, -1 where the index has none."""
         found = np.full(len(hashes), -1, dtype=np.int64)
-        wanted = hashes.astype(np.int64) << _BUCKET_BITS
+        hashes = hashes.astype(np.int32, copy=False)  # as the runs' (else each run is cast)
         for run in self.runs:
-            at = np.minimum(np.searchsorted(run, wanted), len(run) - 1)
-            hit = (run[at] >> _BUCKET_BITS) == hashes
-            found[hit] = run[at[hit]] & _BUCKET_MASK
+            run.lookup(hashes, found)
         return found
 
     def add(self, hashes: np.ndarray, buckets: np.ndarray) -> None:
@@ -146,13 +201,14 @@ class _PartitionIndex:
         if not len(codes):
             return
         run = np.sort(codes)
-        while self.runs and len(self.runs[-1]) < 4 * len(run):
-            run = np.sort(np.concatenate([self.runs.pop(), run]))
-        self.runs.append(run)
+        while self.runs and len(self.runs[-1].hashes) < 4 * len(run):
+            # Two sorted runs: a stable sort (timsort) of both merges them in linear time.
+            run = np.sort(np.concatenate([self.runs.pop().codes(), run]), kind="stable")
+        self.runs.append(_Run.of(run))
 
-    def file_bytes(self, b: int) -> bytes:
+    def file_bytes(self, b: int) -> memoryview:
         data, n = self.files[b]
-        return bytes(memoryview(data)[:n])
+        return memoryview(data)[:n]
 
 
 def _owner(hashes: np.ndarray, assigners: int) -> np.ndarray:
@@ -179,6 +235,8 @@ class DynamicBuckets(Stateless):
         self._indexes: dict[bytes, _PartitionIndex] = {}
         # Prepared index files not known to have landed: (partition, bucket) -> file.
         self._prepared: dict[tuple[bytes, int], IndexFileMeta] = {}
+        # HASH files being written since the assignment, by (partition, bucket).
+        self._ahead: dict[tuple[bytes, int], Future[IndexFileMeta]] = {}
         self._random = np.random.default_rng()
 
     def assign(self, data: pa.Table, partition_of_row: np.ndarray, partitions: Sequence[bytes]) -> np.ndarray:
@@ -194,7 +252,14 @@ class DynamicBuckets(Stateless):
             new = found < 0
             if new.any():
                 found[new] = self._place(index, distinct[new], partitions[p])
+                grown = np.unique(found[new]).tolist()
+                self._supersede(partitions[p], grown)
                 index.add(distinct[new], found[new])
+                # The bucket's new HASH file is written now, on another core, while this thread
+                # places the other partitions' keys and writes the data files: the kernel's copy
+                # of a large bucket's old keys does not delay the commit.
+                for b in grown:
+                    self._ahead[(partitions[p], b)] = executor().submit(self._write, index, b)
             buckets[rows] = found[inverse]
         return buckets
 
@@ -299,14 +364,42 @@ class DynamicBuckets(Stateless):
     def prepare(self, messages: Sequence[CommitMessage]) -> list[CommitMessage]:
         return with_index(messages, self._updates(), self.ctx.options.bucket)
 
+    def _write(self, index: _PartitionIndex, b: int) -> IndexFileMeta:
+        """Bucket ``b``'s HASH file, as its buffer holds it now."""
+        # The bucket's buffer starts with its last file's bytes, to which new keys were appended.
+        last = index.base.get(b)
+        extends = None if last is None else (read_index.index_path(self.ctx, last), 4 * last.row_count)
+        return hash_index.write(self.ctx.file_io, self.ctx.paths, index.file_bytes(b), extends=extends)
+
+    def _supersede(self, partition: bytes, grown: Sequence[int]) -> None:
+        """Before more keys go into these buckets: their files written ahead are out of date
+        (and their buffers must not be held while they grow)."""
+        for b in grown:
+            ahead = self._ahead.pop((partition, b), None)
+            if ahead is not None:
+                self._drop([ahead])
+
+    def _drop(self, futures: Sequence[Future[IndexFileMeta]]) -> None:
+        """Wait for these writes and delete the files they wrote."""
+        wait(futures)
+        self.ctx.file_io.discard(self.ctx.paths.index(f.result().file_name)
+                                 for f in futures if f.exception() is None)
+
     def _updates(self) -> Mapping[tuple[bytes, int], IndexUpdate]:
+        dirty = [(partition, index, b) for partition, index in self._indexes.items() for b in sorted(index.dirty)]
+        ahead = [self._ahead.pop((partition, b), None) for partition, _, b in dirty]
+        try:
+            behind = iter(map_all(lambda item: self._write(item[1], item[2]),
+                                  [item for item, f in zip(dirty, ahead, strict=True) if f is None]))
+            metas = [next(behind) if f is None else f.result() for f in ahead]
+        except BaseException:
+            self._drop([f for f in ahead if f is not None])
+            raise
         updates = {}
-        for partition, index in self._indexes.items():
-            base = index.base_names()
-            for b in sorted(index.dirty):
-                meta = hash_index.write(self.ctx.file_io, self.ctx.paths, index.file_bytes(b))
-                updates[(partition, b)] = IndexUpdate(meta, base)
-                self._prepared[(partition, b)] = meta
+        for (partition, index, b), meta in zip(dirty, metas, strict=True):
+            updates[(partition, b)] = IndexUpdate(meta, index.base_names())
+            self._prepared[(partition, b)] = meta
+        for index in self._indexes.values():
             index.dirty.clear()
         return updates
 
@@ -322,5 +415,7 @@ class DynamicBuckets(Stateless):
         self._prepared.clear()
 
     def forget(self) -> None:
+        self._drop(list(self._ahead.values()))
+        self._ahead.clear()
         self._indexes.clear()
         self._prepared.clear()
