@@ -81,22 +81,38 @@ class _Run:
     @staticmethod
     def of(codes: np.ndarray) -> _Run:
         """The run of ``hash << 16 | bucket`` codes, sorted."""
-        hashes = (codes >> _BUCKET_BITS).astype(np.int32)
-        buckets = (codes & _BUCKET_MASK).astype(np.uint16)
-        if len(codes) < _FILTERED_RUN:
+        return _Run.filtered((codes >> _BUCKET_BITS).astype(np.int32), (codes & _BUCKET_MASK).astype(np.uint16))
+
+    @staticmethod
+    def filtered(hashes: np.ndarray, buckets: np.ndarray, *, bits: np.ndarray | None = None,
+                 shift: int = 0, added: np.ndarray | None = None) -> _Run:
+        """The run of these sorted hashes and their buckets, with its filter: ``bits`` (of
+        ``shift``) with the slots of the ``added`` hashes set, when that filter has the size
+        the run needs, else one made anew."""
+        if len(hashes) < _FILTERED_RUN:
             return _Run(hashes, buckets, None, 0)
-        slot_bits = (8 * len(codes) - 1).bit_length()
-        shift = 32 - slot_bits
+        needed = 32 - (8 * len(hashes) - 1).bit_length()
+        if bits is None or shift != needed or added is None:
+            bits, shift, added = np.zeros(1 << (29 - needed), dtype=np.uint8), needed, hashes
+        else:
+            bits = bits.copy()
         # Sorted hashes give sorted slots: each byte's bits are or-ed over its slots' stretch.
-        slots = (hashes.astype(np.int64) - _INT32_MIN) >> shift
+        slots = (added.astype(np.int64) - _INT32_MIN) >> shift
         byte = slots >> 3
         starts = np.flatnonzero(np.diff(byte, prepend=-1))
-        bits = np.zeros(1 << (slot_bits - 3), dtype=np.uint8)
-        bits[byte[starts]] = np.bitwise_or.reduceat(np.left_shift(1, slots & 7).astype(np.uint8), starts)
+        bits[byte[starts]] |= np.bitwise_or.reduceat(np.left_shift(1, slots & 7).astype(np.uint8), starts)
         return _Run(hashes, buckets, bits, shift)
 
-    def codes(self) -> np.ndarray:
-        return _codes(self.hashes, self.buckets)
+    def merged(self, newer: _Run) -> _Run:
+        """This run and ``newer`` as one, in linear time: ``newer``'s keys go in between."""
+        at = np.searchsorted(self.hashes, newer.hashes) + np.arange(len(newer.hashes))
+        mine = np.ones(len(self.hashes) + len(newer.hashes), dtype=np.bool_)
+        mine[at] = False
+        hashes = np.empty(len(mine), dtype=np.int32)
+        buckets = np.empty(len(mine), dtype=np.uint16)
+        hashes[at], buckets[at] = newer.hashes, newer.buckets
+        hashes[mine], buckets[mine] = self.hashes, self.buckets
+        return _Run.filtered(hashes, buckets, bits=self.bits, shift=self.shift, added=newer.hashes)
 
     def lookup(self, hashes: np.ndarray, found: np.ndarray) -> None:
         """Set ``found`` to the bucket of every hash (int32, sorted, distinct) this run holds."""
@@ -200,11 +216,10 @@ class _PartitionIndex:
     def _add_run(self, codes: np.ndarray) -> None:
         if not len(codes):
             return
-        run = np.sort(codes)
-        while self.runs and len(self.runs[-1].hashes) < 4 * len(run):
-            # Two sorted runs: a stable sort (timsort) of both merges them in linear time.
-            run = np.sort(np.concatenate([self.runs.pop().codes(), run]), kind="stable")
-        self.runs.append(_Run.of(run))
+        run = _Run.of(np.sort(codes))
+        while self.runs and len(self.runs[-1].hashes) < 4 * len(run.hashes):
+            run = self.runs.pop().merged(run)
+        self.runs.append(run)
 
     def file_bytes(self, b: int) -> memoryview:
         data, n = self.files[b]
