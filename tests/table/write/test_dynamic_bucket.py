@@ -15,9 +15,13 @@ import pytest
 
 import changelake as cl
 from changelake import errors
+from changelake.api.writer import open_write
+from changelake.changelog import producers
 from changelake.table.format import binary_row, bucket, hash_index
+from changelake.table.io.fileio import FileIO
 from changelake.table.read import deletion_vectors as read_index
 from changelake.table.read.live_files import live_entries
+from changelake.table.write import landing
 from changelake.table.write.assigners import dynamic
 from changelake.table.write.assigners.dynamic import hash_entries
 
@@ -297,3 +301,39 @@ def test_hash_files_written_ahead_and_superseded_or_abandoned_leave_no_file_behi
         writer.write(_rows(range(12_000, 13_000), "y"))  # never committed
     assert {f.name for f in index_dir.iterdir()} == listed
     assert sorted(len(k) for k in buckets_of(table).values()) == [2_000, 5_000, 5_000]
+
+
+def test_the_next_task_in_a_process_starts_from_the_keys_a_task_prepared_once_they_land(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Spark runs the sink: a task writes and prepares (it never learns whether the driver
+    landed its files), the driver commits; the next micro-batch's task in the same worker takes
+    the index as prepared, reading no HASH file. Prepared files that never land are not used."""
+    table = _table(tmp_path)
+    ctx = table.context
+    changelog = producers.for_table(ctx)
+
+    def task_then_driver(rows: pa.Table, identifier: int, *, lands: bool = True) -> None:
+        with open_write(ctx, "spark-job", one_shot=True) as write:
+            write.write(rows)
+            messages = write.prepare()
+        if lands:
+            landing.land(ctx, changelog, messages, "spark-job", identifier, view=None)
+
+    task_then_driver(_rows(range(50), "a"), 1)
+    reads: list[str] = []
+    real_read = FileIO.read_bytes
+
+    def read_bytes(file_io: FileIO, path: str) -> bytes:
+        if "/index/index-" in path:
+            reads.append(path)
+        return real_read(file_io, path)
+
+    monkeypatch.setattr(FileIO, "read_bytes", read_bytes)
+    task_then_driver(_rows(range(40, 120), "b"), 2)
+    assert reads == []
+    task_then_driver(_rows(range(120, 140), "lost"), 3, lands=False)  # the batch failed: nothing landed
+    task_then_driver(_rows(range(100, 160), "c"), 3)  # from the index as batch 2 left it
+    assert reads == []
+    assert sum(e.file.row_count for e in hash_entries(ctx)[next(iter(hash_entries(ctx)))].values()) == 160
+    assert _values(table) == {("a", k): "a" if k < 40 else "b" if k < 100 else "c" for k in range(160)}
+    assert sorted(len(k) for k in buckets_of(table).values()) == [10, 30, 30, 30, 30, 30]

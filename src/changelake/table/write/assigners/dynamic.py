@@ -17,6 +17,7 @@ the assignment started, so that no key ever lands in two buckets.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
@@ -414,19 +415,22 @@ class DynamicBuckets(Stateless):
         for (partition, index, b), meta in zip(dirty, metas, strict=True):
             updates[(partition, b)] = IndexUpdate(meta, index.base_names())
             self._prepared[(partition, b)] = meta
-        for index in self._indexes.values():
+        for partition, index in self._indexes.items():
             index.dirty.clear()
+            prepared = {b: meta for (p, b), meta in self._prepared.items() if p == partition}
+            if prepared:
+                # Cached now, under the names of the files it will have once they land: a
+                # writer that never learns they landed (a Spark task: the driver commits) leaves
+                # the next one in this process (the next micro-batch's task) all of it.
+                committed = dataclasses.replace(index.committed(), base={**index.base, **prepared})
+                COMMITTED.put(self._key(partition, tuple(sorted(f.file_name for f in committed.base.values()))),
+                              committed)
+                LATEST.put(self._key(partition, ()), committed)
         return updates
 
     def landed(self, snapshot: Snapshot) -> None:
         for (partition, b), meta in self._prepared.items():
-            self._indexes[partition].base[b] = meta
-        for partition in {p for p, _ in self._prepared}:
-            index = self._indexes[partition]
-            if not index.dirty:  # holds exactly what landed: the next writer starts from it
-                committed = index.committed()
-                COMMITTED.put(self._key(partition, index.base_names()), committed)
-                LATEST.put(self._key(partition, ()), committed)
+            self._indexes[partition].base[b] = meta  # cached when prepared
         self._prepared.clear()
 
     def forget(self) -> None:
