@@ -46,3 +46,27 @@ def test_a_stable_order_keeps_equal_fingerprints_in_their_order() -> None:
     assert fingerprint_order(hi, lo, stable=True).tolist() == [1, 4, 0, 2, 3]
     hi[2], lo[2] = 7, 1  # (7, 1) shares its high half with (7, 9): both halves order them
     assert fingerprint_order(hi, lo, stable=True).tolist() == [1, 4, 2, 0, 3]
+
+
+def test_long_runs_filter_lookups_and_find_every_key_in_memory_and_on_disk() -> None:
+    # Runs past 65,536 entries get a membership filter, kept when the run goes to disk; keys
+    # held (the newest value of each), keys not held, and keys that share a high half are found.
+    rng = np.random.default_rng(5)
+    hi = rng.integers(0, 2**64 - 1, 300_000, dtype=U)
+    lo = rng.integers(0, 2**64 - 1, 300_000, dtype=U)
+    hi[1], lo[1] = hi[0], lo[0] ^ U(1)  # one high half shared by two keys
+    model: dict[tuple[int, int], int] = {}
+    for budget in (1 << 30, 1 << 20):  # all in memory, then spilled
+        index = KeyIndex(memory_budget=budget, ttl_ms=None)
+        for start in range(0, 300_000, 50_000):  # each write also rewrites keys of the last one
+            part = slice(max(0, start - 10_000), start + 50_000)
+            values = np.arange(part.start, part.stop) + start
+            index.put(hi[part], lo[part], values, 0)
+            model.update(zip(zip(hi[part].tolist(), lo[part].tolist(), strict=True), values.tolist(), strict=True))
+        assert any(r.bits is not None for r in index.runs)
+        assert (budget < 1 << 30) == any(r.on_disk for r in index.runs)
+        new_hi = rng.integers(0, 2**64 - 1, 50_000, dtype=U)
+        new_lo = rng.integers(0, 2**64 - 1, 50_000, dtype=U)
+        asked_hi, asked_lo = np.concatenate([hi, new_hi, hi[:1]]), np.concatenate([lo, new_lo, lo[:1] ^ U(2)])
+        expected = [model.get(k, -1) for k in zip(asked_hi.tolist(), asked_lo.tolist(), strict=True)]
+        assert index.lookup(asked_hi, asked_lo, 0).tolist() == expected

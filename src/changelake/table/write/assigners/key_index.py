@@ -27,6 +27,9 @@ BUCKET_BITS = 16
 BUCKET_MASK = (1 << BUCKET_BITS) - 1
 _SEEDS = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+# A run this long gets a membership filter: most keys looked up (new keys, keys of the other
+# runs) are not in it, and its binary search is mostly cache misses.
+_FILTERED_RUN = 1 << 16
 
 
 def _fmix(h: np.ndarray) -> np.ndarray:
@@ -65,32 +68,59 @@ def row_fingerprints(rows: binary_row.EncodedRows) -> tuple[np.ndarray, np.ndarr
 
 @dataclass(frozen=True)
 class Run:
-    """Entries sorted by fingerprint; ``written`` (epoch ms) only when entries expire."""
+    """Entries sorted by fingerprint; ``written`` (epoch ms) only when entries expire. A long
+    run has a filter in memory (also when the run is on disk): one bit per slot of a
+    power-of-two table at least 8 slots per entry, set at each high half's top bits, so that a
+    lookup binary-searches only the keys whose bit is set: about one in nine of those the run
+    does not hold."""
 
     hi: np.ndarray
     lo: np.ndarray
     value: np.ndarray
     written: np.ndarray | None
     on_disk: bool = False
+    bits: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.hi)
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.on_disk else self.hi.nbytes * (4 if self.written is not None else 3)
+        filter_bytes = 0 if self.bits is None else self.bits.nbytes
+        return filter_bytes + (0 if self.on_disk else self.hi.nbytes * (4 if self.written is not None else 3))
 
     @staticmethod
     def of(hi: np.ndarray, lo: np.ndarray, value: np.ndarray, written: np.ndarray | None) -> Run:
         """A run of entries (distinct fingerprints) in any order."""
         order = fingerprint_order(hi, lo)
-        return Run(hi[order], lo[order], value[order], None if written is None else written[order])
+        return Run.sorted(hi[order], lo[order], value[order], None if written is None else written[order])
+
+    @staticmethod
+    def sorted(hi: np.ndarray, lo: np.ndarray, value: np.ndarray, written: np.ndarray | None) -> Run:
+        """A run of entries sorted by fingerprint, with its filter when it is long."""
+        if len(hi) < _FILTERED_RUN:
+            return Run(hi, lo, value, written)
+        shift = np.uint64(64 - (8 * len(hi) - 1).bit_length())
+        # Sorted high halves give sorted slots: each byte's bits are or-ed over its slots' stretch.
+        slots = hi >> shift
+        byte = slots >> np.uint64(3)
+        starts = np.flatnonzero(np.diff(byte, prepend=byte[0] + np.uint64(1)))
+        bits = np.zeros(1 << (61 - int(shift)), dtype=np.uint8)
+        ones = np.left_shift(1, (slots & np.uint64(7)).astype(np.uint8)).astype(np.uint8)
+        bits[byte[starts].astype(np.intp)] = np.bitwise_or.reduceat(ones, starts)
+        return Run(hi, lo, value, written, bits=bits)
 
     def find(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         """Every fingerprint's position in the run, -1 where it is not there."""
         found = np.full(len(hi), -1, dtype=np.int64)
         if not len(self) or not len(hi):
             return found
+        rows = np.arange(len(hi))
+        if self.bits is not None:
+            slots = hi >> np.uint64(64 - (len(self.bits) * 8 - 1).bit_length())
+            held = (self.bits[(slots >> np.uint64(3)).astype(np.intp)] >> (slots & np.uint64(7)).astype(np.uint8)) & 1
+            rows = rows[held == 1]
+            hi, lo = hi[rows], lo[rows]
         at = np.searchsorted(self.hi, hi)
         todo = np.flatnonzero(at < len(self))
         # Halves that are equal while the others differ are rare: step past them one by one.
@@ -98,7 +128,7 @@ class Run:
             pos = at[todo]
             same_hi = self.hi[pos] == hi[todo]
             match = same_hi & (self.lo[pos] == lo[todo])
-            found[todo[match]] = pos[match]
+            found[rows[todo[match]]] = pos[match]
             todo = todo[same_hi & ~match & (pos + 1 < len(self))]
             at[todo] += 1
         return found
@@ -121,7 +151,7 @@ def _merge(runs: Sequence[Run]) -> Run:
     last = np.ones(len(order), dtype=bool)
     last[:-1] = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])
     keep = order[last]
-    return Run(hi[last], lo[last], value[keep], None if written is None else written[keep])
+    return Run.sorted(hi[last], lo[last], value[keep], None if written is None else written[keep])
 
 
 def fingerprint_order(hi: np.ndarray, lo: np.ndarray, *, stable: bool = False) -> np.ndarray:
@@ -213,4 +243,4 @@ def _to_disk(run: Run) -> Run:
         for name in os.listdir(directory):
             os.unlink(os.path.join(directory, name))
         os.rmdir(directory)
-    return Run(mapped["hi"], mapped["lo"], mapped["value"], mapped.get("written"), on_disk=True)
+    return Run(mapped["hi"], mapped["lo"], mapped["value"], mapped.get("written"), on_disk=True, bits=run.bits)
