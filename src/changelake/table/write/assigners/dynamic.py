@@ -105,15 +105,12 @@ class _Run:
         return _Run(hashes, buckets, bits, shift)
 
     def merged(self, newer: _Run) -> _Run:
-        """This run and ``newer`` as one, in linear time: ``newer``'s keys go in between."""
-        at = np.searchsorted(self.hashes, newer.hashes) + np.arange(len(newer.hashes))
-        mine = np.ones(len(self.hashes) + len(newer.hashes), dtype=np.bool_)
-        mine[at] = False
-        hashes = np.empty(len(mine), dtype=np.int32)
-        buckets = np.empty(len(mine), dtype=np.uint16)
-        hashes[at], buckets[at] = newer.hashes, newer.buckets
-        hashes[mine], buckets[mine] = self.hashes, self.buckets
-        return _Run.filtered(hashes, buckets, bits=self.bits, shift=self.shift, added=newer.hashes)
+        """This run and ``newer`` as one, in linear time: a stable sort finds the two sorted
+        stretches and merges them (timsort)."""
+        hashes = np.concatenate([self.hashes, newer.hashes])
+        order = np.argsort(hashes, kind="stable")
+        buckets = np.concatenate([self.buckets, newer.buckets])[order]
+        return _Run.filtered(hashes[order], buckets, bits=self.bits, shift=self.shift, added=newer.hashes)
 
     def lookup(self, hashes: np.ndarray, found: np.ndarray) -> None:
         """Set ``found`` to the bucket of every hash (int32, sorted, distinct) this run holds."""
