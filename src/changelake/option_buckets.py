@@ -41,7 +41,7 @@ class BucketOptions:
     )
     postpone_batch_write_fixed_bucket: bool = declare(
         "postpone.batch-write-fixed-bucket", values.parse_bool, "true",
-        "Postpone-bucket tables: batch writes (`Table.write`) put rows straight into fixed buckets "
+        "Postpone-bucket tables: batch writes (`Table.write`, `streaming.write`) put rows straight into fixed buckets "
         "(a partition's existing number, else `postpone.default-bucket-num` or an estimate) instead "
         "of `bucket-postpone/`.",
     )

@@ -307,6 +307,41 @@ def test_a_postpone_bucket_table_takes_batches_once_and_reads_them_once_compacte
     assert {b.bucket for b in table.inspect().buckets} <= {0, 1, 2}  # three real buckets a partition
 
 
+def test_a_batch_write_puts_a_postpone_bucket_tables_rows_in_real_buckets(spark: Any, tmp_path: Path) -> None:
+    """``streaming.write`` of a postpone-bucket table (``postpone.batch-write-fixed-bucket``, the
+    default) writes real buckets as Paimon's batch writers do: readers see the rows at once; a
+    new partition gets ``postpone.default-bucket-num`` buckets (else buckets for its size), a
+    partition that has buckets keeps their number; ``false`` leaves the rows in bucket-postpone/."""
+    table = make_table(tmp_path, bucket="-2", **{"postpone.default-bucket-num": "3"})
+    first = [e for e in events(0) if e["dt"] != "d2"]
+
+    def applied(changes: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[Any, Any]]:
+        state: dict[tuple[str, int], tuple[Any, Any]] = {}
+        for e in changes:
+            if e["rowkind"] == "-D":
+                state.pop((e["dt"], e["id"]), None)
+            else:
+                state[(e["dt"], e["id"])] = (e["v"], e["name"])
+        return state
+
+    streaming.write(spark.createDataFrame(first, SPARK_SCHEMA).repartition(3), table)
+    assert rows_of(table) == applied(first)
+    assert not list(Path(table.location).rglob("bucket-postpone"))
+    table.set_options({"postpone.default-bucket-num": "5"})
+    streaming.write(spark.createDataFrame(events(1), SPARK_SCHEMA).repartition(2), table)
+    assert rows_of(table) == applied(first + events(1))
+    entries = live_entries(table.context, table.latest_snapshot())  # type: ignore[arg-type]
+    by_dt = {table.context.describe_partition(e.partition): e.total_buckets for e in entries}
+    assert by_dt == {"partition {dt=d0}": 3, "partition {dt=d1}": 3, "partition {dt=d2}": 5}
+    assert all(e.bucket < e.total_buckets for e in entries)
+    table.set_options({"postpone.batch-write-fixed-bucket": "false"})
+    streaming.write(spark.createDataFrame(events(2), SPARK_SCHEMA), table)
+    assert list(Path(table.location).rglob("bucket-postpone/*.parquet"))
+    assert rows_of(table) == applied(first + events(1))  # in bucket-postpone/ until compacted
+    table.compact()
+    assert rows_of(table) == applied(first + events(1) + events(2))
+
+
 def test_append_tables_are_written_once_and_read_through_spark(spark: Any, tmp_path: Path) -> None:
     """An unaware and a fixed-bucket append table (no primary key): foreachBatch micro-batches
     land once each (a replay lands nothing), every row is kept (duplicates too), a -D row is

@@ -31,11 +31,12 @@ from changelake.errors import StreamingError
 from changelake.streaming import write_tasks
 from changelake.streaming.spark_schema import with_table_timestamps
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
+from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.write import conform, landing
+from changelake.table.write import conform, landing, postpone
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
@@ -86,9 +87,41 @@ def write_stream(df: DataFrame, table: Table | str, *, checkpoint_location: str,
 
 def write(df: DataFrame, table: Table | str) -> Snapshot | None:
     """Write a (batch) DataFrame into ``table`` as one commit, on the executors: the new
-    snapshot (None when ``df`` has no rows)."""
-    landed = commit_batch(df, as_table(table), str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
+    snapshot (None when ``df`` has no rows). A postpone-bucket table with
+    ``postpone.batch-write-fixed-bucket`` (the default) gets the rows in real buckets, as
+    Paimon's batch writes: readers see them at once."""
+    target = as_table(table)
+    ctx = target.context
+    if postpone.is_postpone(ctx) and ctx.options.postpone_batch_write_fixed_bucket:
+        landed = _commit_fixed_buckets(df, target, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
+    else:
+        landed = commit_batch(df, target, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER)
     return landed[0] if landed else None
+
+
+def _commit_fixed_buckets(df: DataFrame, table: Table, commit_user: str, identifier: int) -> list[Snapshot]:
+    """A postpone-bucket table's batch write into real buckets: a first job sums each
+    partition's rows and bytes; each partition keeps the buckets it has, a new one gets
+    ``postpone.default-bucket-num`` or buckets for its size (as :func:`Table.write` does); a
+    second job writes every (partition, bucket) in one task, write-only."""
+    ctx = table.context
+    conform.check_columns(ctx, df.columns)
+    df = as_table_timestamps(df, ctx)
+    sizes: dict[bytes, tuple[int, int]] = {}
+    for row in df.mapInArrow(functools.partial(write_tasks.partition_sizes, ctx),
+                             "partition binary, rows long, bytes long").collect():
+        rows, size = sizes.get(row["partition"], (0, 0))
+        sizes[bytes(row["partition"])] = (rows + row["rows"], size + row["bytes"])
+    if not sizes:
+        return []
+    plan = postpone.fixed_bucket_plan(ctx, sizes)
+    tagged_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False),
+                                StructField(write_tasks.BUCKETS_COLUMN, IntegerType(), nullable=False)])
+    tagged = df.mapInArrow(functools.partial(write_tasks.add_planned_bucket, ctx, plan), tagged_schema)
+    grouped = tagged.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+    written = grouped.mapInArrow(functools.partial(write_tasks.write_planned, ctx, commit_user),
+                                 f"{MESSAGE_COLUMN} binary")
+    return _land(ctx, producers.for_table(ctx), written, commit_user, identifier)
 
 
 def as_table_timestamps(df: DataFrame, ctx: TableContext) -> DataFrame:
@@ -132,6 +165,12 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
         by = [] if ctx.cross_partition else [F.col(k) for k in ctx.partition_keys]
         grouped = bucketed.repartition(*by, F.col(BUCKET_COLUMN))
         written = grouped.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary")
+    return _land(ctx, changelog, written, commit_user, identifier)
+
+
+def _land(ctx: TableContext, changelog: ChangelogHook, written: DataFrame, commit_user: str,
+          identifier: int) -> list[Snapshot]:
+    """Run the write job whose rows are the tasks' results and commit their messages as one."""
     results = [write_tasks.task_result(row[MESSAGE_COLUMN]) for row in written.collect()]
     killpoints.reached(KillPoint.SINK_WRITTEN)
     messages = [m for r in results for m in r.messages]

@@ -7,9 +7,10 @@ messages. Nothing here talks to Spark: the functions take and yield Arrow record
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from changelake.api.writer import open_write
@@ -17,10 +18,15 @@ from changelake.errors import SchemaMismatchError
 from changelake.table.append.definition import UNAWARE_BUCKET
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
+from changelake.table.format import bucket
 from changelake.table.format.schema import TableKind
 from changelake.table.write import assigners, postpone
+from changelake.table.write.partitions import partition_groups
 
 BUCKET_COLUMN = "_changelake_bucket"
+BUCKETS_COLUMN = "_changelake_buckets"
+SIZES_SCHEMA = pa.schema([pa.field("partition", pa.binary()), pa.field("rows", pa.int64()),
+                          pa.field("bytes", pa.int64())])
 MESSAGE_COLUMN = "message"
 _MESSAGE_SCHEMA = pa.schema([pa.field(MESSAGE_COLUMN, pa.binary())])
 
@@ -55,6 +61,68 @@ def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator
     for batch in batches:
         keys = [_as_table_type(ctx, batch, name) for name in names]
         yield batch.append_column(BUCKET_COLUMN, pa.array(assigner.route(keys), pa.int32()))
+
+
+def partition_sizes(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The rows and bytes of each partition of a task's rows, as rows ``partition, rows, bytes``
+    (a fixed-bucket batch write of a postpone-bucket table plans its buckets from them)."""
+    totals: dict[bytes, tuple[int, int]] = {}
+    for batch in batches:
+        if batch.num_rows:
+            groups = partition_groups(ctx, _partition_columns(ctx, batch))
+            for partition, (rows, size) in postpone.partition_sizes(
+                    ctx, pa.Table.from_batches([batch]), groups=groups).items():
+                before = totals.get(partition, (0, 0))
+                totals[partition] = (before[0] + rows, before[1] + size)
+    if totals:
+        yield pa.RecordBatch.from_pylist([{"partition": p, "rows": n, "bytes": b} for p, (n, b) in totals.items()],
+                                         schema=SIZES_SCHEMA)
+
+
+def add_planned_bucket(ctx: TableContext, plan: Mapping[bytes, int],
+                       batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The rows of a postpone-bucket table's fixed-bucket batch write with their real bucket
+    (Paimon's hash of the bucket key modulo the partition's buckets in ``plan``) and that
+    number of buckets, as last columns ``_changelake_bucket`` and ``_changelake_buckets``."""
+    for batch in batches:
+        groups = partition_groups(ctx, _partition_columns(ctx, batch))
+        counts = np.array([plan[p] for p in groups.partitions] or [1], dtype=np.int64)[groups.codes]
+        buckets = bucket.buckets([_as_table_type(ctx, batch, k) for k in ctx.bucket_key], counts)
+        yield batch.append_column(BUCKET_COLUMN, pa.array(buckets, pa.int32())).append_column(
+            BUCKETS_COLUMN, pa.array(counts, pa.int32()))
+
+
+def write_planned(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Write rows tagged by :func:`add_planned_bucket` (every row of each of their buckets is
+    here) into real buckets, write-only, as Paimon's fixed-bucket batch writer; yields one row
+    holding the pickled :class:`TaskResult` (none when there were no rows)."""
+    by_count: dict[int, list[pa.Table]] = {}
+    for batch in batches:
+        if batch.num_rows:
+            rows = pa.Table.from_batches([batch])
+            counts = rows.column(BUCKETS_COLUMN).to_numpy()
+            for n in np.unique(counts).tolist():
+                part = rows.filter(pa.array(counts == n)).drop_columns([BUCKET_COLUMN, BUCKETS_COLUMN])
+                by_count.setdefault(n, []).append(part)
+    if not by_count:
+        return
+    messages: list[CommitMessage] = []
+    for n, parts in sorted(by_count.items()):
+        with open_write(postpone.with_buckets(ctx, n, **{"write-only": "true"}), commit_user, one_shot=True) as write:
+            for part in parts:
+                write.write(part)
+            messages += write.prepare()
+    result = TaskResult(tuple(messages), None)
+    yield pa.RecordBatch.from_pylist([{MESSAGE_COLUMN: pickle.dumps(result)}], schema=_MESSAGE_SCHEMA)
+
+
+def _partition_columns(ctx: TableContext, batch: pa.RecordBatch) -> pa.Table:
+    """The batch's partition columns in the table's types (no column, but the rows, when the
+    table has no partition)."""
+    columns = pa.Table.from_batches([batch]).select(ctx.partition_keys)
+    for i, name in enumerate(ctx.partition_keys):
+        columns = columns.set_column(i, name, _as_table_type(ctx, batch, name))
+    return columns
 
 
 def _as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Array:

@@ -55,7 +55,8 @@ def _mix(h: np.ndarray, k: np.ndarray) -> np.ndarray:
     return h * np.uint32(5) + np.uint32(0xE6546B64)
 
 
-def buckets(key_columns: Sequence[pa.Array], num_buckets: int) -> np.ndarray:
-    """Bucket of every row: ``abs(hash % num_buckets)`` with Java's truncating ``%``."""
+def buckets(key_columns: Sequence[pa.Array], num_buckets: int | np.ndarray) -> np.ndarray:
+    """Bucket of every row: ``abs(hash % num_buckets)`` with Java's truncating ``%``
+    (``num_buckets`` may be given per row)."""
     hashes = hash_rows(binary_row.encode(key_columns)).astype(np.int64)
     return np.abs(np.fmod(hashes, num_buckets)).astype(np.int32)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cached_property
 
 import numpy as np
@@ -43,7 +43,7 @@ from changelake.table.write import conform as rows
 from changelake.table.write import landing
 from changelake.table.write.bucket_state import BucketState
 from changelake.table.write.conform import ROWKIND_COLUMN, WriteInput
-from changelake.table.write.partitions import partition_groups
+from changelake.table.write.partitions import PartitionGroups, partition_groups
 from changelake.table.write.writer import TableWrite
 
 # The sequence number of every row in a postpone file, as Java Paimon writes them.
@@ -157,6 +157,23 @@ def batch_bucket_count(ctx: TableContext, rows: int, size: int) -> int:
     return min(1 << (wanted - 1).bit_length(), cap)
 
 
+def partition_sizes(ctx: TableContext, data: pa.Table, *,
+                    groups: PartitionGroups | None = None) -> dict[bytes, tuple[int, int]]:
+    """The rows and bytes of each partition's rows in ``data`` (bytes in proportion to rows)."""
+    groups = groups if groups is not None else partition_groups(ctx, data)
+    counts = np.bincount(groups.codes, minlength=len(groups.partitions))
+    per_row = data.nbytes / data.num_rows if data.num_rows else 0.0
+    return {p: (int(n), int(n * per_row)) for p, n in zip(groups.partitions, counts, strict=True)}
+
+
+def fixed_bucket_plan(ctx: TableContext, sizes: Mapping[bytes, tuple[int, int]]) -> dict[bytes, int]:
+    """The real buckets of each partition a fixed-bucket batch write of ``sizes`` (rows, bytes
+    per partition) writes: the number a partition has, else :func:`batch_bucket_count`."""
+    latest = ctx.latest_snapshot()
+    known = known_bucket_counts(live_files.live_entries(ctx, latest)) if latest is not None else {}
+    return {p: known.get(p) or batch_bucket_count(ctx, n, size) for p, (n, size) in sizes.items()}
+
+
 def with_buckets(ctx: TableContext, num_buckets: int, **options: str) -> TableContext:
     """The table as a fixed-bucket table of ``num_buckets`` buckets (a partition's real buckets)."""
     schema = ctx.schema.model_copy(update={"options": {**ctx.schema.options, "bucket": str(num_buckets), **options}})
@@ -171,13 +188,9 @@ def write_fixed_buckets(ctx: TableContext, data: WriteInput, commit_user: str, i
     conformed, kinds = rows.conform(ctx, arrow)
     if not conformed.num_rows:
         return None
-    latest = ctx.latest_snapshot()
-    known = known_bucket_counts(live_files.live_entries(ctx, latest)) if latest is not None else {}
     groups = partition_groups(ctx, conformed)
-    counts = np.bincount(groups.codes, minlength=len(groups.partitions))
-    per_row = conformed.nbytes / conformed.num_rows
-    buckets = [known.get(p) or batch_bucket_count(ctx, int(n), int(n * per_row))
-               for p, n in zip(groups.partitions, counts, strict=True)]
+    plan = fixed_bucket_plan(ctx, partition_sizes(ctx, conformed, groups=groups))
+    buckets = [plan[p] for p in groups.partitions]
     # The rows go through the fixed-bucket writers as conformed, with their row kinds (from
     # the ``rowkind.field`` column, when the table has one, else in a ``rowkind`` column).
     tagged = conformed if ctx.options.rowkind_field is not None else conformed.append_column(
