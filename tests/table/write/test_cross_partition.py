@@ -17,7 +17,12 @@ import pytest
 
 import changelake as cl
 from changelake import errors
+from changelake.api.writer import open_write
+from changelake.changelog import producers
+from changelake.table.context import TableContext
+from changelake.table.format.manifest import ManifestEntry
 from changelake.table.read.live_files import live_entries
+from changelake.table.write import landing
 from changelake.table.write.assigners import key_places
 from changelake.table.write.assigners.key_index import KeyIndex, Run, fingerprints
 
@@ -350,3 +355,57 @@ def test_fingerprints_tell_apart_keys_that_share_a_bucket_hash() -> None:
     assert len(set(zip(hi.tolist(), lo.tolist(), strict=True))) == len(keys)
     again = fingerprints([keys.slice(10, 5)])
     assert again[0].tolist() == hi[10:15].tolist() and again[1].tolist() == lo[10:15].tolist()
+
+
+def test_the_next_task_in_a_process_takes_the_keys_a_task_placed_once_its_files_land(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Spark runs the sink: tasks place and prepare (they never learn whether the driver
+    landed their files), the driver commits; the next task in the same worker starts from the
+    keys its predecessor placed, reading only other tasks' files of that commit, and a prepared
+    placement whose files never land is not used."""
+    table = _table(tmp_path, **{"changelog-producer": "lookup"})
+    ctx = table.context
+    changelog = producers.for_table(ctx)
+    read_back: list[set[str]] = []
+    real_apply = key_places._apply
+
+    def counted(ctx_: TableContext, state: key_places.KeyPlaces, files: list[tuple[int, ManifestEntry]]) -> None:
+        read_back.append({e.file.file_name for _, e in files})
+        real_apply(ctx_, state, files)
+
+    monkeypatch.setattr(key_places, "_apply", counted)
+
+    def tasks_then_driver(batches: list[list[tuple[int, str, int | None, str]]], identifier: int, *,
+                          lands: bool = True) -> list[set[str]]:
+        """Each task's new data files."""
+        messages, written = [], []
+        for rows in batches:
+            with open_write(ctx, "spark-job", one_shot=True) as write:
+                write.write(_rows(rows))
+                prepared = write.prepare()
+            messages += prepared
+            written.append({f.file_name for m in prepared for f in m.new_files})
+        if lands:
+            landing.land(ctx, changelog, messages, "spark-job", identifier, view=None)
+        return written
+
+    rng = random.Random(3)
+    model: Model = {}
+    for identifier in range(1, 6):
+        rows = _batch(rng, identifier, "deduplicate")
+        tasks_then_driver([rows], identifier)
+        apply(model, rows, "deduplicate")
+    assert read_back == []  # each task started from its predecessor's placements
+    tasks_then_driver([_batch(rng, 0, "deduplicate")], 6, lands=False)  # the batch failed
+    # Two tasks of one commit (disjoint keys): the next takes the last one's placements and
+    # reads the other's files.
+    first = [r for r in _batch(rng, 6, "deduplicate") if r[0] % 2 == 0]
+    second = [r for r in _batch(rng, 7, "deduplicate") if r[0] % 2 == 1]
+    written = tasks_then_driver([first, second], 6)
+    apply(model, first + second, "deduplicate")
+    rows = _batch(rng, 8, "deduplicate")
+    tasks_then_driver([rows], 7)
+    apply(model, rows, "deduplicate")
+    assert read_back == [written[0]]
+    assert read(table) == model
+    assert_one_place(table)

@@ -129,6 +129,7 @@ class CrossPartitionBuckets:
     def prepare(self, messages: Sequence[CommitMessage]) -> list[CommitMessage]:
         if self._state is None:
             return list(messages)
+        key_places.remember_prepared(self.ctx, self._state, [f.file_name for m in messages for f in m.new_files])
         return [dataclasses.replace(m, key_base=self._state.base) for m in messages]
 
     def landed(self, snapshot: Snapshot) -> None:

@@ -8,6 +8,7 @@ file younger than ``cross-partition-upsert.index-ttl`` when it is set, read
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,14 +64,18 @@ class KeyPlaces:
 
 @dataclass(frozen=True)
 class _Cached:
-    """A key index as of ``snapshot``."""
+    """A key index as of ``snapshot``; with ``prepared``, also a writer's data files and the
+    index with its rows placed, which holds once those files land in the next APPEND snapshot."""
 
     snapshot: Snapshot
     state: KeyPlaces
+    prepared: tuple[frozenset[str], KeyPlaces] | None = None
 
 
 def _weigh(cached: object) -> int:
-    return cached.state.nbytes if isinstance(cached, _Cached) else 0
+    if not isinstance(cached, _Cached):
+        return 0
+    return cached.state.nbytes + (0 if cached.prepared is None else cached.prepared[1].nbytes)
 
 
 # By (filesystem, table paths): the newest key index a writer of this process bootstrapped or
@@ -83,6 +88,17 @@ COMMITTED = live_files.ManifestCache(max_files=8, max_bytes=1024 * 1024 * 1024, 
 def remember(ctx: TableContext, snapshot: Snapshot, state: KeyPlaces) -> None:
     """Keep ``state`` as the process's index of the table as of ``snapshot``."""
     COMMITTED.put((ctx.file_io.protocol, ctx.paths), _Cached(snapshot, state.copy()))
+
+def remember_prepared(ctx: TableContext, state: KeyPlaces, files: Sequence[str]) -> None:
+    """Keep ``state`` (the index this process cached, with a writer's rows placed) for when the
+    data files ``files`` land: a writer that never learns they did (a Spark task: the driver
+    commits) leaves the next one in this process (the next micro-batch's task) its placements,
+    so that it does not read those files again."""
+    key = (ctx.file_io.protocol, ctx.paths)
+    cached = COMMITTED.peek(key)
+    if files and isinstance(cached, _Cached) and cached.snapshot.id == state.base:
+        COMMITTED.put(key, dataclasses.replace(cached, prepared=(frozenset(files), state.copy())))
+
 
 def load(ctx: TableContext) -> KeyPlaces:
     """The key index of the latest snapshot: the one this process holds, caught up with the
@@ -112,6 +128,8 @@ def _caught_up(ctx: TableContext, cached: _Cached, latest: Snapshot) -> KeyPlace
     expired, or an OVERWRITE replaced rows). A key goes where its newest row of a bucket is
     an insert; deletes move nothing, as in Paimon's index."""
     files: list[tuple[int, ManifestEntry]] = []
+    start = cached.state
+    appends = 0
     try:
         if cached.snapshot.id > latest.id or ctx.snapshot(cached.snapshot.id) != cached.snapshot:
             return None
@@ -121,12 +139,22 @@ def _caught_up(ctx: TableContext, cached: _Cached, latest: Snapshot) -> KeyPlace
                 continue
             if landed.commit_kind is not CommitKind.APPEND:
                 return None
-            files += [(position, e) for meta in live_files.manifest_list(ctx, landed.delta_manifest_list)
-                      for e in live_files.manifest_entries(ctx, meta.file_name) if e.kind is FileKind.ADD]
+            added = [e for meta in live_files.manifest_list(ctx, landed.delta_manifest_list)
+                     for e in live_files.manifest_entries(ctx, meta.file_name) if e.kind is FileKind.ADD]
+            appends += 1
+            if appends == 1 and cached.prepared is not None:
+                mine, placed = cached.prepared
+                if mine <= {e.file.file_name for e in added}:
+                    # The prepared files landed first: their rows are placed in ``placed``
+                    # already; only other writers' files of the snapshot are read.
+                    start = placed
+                    added = [e for e in added if e.file.file_name not in mine]
+            files += [(position, e) for e in added]
     except SnapshotNotFoundError:
         return None
-    state = cached.state.copy()
+    state = start.copy()
     state.base = latest.id
+    state.dirty = False
     if files:
         _apply(ctx, state, files)
     return state
