@@ -34,15 +34,13 @@ from changelake.table.format.index_manifest import IndexFileMeta, IndexManifestE
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.read import deletion_vectors as read_index
 from changelake.table.read.live_files import ManifestCache
+from changelake.table.write.assigners import membership
 from changelake.table.write.assigners.base import IndexUpdate, Stateless, with_index
 
 # Paimon's bucket ids in HASH mode are Java shorts: at most Short.MAX_VALUE + 1 buckets.
 MAX_BUCKETS = 32768
 _BUCKET_BITS = 16
 _BUCKET_MASK = (1 << _BUCKET_BITS) - 1
-# A run this long gets a membership filter: a binary search of it is mostly cache misses, and
-# most keys looked up (new keys, keys of the other runs) are not in it.
-_FILTERED_RUN = 1 << 16
 _INT32_MIN = -(1 << 31)
 
 
@@ -68,56 +66,33 @@ def hash_entries(ctx: TableContext) -> dict[bytes, dict[int, IndexManifestEntry]
 
 @dataclass(frozen=True)
 class _Run:
-    """A sorted run of key hashes (int32: half the memory a binary search walks) and their
-    buckets, and for a long run a filter: one bit per slot of a power-of-two table at least 8
-    slots per key, set at each key's hash's top bits (the hashes are murmur-mixed), so that a
-    lookup binary-searches only the hashes whose bit is set: about one in nine of those the run
-    does not hold."""
+    """A sorted run of key hashes (int32: half the memory a binary search walks), their
+    buckets, and the run's membership filter."""
 
     hashes: np.ndarray
     buckets: np.ndarray
     bits: np.ndarray | None
-    shift: int  # a hash's slot: (hash - INT32_MIN) >> shift
 
     @staticmethod
     def of(codes: np.ndarray) -> _Run:
         """The run of ``hash << 16 | bucket`` codes, sorted."""
-        return _Run.filtered((codes >> _BUCKET_BITS).astype(np.int32), (codes & _BUCKET_MASK).astype(np.uint16))
-
-    @staticmethod
-    def filtered(hashes: np.ndarray, buckets: np.ndarray, *, bits: np.ndarray | None = None,
-                 shift: int = 0, added: np.ndarray | None = None) -> _Run:
-        """The run of these sorted hashes and their buckets, with its filter: ``bits`` (of
-        ``shift``) with the slots of the ``added`` hashes set, when that filter has the size
-        the run needs, else one made anew."""
-        if len(hashes) < _FILTERED_RUN:
-            return _Run(hashes, buckets, None, 0)
-        needed = 32 - (8 * len(hashes) - 1).bit_length()
-        if bits is None or shift != needed or added is None:
-            bits, shift, added = np.zeros(1 << (29 - needed), dtype=np.uint8), needed, hashes
-        else:
-            bits = bits.copy()
-        # Sorted hashes give sorted slots: each byte's bits are or-ed over its slots' stretch.
-        slots = (added.astype(np.int64) - _INT32_MIN) >> shift
-        byte = slots >> 3
-        starts = np.flatnonzero(np.diff(byte, prepend=-1))
-        bits[byte[starts]] |= np.bitwise_or.reduceat(np.left_shift(1, slots & 7).astype(np.uint8), starts)
-        return _Run(hashes, buckets, bits, shift)
+        hashes = (codes >> _BUCKET_BITS).astype(np.int32)
+        return _Run(hashes, (codes & _BUCKET_MASK).astype(np.uint16), membership.of(_unsigned(hashes), 32))
 
     def merged(self, newer: _Run) -> _Run:
         """This run and ``newer`` as one, in linear time: a stable sort finds the two sorted
         stretches and merges them (timsort)."""
         hashes = np.concatenate([self.hashes, newer.hashes])
         order = np.argsort(hashes, kind="stable")
-        buckets = np.concatenate([self.buckets, newer.buckets])[order]
-        return _Run.filtered(hashes[order], buckets, bits=self.bits, shift=self.shift, added=newer.hashes)
+        hashes = hashes[order]
+        bits = membership.of(_unsigned(hashes), 32, grown=(self.bits, _unsigned(newer.hashes)))
+        return _Run(hashes, np.concatenate([self.buckets, newer.buckets])[order], bits)
 
     def lookup(self, hashes: np.ndarray, found: np.ndarray) -> None:
         """Set ``found`` to the bucket of every hash (int32, sorted, distinct) this run holds."""
         rows = np.arange(len(hashes))
         if self.bits is not None:
-            slots = (hashes.astype(np.int64) - _INT32_MIN) >> self.shift
-            rows = rows[(self.bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1 == 1]
+            rows = rows[membership.may_hold(self.bits, _unsigned(hashes), 32)]
         wanted = hashes[rows]
         at = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
         hit = self.hashes[at] == wanted
@@ -222,6 +197,11 @@ class _PartitionIndex:
     def file_bytes(self, b: int) -> memoryview:
         data, n = self.files[b]
         return memoryview(data)[:n]
+
+
+def _unsigned(hashes: np.ndarray) -> np.ndarray:
+    """Int32 hashes as unsigned 32-bit numbers (int64), in the same order."""
+    return hashes.astype(np.int64) - _INT32_MIN
 
 
 def _owner(hashes: np.ndarray, assigners: int) -> np.ndarray:

@@ -22,14 +22,12 @@ import pyarrow as pa
 from changelake.table.format import binary_row
 from changelake.table.io import killpoints, scratch
 from changelake.table.io.killpoints import KillPoint
+from changelake.table.write.assigners import membership
 
 BUCKET_BITS = 16
 BUCKET_MASK = (1 << BUCKET_BITS) - 1
 _SEEDS = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-# A run this long gets a membership filter: most keys looked up (new keys, keys of the other
-# runs) are not in it, and its binary search is mostly cache misses.
-_FILTERED_RUN = 1 << 16
 
 
 def _fmix(h: np.ndarray) -> np.ndarray:
@@ -68,11 +66,8 @@ def row_fingerprints(rows: binary_row.EncodedRows) -> tuple[np.ndarray, np.ndarr
 
 @dataclass(frozen=True)
 class Run:
-    """Entries sorted by fingerprint; ``written`` (epoch ms) only when entries expire. A long
-    run has a filter in memory (also when the run is on disk): one bit per slot of a
-    power-of-two table at least 8 slots per entry, set at each high half's top bits, so that a
-    lookup binary-searches only the keys whose bit is set: about one in nine of those the run
-    does not hold."""
+    """Entries sorted by fingerprint; ``written`` (epoch ms) only when entries expire. The
+    run's membership filter (of the high halves) stays in memory when the run is on disk."""
 
     hi: np.ndarray
     lo: np.ndarray
@@ -97,18 +92,8 @@ class Run:
 
     @staticmethod
     def sorted(hi: np.ndarray, lo: np.ndarray, value: np.ndarray, written: np.ndarray | None) -> Run:
-        """A run of entries sorted by fingerprint, with its filter when it is long."""
-        if len(hi) < _FILTERED_RUN:
-            return Run(hi, lo, value, written)
-        shift = np.uint64(64 - (8 * len(hi) - 1).bit_length())
-        # Sorted high halves give sorted slots: each byte's bits are or-ed over its slots' stretch.
-        slots = hi >> shift
-        byte = slots >> np.uint64(3)
-        starts = np.flatnonzero(np.diff(byte, prepend=byte[0] + np.uint64(1)))
-        bits = np.zeros(1 << (61 - int(shift)), dtype=np.uint8)
-        ones = np.left_shift(1, (slots & np.uint64(7)).astype(np.uint8)).astype(np.uint8)
-        bits[byte[starts].astype(np.intp)] = np.bitwise_or.reduceat(ones, starts)
-        return Run(hi, lo, value, written, bits=bits)
+        """A run of entries sorted by fingerprint, with its filter."""
+        return Run(hi, lo, value, written, bits=membership.of(hi, 64))
 
     def find(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         """Every fingerprint's position in the run, -1 where it is not there."""
@@ -117,9 +102,7 @@ class Run:
             return found
         rows = np.arange(len(hi))
         if self.bits is not None:
-            slots = hi >> np.uint64(64 - (len(self.bits) * 8 - 1).bit_length())
-            held = (self.bits[(slots >> np.uint64(3)).astype(np.intp)] >> (slots & np.uint64(7)).astype(np.uint8)) & 1
-            rows = rows[held == 1]
+            rows = rows[membership.may_hold(self.bits, hi, 64)]
             hi, lo = hi[rows], lo[rows]
         at = np.searchsorted(self.hi, hi)
         todo = np.flatnonzero(at < len(self))
