@@ -110,8 +110,9 @@ def _commit_fixed_buckets(df: DataFrame, table: Table, commit_user: str, identif
     sizes: dict[bytes, tuple[int, int]] = {}
     for row in df.mapInArrow(functools.partial(write_tasks.partition_sizes, ctx),
                              "partition binary, rows long, bytes long").collect():
-        rows, size = sizes.get(row["partition"], (0, 0))
-        sizes[bytes(row["partition"])] = (rows + row["rows"], size + row["bytes"])
+        partition = bytes(row["partition"])
+        rows, size = sizes.get(partition, (0, 0))
+        sizes[partition] = (rows + row["rows"], size + row["bytes"])
     if not sizes:
         return []
     plan = postpone.fixed_bucket_plan(ctx, sizes)

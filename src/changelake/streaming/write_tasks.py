@@ -70,8 +70,7 @@ def partition_sizes(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Ite
     for batch in batches:
         if batch.num_rows:
             groups = partition_groups(ctx, _partition_columns(ctx, batch))
-            for partition, (rows, size) in postpone.partition_sizes(
-                    ctx, pa.Table.from_batches([batch]), groups=groups).items():
+            for partition, (rows, size) in postpone.partition_sizes(batch, groups).items():
                 before = totals.get(partition, (0, 0))
                 totals[partition] = (before[0] + rows, before[1] + size)
     if totals:
@@ -86,7 +85,7 @@ def add_planned_bucket(ctx: TableContext, plan: Mapping[bytes, int],
     number of buckets, as last columns ``_changelake_bucket`` and ``_changelake_buckets``."""
     for batch in batches:
         groups = partition_groups(ctx, _partition_columns(ctx, batch))
-        counts = np.array([plan[p] for p in groups.partitions] or [1], dtype=np.int64)[groups.codes]
+        counts = np.array([plan[p] for p in groups.partitions], dtype=np.int64)[groups.codes]
         buckets = bucket.buckets([_as_table_type(ctx, batch, k) for k in ctx.bucket_key], counts)
         yield batch.append_column(BUCKET_COLUMN, pa.array(buckets, pa.int32())).append_column(
             BUCKETS_COLUMN, pa.array(counts, pa.int32()))

@@ -157,10 +157,8 @@ def batch_bucket_count(ctx: TableContext, rows: int, size: int) -> int:
     return min(1 << (wanted - 1).bit_length(), cap)
 
 
-def partition_sizes(ctx: TableContext, data: pa.Table, *,
-                    groups: PartitionGroups | None = None) -> dict[bytes, tuple[int, int]]:
+def partition_sizes(data: pa.Table | pa.RecordBatch, groups: PartitionGroups) -> dict[bytes, tuple[int, int]]:
     """The rows and bytes of each partition's rows in ``data`` (bytes in proportion to rows)."""
-    groups = groups if groups is not None else partition_groups(ctx, data)
     counts = np.bincount(groups.codes, minlength=len(groups.partitions))
     per_row = data.nbytes / data.num_rows if data.num_rows else 0.0
     return {p: (int(n), int(n * per_row)) for p, n in zip(groups.partitions, counts, strict=True)}
@@ -189,7 +187,7 @@ def write_fixed_buckets(ctx: TableContext, data: WriteInput, commit_user: str, i
     if not conformed.num_rows:
         return None
     groups = partition_groups(ctx, conformed)
-    plan = fixed_bucket_plan(ctx, partition_sizes(ctx, conformed, groups=groups))
+    plan = fixed_bucket_plan(ctx, partition_sizes(conformed, groups))
     buckets = [plan[p] for p in groups.partitions]
     # The rows go through the fixed-bucket writers as conformed, with their row kinds (from
     # the ``rowkind.field`` column, when the table has one, else in a ``rowkind`` column).
