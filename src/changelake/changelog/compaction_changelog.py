@@ -30,6 +30,7 @@ from pyroaring import BitMap
 from changelake.option_values import MergeEngineKind
 from changelake.table.context import TableContext
 from changelake.table.format import data_file, kv
+from changelake.table.format.deletion_vector import bitmap_of, positions_of
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.lsm import lookup_files
 from changelake.table.lsm.deletion_vectors import live_rows
@@ -62,18 +63,29 @@ def merged_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str, files: S
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    parts = [live_rows(file_rows(ctx, cache, bucket_dir, f), vectors.get(f.file_name)).select(schema.names)
-             .cast(schema) for f in files if key_of(f.min_key) <= high and key_of(f.max_key) >= low]
-    if not parts:
+    overlapping = [f for f in files if key_of(f.min_key) <= high and key_of(f.max_key) >= low]
+    if not overlapping:
         return schema.empty_table()
     key_columns = list(ctx.key_columns)
     if len(key_columns) == 1 and pa.types.is_integer(schema.field(key_columns[0]).type):
+        # Binary searches for the keys, then the found rows a deletion vector leaves: the work
+        # follows the keys, not the size of the files.
         wanted = np.unique(keys.column(0).to_numpy())
-        rows = pa.concat_tables(part.take(sort.sorted_positions(part.column(key_columns[0]), wanted)) for part in parts)
+        parts = []
+        for f in overlapping:
+            stored = file_rows(ctx, cache, bucket_dir, f)
+            at = sort.sorted_positions(stored.column(key_columns[0]), wanted)
+            vector = vectors.get(f.file_name)
+            if vector and len(at):
+                at = positions_of(bitmap_of(at) - vector).astype(np.int64)
+            parts.append(sort.take_sorted(stored, at).select(schema.names).cast(schema))
+        rows = pa.concat_tables(parts)
     else:
         # One semi join over all the files (a zero-copy concatenation): the hash table is
         # built once, on the keys.
-        rows = pa.concat_tables(parts).join(keys, keys=key_columns, join_type="left semi")
+        rows = pa.concat_tables(live_rows(file_rows(ctx, cache, bucket_dir, f), vectors.get(f.file_name))
+                                .select(schema.names).cast(schema) for f in overlapping)
+        rows = rows.join(keys, keys=key_columns, join_type="left semi")
     return ctx.merge_rows(rows.select(schema.names), drop_deletes=False).cast(schema)
 
 

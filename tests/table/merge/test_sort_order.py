@@ -3,6 +3,8 @@ must give exactly lexsort's order, ties and out-of-order sequences included."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 
@@ -38,3 +40,18 @@ def test_equal_sequences_keep_input_order() -> None:
     seq = np.array([7, 7, 7, 3, 7], dtype=np.int64)
     order = sort.sort_indices([pa.array(keys)], pa.array(seq))
     assert order.tolist() == lexsorted(keys, seq).tolist() == [3, 1, 0, 2, 4]
+
+
+def test_take_sorted_takes_the_rows_of_a_many_chunk_table_batch_by_batch() -> None:
+    rng = np.random.default_rng(3)
+    n = 5_000
+    whole = pa.table({"id": np.arange(n), "name": pa.array([f"n{i}" for i in range(n)])})
+    # uneven batches, an empty one among them
+    cuts = [0, 7, 7, 1_000, 1_001, 3_333, n]
+    chunked = pa.concat_tables([whole.slice(a, b - a) for a, b in itertools.pairwise(cuts)])
+    assert chunked.column(0).num_chunks >= 5
+    for positions in (np.sort(rng.choice(n, 400, replace=False)), np.array([0, 6, 7, 1_000, 3_333, n - 1]),
+                      np.zeros(0, dtype=np.int64)):
+        taken = sort.take_sorted(chunked, positions)
+        assert taken.schema == whole.schema
+        assert taken.to_pydict() == whole.take(pa.array(positions, pa.int64())).to_pydict()

@@ -119,7 +119,7 @@ def take_older_rows(
             continue
         vectors[f.file_name] = marked if not vector else vector | marked
         if with_values:
-            taken = stored.take(pa.array(deletion_vector.positions_of(marked)))
+            taken = sort.take_sorted(stored, deletion_vector.positions_of(marked).astype(np.int64))
             found.append(taken.select(rows.schema.names).cast(rows.schema))
     return pa.concat_tables(found) if found else rows.schema.empty_table()
 

@@ -97,6 +97,23 @@ def sorted_positions(column: pa.ChunkedArray, wanted: np.ndarray) -> np.ndarray:
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
+def take_sorted(table: pa.Table, positions: np.ndarray) -> pa.Table:
+    """The rows of ``table`` at ascending ``positions``, taken record batch by record batch:
+    Arrow's take on a many-chunk column first concatenates the chunks, which costs the whole
+    column (a big cached file) to fetch a few of its rows."""
+    if table.num_columns == 0 or table.column(0).num_chunks <= 1:
+        return table.take(pa.array(positions))
+    batches = table.to_batches()
+    ends = np.cumsum([b.num_rows for b in batches])
+    cuts = np.searchsorted(positions, ends)
+    taken, start, low = [], 0, 0
+    for batch, end, high in zip(batches, ends, cuts, strict=True):
+        if high > low:
+            taken.append(batch.take(pa.array(positions[low:high] - start)))
+        start, low = int(end), int(high)
+    return pa.Table.from_batches(taken, schema=table.schema)
+
+
 def group_ends(sorted_keys: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
     """Mask of rows that are the last of their key among rows sorted by key."""
     return ordered_group_ends(sorted_keys, None)
