@@ -6,11 +6,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from changelake.table.commit import renumber
 from pypaimon_oracle import Pypaimon, PypaimonWorker, missing_reason
 from s3_support import S3Endpoint, moto_s3
-from spark_support import java_reason, session_builder
+from spark_support import connect_reason, connect_server, java_reason, session_builder
 
 
 @pytest.fixture
@@ -43,6 +44,34 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """A Spark Connect session on pyspark's own Connect server, started once for the run on
+    loopback (local[2], changelake from this tree in its python workers); tests take it
+    through ``connect``."""
+    reason = java_reason() or connect_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    # Imported here: it needs the connect extra's packages, which connect_reason checked.
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    with connect_server(tmp_path_factory.mktemp("connect-server")) as url:
+        # Connect's own builder: the classic builder's remote() would switch the whole process
+        # to Connect for good, breaking the classic session's tests that run after.
+        session = RemoteSparkSession.builder.remote(url).create()
+        yield session
+        session.stop()
+
+
+@pytest.fixture
+def connect(connect_session: SparkSession, monkeypatch: pytest.MonkeyPatch) -> SparkSession:
+    """The Spark Connect session, with pyspark in Connect mode while the test runs: pyspark
+    picks its classic or Connect functions (``functions.col``, UDFs) by this variable,
+    process-wide, so it is set only around Connect tests."""
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    return connect_session
 
 
 @pytest.fixture(scope="session")

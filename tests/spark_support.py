@@ -9,17 +9,21 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+import pyspark
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from changelake import Table, streaming
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+TESTS = str(Path(__file__).resolve().parent)
 
 
 def java_reason() -> str | None:
@@ -93,3 +97,73 @@ def end_session(sid: int, timeout: float = 60.0) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
+
+
+def connect_reason() -> str | None:
+    """Why a Spark Connect client cannot run here (the ``connect`` extra's packages), or None."""
+    try:
+        import pyspark.sql.connect.session  # noqa: F401  # checks grpc, pandas, zstandard, ...
+    except ImportError as exc:
+        return f"Spark Connect needs the connect extra (pip install 'changelake[connect]'): {exc}"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def connect_server(work: Path, timeout: float = 180.0) -> Iterator[str]:
+    """pyspark's own Spark Connect server (``sbin/start-connect-server.sh --wait``, SPARK_HOME
+    the installed pyspark) on loopback, local[2], its python workers this interpreter with
+    changelake from this tree (and these test helpers); its ``sc://`` URL until the block ends, then everything it
+    started is killed. Its log is ``work/connect-server.log``."""
+    spark_home = Path(pyspark.__file__).resolve().parent
+    port = free_port()
+    confs = {"spark.master": "local[2]", "spark.connect.grpc.binding.address": "127.0.0.1",
+             "spark.connect.grpc.binding.port": str(port), "spark.driver.host": "127.0.0.1",
+             "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
+             "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2",
+             "spark.sql.streaming.stopTimeout": "30s"}
+    command = [str(spark_home / "sbin" / "start-connect-server.sh"), "--wait"]
+    for key, value in confs.items():
+        command += ["--conf", f"{key}={value}"]
+    work.mkdir(parents=True, exist_ok=True)
+    env = child_env(SPARK_HOME=str(spark_home), SPARK_LOG_DIR=str(work), SPARK_PID_DIR=str(work),
+                    PYTHONPATH=os.pathsep.join([SRC, TESTS]))
+    with open(work / "connect-server.log", "wb") as log:
+        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if server.poll() is not None or time.monotonic() > deadline:
+                tail = (work / "connect-server.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the Spark Connect server did not start on port {port}:\n{tail}")
+            time.sleep(0.2)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        end_session(server.pid)
+        server.wait()
+
+
+class CrashAfterCommit:
+    """A ``foreachBatch`` function: ``sink``'s, then, once, SIGKILL of the process that runs it
+    right after batch ``batch_id`` committed, while file ``marker`` exists (it is removed first):
+    a crash between the sink's commit and Spark's commit log. Defined here, not in a test, so
+    that a Spark Connect server (tests/ on its path) unpickles it by reference."""
+
+    def __init__(self, sink: streaming.ForeachBatchSink, batch_id: int, marker: str) -> None:
+        self.sink = sink
+        self.batch_id = batch_id
+        self.marker = marker
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.sink(df, batch_id)
+        if batch_id == self.batch_id and os.path.exists(self.marker):
+            os.unlink(self.marker)
+            os.kill(os.getpid(), signal.SIGKILL)

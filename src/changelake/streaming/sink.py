@@ -10,16 +10,23 @@ driver collects those and commits once, with the query id as commit user and the
 commit identifier: a batch that user already committed (Spark replays the last batch after a
 crash between our commit and its commit log) writes nothing, and one that turns out committed
 when it lands deletes what it wrote.
+
+Everything here works over Spark Connect too, which has neither ``sparkContext`` nor ``rdd``:
+there the query id comes from the checkpoint's ``metadata`` file (where Spark keeps it across
+restarts, so a query keeps its commit user whichever way it is run), and every multi-task
+write shuffles (the one-task shortcut needs the partition count).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from pyspark.sql import DataFrame
+import fsspec
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import IntegerType, StructField, StructType
@@ -35,6 +42,7 @@ from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints
+from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.write import conform, landing, postpone
 
@@ -53,31 +61,69 @@ class ForeachBatchSink:
     ``df.writeStream.foreachBatch(ForeachBatchSink(table)).option("checkpointLocation", ...)``.
 
     The commit user is ``commit_user`` or else the streaming query's id, which stays the same
-    when the query restarts from its checkpoint; the commit identifier is the batch id. Row
-    kinds come from a ``rowkind`` column (+I/-U/+U/-D) or the table's ``rowkind.field``, so a
-    CDC stream or another table's changelog stream can be written straight in.
+    when the query restarts from its checkpoint. Over Spark Connect the id is read from the
+    query's checkpoint, so give its ``checkpoint_location`` (the query's ``checkpointLocation``;
+    :func:`write_stream` does). The commit identifier is the batch id. Row kinds come from a
+    ``rowkind`` column (+I/-U/+U/-D) or the table's ``rowkind.field``, so a CDC stream or
+    another table's changelog stream can be written straight in.
     """
 
-    def __init__(self, table: Table | str, *, commit_user: str | None = None) -> None:
+    def __init__(self, table: Table | str, *, commit_user: str | None = None,
+                 checkpoint_location: str | None = None) -> None:
         self.table = as_table(table)
         self.commit_user = commit_user
+        self.checkpoint_location = checkpoint_location
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        user = self.commit_user or batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-        if not user:
-            raise StreamingError("not called by a streaming query (no query id): pass commit_user",
-                             table=self.table.name)
+        user = self.commit_user or self._query_id(batch_df.sparkSession)
         commit_batch(batch_df, self.table, user, batch_id)
+
+    def _query_id(self, session: SparkSession) -> str:
+        """The id of the streaming query running this batch."""
+        if not is_connect(session):
+            user = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+            if not user:
+                raise StreamingError("not called by a streaming query (no query id): pass commit_user",
+                                     table=self.table.name)
+            return str(user)
+        if self.checkpoint_location is None:
+            raise StreamingError("on Spark Connect the query id is read from the query's checkpoint: pass "
+                                 "checkpoint_location (its checkpointLocation) or commit_user", table=self.table.name)
+        return checkpoint_query_id(self.checkpoint_location, self.table.context.file_io)
+
+
+def is_connect(session: SparkSession) -> bool:
+    """Whether ``session`` is a Spark Connect session (pyspark.sql.connect's class; that module
+    is not imported here: it needs the ``connect`` extra's packages)."""
+    return type(session).__module__.startswith("pyspark.sql.connect.")
+
+
+def checkpoint_query_id(location: str, table_io: FileIO) -> str:
+    """The query id Spark keeps in the ``metadata`` file of the checkpoint at ``location``
+    (written when the query first starts; the id of every run since). The table's storage
+    options open it when it is on the table's kind of store."""
+    scheme = fsspec.core.split_protocol(location)[0] or "file"
+    same_store = scheme == table_io.protocol or {scheme, table_io.protocol} <= {"s3", "s3a"}
+    io, path = FileIO.for_url(location, table_io.storage_options if same_store else None)
+    metadata = f"{path}/metadata"
+    try:
+        return str(json.loads(io.read_text(metadata).splitlines()[0])["id"])
+    except FileNotFoundError as exc:
+        raise StreamingError(f"the query's checkpoint has no metadata file {io.url(metadata)}: "
+                             "is checkpoint_location the query's checkpointLocation?") from exc
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise StreamingError(f"the query's checkpoint metadata {io.url(metadata)} holds no query id: {exc}") from exc
 
 
 def write_stream(df: DataFrame, table: Table | str, *, checkpoint_location: str,
                  trigger: Mapping[str, Any] | None = None, commit_user: str | None = None,
                  query_name: str | None = None) -> StreamingQuery:
     """Start a streaming query that writes ``df`` into ``table`` exactly once (through
-    :class:`ForeachBatchSink`). ``trigger`` holds ``DataStreamWriter.trigger``'s keywords, e.g.
-    ``{"availableNow": True}`` or ``{"processingTime": "10 seconds"}``."""
-    writer = df.writeStream.foreachBatch(ForeachBatchSink(table, commit_user=commit_user))
-    writer = writer.option("checkpointLocation", checkpoint_location)
+    :class:`ForeachBatchSink`), on classic Spark or Spark Connect. ``trigger`` holds
+    ``DataStreamWriter.trigger``'s keywords, e.g. ``{"availableNow": True}`` or
+    ``{"processingTime": "10 seconds"}``."""
+    sink = ForeachBatchSink(table, commit_user=commit_user, checkpoint_location=checkpoint_location)
+    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
     if trigger:
         writer = writer.trigger(**trigger)
     if query_name:
@@ -153,7 +199,7 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
     conform.check_columns(ctx, df.columns)
     df = as_table_timestamps(df, ctx)
     write_groups = functools.partial(write_tasks.write_groups, ctx, commit_user)
-    if df.rdd.getNumPartitions() == 1 or not write_tasks.needs_shuffle(ctx):
+    if not write_tasks.needs_shuffle(ctx) or (not is_connect(df.sparkSession) and df.rdd.getNumPartitions() == 1):
         # One task holds every row (a small micro-batch, typically): each bucket is whole in
         # it already, so the shuffle and its stage are saved. An unaware append table and a
         # postpone-bucket table need no whole buckets: every task writes its own rows.
