@@ -89,10 +89,18 @@ from changelake.option_values import ScanMode
 from changelake.options import TableOptions, canonical_key
 from changelake.streaming import storage_options
 from changelake.streaming.spark_schema import arrow_schema, check_requested, struct_type
+from changelake.streaming.spark_writers import BatchWriter, StreamWriter, check_writable
 from changelake.table.format.kv import RowKind
 from changelake.table.read.planner import Split
 
 FORMAT = "changelake"
+# What Spark adds to a source's options, not table options: a CREATE TABLE ... USING changelake
+# adds these (and "option."-prefixed copies of the user's), a streaming write its checkpoint.
+_SPARK_KEYS = frozenset({"location", "owner", "provider", "checkpointlocation"})
+# Spark 4.3 gives a Python data source no options when a catalog table over it is read or
+# written, only the schema the table was created with: the table's location rides in the
+# metadata of its first field.
+LOCATION_METADATA = "changelake.location"
 _UPSERTS = pa.array([RowKind.INSERT.symbol, RowKind.UPDATE_AFTER.symbol])
 
 
@@ -122,11 +130,15 @@ class ReadRequest:
         """OptionError for a missing path or an unknown option; the table must exist."""
         path = options.get("path")
         if not path:
-            raise OptionError("no table path: give it to load(path)", option="path")
+            raise OptionError("no table path: give it to load(path) or save(path), or create the catalog table "
+                              "with CREATE TABLE t USING changelake LOCATION '<table path>' (no column list)",
+                              option="path")
         location, system_name = path, ""
         if "$" in path.rstrip("/").rsplit("/", 1)[-1]:
             location, _, system_name = path.rstrip("/").rpartition("$")
-        table_options, storage = storage_options.split(options)
+        given = {k: v for k, v in options.items()
+                 if k.lower() not in _SPARK_KEYS and not k.lower().startswith("option.")}
+        table_options, storage = storage_options.split(given)
         table = open_table(location, storage or None)
         system = system_tables.parse_name(table.context, system_name) if system_name else None
         overrides = {canonical_key(key, table=table.name): value for key, value in table_options.items()
@@ -192,10 +204,21 @@ class ChangelakeDataSource(DataSource):
         return ReadRequest.of(self.options)
 
     def schema(self) -> StructType:
-        return struct_type(self.request.schema, table=self.request.table.name)
+        schema = struct_type(self.request.schema, table=self.request.table.name)
+        if "provider" not in self.options or not schema.fields:  # not a CREATE TABLE ... USING changelake
+            return schema
+        first = schema.fields[0]
+        first.metadata = {**(first.metadata or {}), LOCATION_METADATA: self.request.table.location}
+        return schema
+
+    def _request_for(self, schema: StructType) -> ReadRequest:
+        """This read's or write's request; for a catalog table, at the location its schema holds."""
+        if self.options.get("path") or not schema.fields or LOCATION_METADATA not in (schema.fields[0].metadata or {}):
+            return self.request
+        return ReadRequest.of({**self.options, "path": schema.fields[0].metadata[LOCATION_METADATA]})
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        request = self.request
+        request = self._request_for(schema)
         if request.system is not None:
             return SystemTableReader(request.table, request.system, Output(arrow_schema(schema)))
         scan = batch_scan(request.table, request.options, read_optimized=request.read_optimized)
@@ -203,13 +226,22 @@ class ChangelakeDataSource(DataSource):
         return BatchReader(scan, Output(arrow_schema(schema)), kinds=request.options.read_changelog)
 
     def streamReader(self, schema: StructType) -> ChangeStreamReader:
-        request = self.request
+        request = self._request_for(schema)
         if request.system is not None or request.read_optimized:
             name = SystemTable.RO if request.system is None else request.system
             raise ScanError(f"system table {name.value!r} is read in batch only", table=request.table.name)
         source = ChangeSource.of(request.table.context, request.overrides, request.columns(schema))
         output = Output(arrow_schema(schema), upserts_only=not request.options.read_changelog)
         return ChangeStreamReader(source, Admission.of(request.options), output)
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:  # noqa: FBT001  # Spark's signature
+        """Spark's batch writer (see :mod:`.spark_writers` for the tables it takes)."""
+        return BatchWriter(check_writable(self._request_for(schema).table, schema, overwrite=overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # noqa: FBT001
+        """Spark's streaming writer, exactly once per micro-batch (see :mod:`.spark_writers`)."""
+        ctx = check_writable(self._request_for(schema).table, schema, overwrite=overwrite)
+        return StreamWriter.of(ctx, self.options)
 
 
 def batch_scan(table: Table, options: TableOptions, *, read_optimized: bool = False) -> Scan:
