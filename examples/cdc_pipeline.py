@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -118,13 +119,39 @@ def ingest(setup: Setup) -> None:
     spark.stop()
 
 
-def run_ingest(setup: Setup, *, kill_point: str | None = None) -> int:
+def changelog(setup: Setup) -> None:
+    """The second query (its own process): stream the table's changelog and print it."""
+    spark = spark_session(setup)
+    table = setup.open_table()
+    streaming.register(spark)
+    changes = (spark.readStream.format("changelake").option("read.changelog", "true")
+               .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").options(**setup.options)
+               .load(table.location))
+
+    def show(batch: DataFrame, batch_id: int) -> None:
+        for row in batch.collect():
+            print(f"   {row['rowkind']}  id={row['id']}  customer={row['customer']}  amount={row['amount']}  "
+                  f"status={row['status']}", flush=True)
+
+    query = (changes.writeStream.foreachBatch(show).option("checkpointLocation", f"{setup.workdir}/checkpoints/out")
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    spark.stop()
+
+
+def run_query(setup: Setup, query: str, *, kill_point: str | None = None) -> int:
+    """Run ``query`` (ingest or changelog) in a process of its own; its exit code. Spark's own log
+    lines (the JVM's stderr) stay out of the demo's output unless the query fails unexpectedly."""
     env = dict(os.environ)
     env.pop("CHANGELAKE_KILL_POINT", None)
     if kill_point:
         env["CHANGELAKE_KILL_POINT"] = kill_point
-    return subprocess.run([sys.executable, __file__, "--ingest", json.dumps(asdict(setup))], env=env, check=False,
-                          stderr=subprocess.DEVNULL).returncode
+    done = subprocess.run([sys.executable, __file__, f"--{query}", json.dumps(asdict(setup))], env=env, check=False,
+                          stderr=subprocess.PIPE, text=True)
+    if done.returncode != (-signal.SIGKILL if kill_point else 0):
+        sys.stderr.write(done.stderr)
+        raise SystemExit(f"the {query} query failed (exit code {done.returncode})")
+    return done.returncode
 
 
 def show_table(table: cl.Table) -> dict[int, tuple[Any, ...]]:
@@ -146,12 +173,12 @@ def main(setup: Setup) -> None:
         os.utime(path, (1_000_000 + i, 1_000_000 + i))  # Spark's file source reads in modification order
 
     print("1. ingest query: killed right after its commit of the 2nd micro-batch, before Spark logs it")
-    code = run_ingest(setup, kill_point="sink-committed:2")
+    code = run_query(setup, "ingest", kill_point="sink-committed:2")
     landed = [s.commit_identifier for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
     print(f"   the query died (exit code {code}); batch ids committed to the table: {landed}")
 
     print("2. ingest query restarted from its checkpoint: Spark replays batch 1, changelake skips it")
-    run_ingest(setup)
+    run_query(setup, "ingest")
     landed = [s.commit_identifier for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
     print(f"   batch ids committed to the table: {landed} (each once)")
     print("   the table:")
@@ -159,22 +186,8 @@ def main(setup: Setup) -> None:
     assert rows == FINAL, f"the table is not exactly the source's state: {rows}"
     print("   = the source database's final state, exactly")
 
-    print("3. the table's changelog, streamed by a second query:")
-    spark = spark_session(setup)
-    streaming.register(spark)
-    changes = (spark.readStream.format("changelake").option("read.changelog", "true")
-               .option("scan.mode", "from-snapshot").option("scan.snapshot-id", "1").options(**setup.options)
-               .load(table.location))
-
-    def show(batch: DataFrame, batch_id: int) -> None:
-        for row in batch.collect():
-            print(f"   {row['rowkind']}  id={row['id']}  customer={row['customer']}  amount={row['amount']}  "
-                  f"status={row['status']}")
-
-    query = (changes.writeStream.foreachBatch(show).option("checkpointLocation", f"{setup.workdir}/checkpoints/out")
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    spark.stop()
+    print("3. the table's changelog, streamed by a second query:", flush=True)
+    run_query(setup, "changelog")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -190,6 +203,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workdir", help="a directory for the event files and checkpoints, shared with the "
                                           "executors on a cluster (default: a temporary directory)")
     parser.add_argument("--ingest", help=argparse.SUPPRESS)  # the ingest query's own process
+    parser.add_argument("--changelog", help=argparse.SUPPRESS)  # the changelog query's own process
     args = parser.parse_args(argv)
     for option in args.option:
         if "=" not in option:
@@ -214,6 +228,8 @@ if __name__ == "__main__":
     arguments = parse_args(sys.argv[1:])
     if arguments.ingest:
         ingest(Setup(**json.loads(arguments.ingest)))
+    elif arguments.changelog:
+        changelog(Setup(**json.loads(arguments.changelog)))
     else:
         with tempfile.TemporaryDirectory(prefix="changelake-cdc-demo-") as scratch:
             run(arguments, scratch)

@@ -86,6 +86,7 @@ REACH = {
     KillPoint.DATA_FILE: 3,
     KillPoint.COMPACTION: 2,
     KillPoint.CHANGELOG_FILE: 2,
+    KillPoint.SPARK_COMPACTED: 1,
 }
 # What Spark reports when a python worker died (here: killed at a point in a task).
 WORKER_CRASH = "Python worker exited unexpectedly (crashed)"

@@ -17,12 +17,14 @@ from spark_support import java_reason
 # One file a run, so the kills land deterministically; each run restarts where the last crashed:
 # batch 0 is written but not committed; batch 0 commits but Spark never learns it (the restart
 # replays it: nothing may land twice); batch 1's compaction kills a python worker; batch 1's
-# APPEND lands without its COMPACT (level 0 and no changelog, until the replay moves it up).
+# APPEND lands without its COMPACT (level 0 and no changelog, until the replay moves it up); the
+# full compaction on the executors after the stream dies before its commit (orphans only).
 PLAN = [
     (f"{KillPoint.SINK_WRITTEN}:1", KILLED),
     (f"{KillPoint.SINK_COMMITTED}:1", KILLED),
     (f"{KillPoint.COMPACTION}:1", TASK_FAILED),
     (f"{KillPoint.BEFORE_COMPACT_SNAPSHOT}:1", KILLED),
+    (f"{KillPoint.SPARK_COMPACTED}:1", KILLED),
 ]
 
 
@@ -37,13 +39,18 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Layout, Result]:
 
 
 def test_a_crashed_query_lands_every_batch_exactly_once(crashed: tuple[Layout, Result]) -> None:
-    _, result = crashed
+    layout, result = crashed
     assert not result.failures, result.summary(0)
     assert [r.outcome for r in result.runs] == [outcome for _, outcome in PLAN] + [COMPLETED]
     # After each crash exactly the batches before it had landed (the checks held at every step).
-    assert [r.landed for r in result.runs] == [0, 1, 1, 2, 5]
-    assert [r.settled for r in result.runs] == [True, True, True, False, True]
-    assert len(result.files) == 5 and result.changelog_rows > 0
+    assert [r.landed for r in result.runs] == [0, 1, 1, 2, 5, 6]
+    assert [r.settled for r in result.runs] == [True, True, True, False, True, True]
+    assert len(result.files) == 6 and result.changelog_rows > 0
+    # the last run's full compaction landed: one file a bucket, at the top level
+    table = cl.open_table(layout.table)
+    latest = table.latest_snapshot()
+    assert latest is not None and latest.commit_kind is cl.CommitKind.COMPACT
+    assert {len(b.files) for b in table.inspect().buckets} == {1}
 
 
 def test_the_checks_see_damage(crashed: tuple[Layout, Result]) -> None:

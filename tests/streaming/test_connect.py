@@ -1,6 +1,7 @@
 """changelake over Spark Connect (pyspark's own Connect server on loopback): the exactly-once
 sink across a crash and restarts, a CDC pipeline into a table whose changelog streams into
-another, batch writes and reads, and what Connect cannot give the sink, refused clearly."""
+another, batch writes and reads, compaction on the executors, and what Connect cannot give the
+sink, refused clearly."""
 
 from __future__ import annotations
 
@@ -128,6 +129,8 @@ def test_batch_writes_and_reads_over_connect_and_what_connect_cannot_do(connect:
     assert {(r["dt"], r["id"]): (r["v"], r["name"]) for r in latest.collect()} == model(2)
     then = connect.read.format("changelake").option("scan.snapshot-id", str(first.id)).load(table.location)
     assert then.count() == len(model(1))
+    compacted = streaming.compact(connect, table, full=True)  # Paimon's compact procedure, on the server's executors
+    assert compacted is not None and compacted.commit_kind is cl.CommitKind.COMPACT and rows_of(table) == model(2)
 
     # Connect has no sparkContext: without a checkpoint to read the query id from (nor a commit
     # user), the sink says what to pass, and commits nothing.

@@ -140,14 +140,16 @@ def rewrite(ctx: TableContext, partition: bytes, bucket: int, files: Sequence[Da
 
 def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping[str, Any]] | None,
                   buckets: Collection[tuple[bytes, int]] | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> list[CommitMessage]:
-    """Compaction results of every bucket of the latest snapshot (of the given partitions, or
-    only ``buckets``); ``progress`` gets (buckets done, buckets) as they finish."""
+                  progress: Callable[[int, int], None] | None = None,
+                  snapshot: Snapshot | None = None) -> list[CommitMessage]:
+    """Compaction results of every bucket of the latest snapshot, or of ``snapshot`` (of the
+    given partitions, or only ``buckets``); ``progress`` gets (buckets done, buckets) as they
+    finish."""
     if ctx.options.deletion_vectors_enabled:
         # Their rewrite would have to drop the rows the vectors mark and rewrite the index.
         raise OptionError("changelake does not compact append tables with deletion vectors (another engine "
                           "made this one; compact it there)", table=ctx.name, option="deletion-vectors.enabled")
-    latest = ctx.latest_snapshot()
+    latest = ctx.latest_snapshot() if snapshot is None else snapshot
     if latest is None:
         return []
     wanted = None if partitions is None else [ctx.partition_of(p) for p in partitions]

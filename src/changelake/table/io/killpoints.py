@@ -44,6 +44,8 @@ class KillPoint(enum.StrEnum):
     # The Spark sink's driver (changelake.streaming.sink.commit_batch):
     SINK_WRITTEN = "sink-written"  # the executors wrote the batch's files, nothing committed
     SINK_COMMITTED = "sink-committed"  # our commit landed, Spark's commit log not yet written
+    # Compaction on Spark (changelake.streaming.compact), in its driver:
+    SPARK_COMPACTED = "spark-compacted"  # the executors compacted every bucket, nothing committed
 
 
 @functools.cache

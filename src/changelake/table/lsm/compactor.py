@@ -21,6 +21,7 @@ from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta, FileSource
+from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.lsm import deletion_vectors, lookup_files
@@ -382,11 +383,13 @@ def compact_table(
     changelog: ChangelogHook,
     buckets: Collection[tuple[bytes, int]] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    snapshot: Snapshot | None = None,
 ) -> list[CommitMessage]:
-    """Compaction results of every bucket of the latest snapshot (of the given partitions, or
-    only ``buckets``: (serialized partition, bucket) pairs), with the changelog the table's
-    producer writes for them; ``progress`` gets (buckets done, buckets) as they finish."""
-    latest = ctx.latest_snapshot()
+    """Compaction results of every bucket of the latest snapshot, or of ``snapshot`` (of the
+    given partitions, or only ``buckets``: (serialized partition, bucket) pairs), with the
+    changelog the table's producer writes for them; ``progress`` gets (buckets done, buckets)
+    as they finish."""
+    latest = ctx.latest_snapshot() if snapshot is None else snapshot
     if latest is None:
         return []
     wanted = None if partitions is None else [ctx.partition_of(p) for p in partitions]

@@ -1,0 +1,65 @@
+"""Issue 25 benchmark: a full compaction of a 10M-row table on Spark's executors
+(``streaming.compact``) against ``table.compact()`` in one process, on copies of one table.
+
+The table: the upsert workload of ``ingest_read.py`` (70% new keys, 25% updates, 5% deletes, 4
+partitions x bucket 4), ``--rows`` rows in commits of ``--batch`` rows, written ``write-only`` so
+that every commit leaves a level-0 file in each bucket. Both compactions merge every bucket into
+its top level (``full``); the two results are checked to hold the same rows. Spark runs on
+local[2], the same two cores the one process uses.
+
+Run: ./dev bench spark_compact [--rows 10000000] [--batch 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from ingest_read import SCHEMA, batches
+from spark_sink import session
+
+import changelake as cl
+from changelake import streaming
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--batch", type=int, default=1_000_000)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="changelake-compact-"))
+    try:
+        table = cl.Catalog(str(root / "warehouse")).create_table(
+            "bench.t", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+            options={"bucket": "4", "write-only": "true"})
+        start = time.perf_counter()
+        for data in batches(args.rows // args.batch, args.batch):
+            table.write(data)
+        print(f"{args.rows:,} rows written write-only in {time.perf_counter() - start:.1f} s")
+        shutil.copytree(table.location, root / "copy")
+        local = cl.open_table(str(root / "copy"))
+
+        start = time.perf_counter()
+        local.compact(full=True)
+        local_s = time.perf_counter() - start
+        spark = session()
+        try:
+            start = time.perf_counter()
+            streaming.compact(spark, table, full=True)
+            spark_s = time.perf_counter() - start
+        finally:
+            spark.stop()
+        key = [("dt", "ascending"), ("id", "ascending")]
+        assert table.scan().to_arrow().sort_by(key).equals(local.scan().to_arrow().sort_by(key)), "results differ"
+        buckets = len(table.inspect().buckets)
+        print(f"full compaction of {buckets} buckets: table.compact() {local_s:.1f} s   "
+              f"streaming.compact (local[2]) {spark_s:.1f} s   ratio {spark_s / local_s:.2f}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
