@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
 from changelake import option_values, options
 from changelake.errors import OptionError
+from changelake.option_spec import OptionEffect
 
 
 def test_memory_sizes_and_durations() -> None:
@@ -89,3 +92,21 @@ def test_every_option_is_documented_once() -> None:
 def test_the_options_page_is_generated_from_the_registry() -> None:
     page = (Path(__file__).parent.parent / "docs" / "options.md").read_text()
     assert page.endswith(options.markdown_table()), "docs/options.md is stale: run ./dev docs"
+
+
+def test_the_options_page_says_truly_which_options_changelake_acts_on() -> None:
+    """An option changelake acts on is read by the engine (or has values it refuses); one it only
+    stores is read nowhere: the page's "changelake" column cannot drift from the code."""
+    sources = [p.read_text() for p in (Path(options.__file__).parent).rglob("*.py")
+               if p.name not in ("options.py", "option_spec.py")]
+    for field in dataclasses.fields(options.TableOptions):
+        spec = field.metadata.get("option")
+        if spec is None:
+            continue
+        read = any(re.search(rf"\.{field.name}\b", text) for text in sources)
+        if spec.effect is OptionEffect.STORES:
+            assert not read, f"{spec.key} is read by the engine: it acts on it"
+        else:
+            # manifest.format parses only "avro", the manifests changelake writes
+            assert read or spec.supports is not None or spec.key == "manifest.format", \
+                f"{spec.key}: nothing reads it; declare it effect=OptionEffect.STORES"

@@ -5,11 +5,20 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from changelake.errors import OptionError
+
+
+class OptionEffect(enum.Enum):
+    """What changelake does with an option (docs/options.md says it for each)."""
+
+    ACTS = "acts on it"
+    # validated and kept in the schema for the other Paimon engines, which act on it
+    STORES = "stores it only"
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,7 @@ class OptionSpec:
     unsupported: str = ""
     # older keys Paimon still reads when the key is absent (its ``withFallbackKeys``)
     fallback_keys: tuple[str, ...] = ()
+    effect: OptionEffect = OptionEffect.ACTS
 
     def text(self, raw: Mapping[str, str]) -> str | None:
         """The option's text in ``raw``: under its key, else under a fallback key."""
@@ -58,8 +68,9 @@ def declare(
     supports: Callable[[Any], bool] | None = None,
     unsupported: str = "",
     fallback_keys: tuple[str, ...] = (),
+    effect: OptionEffect = OptionEffect.ACTS,
 ) -> Any:
     """A :class:`~changelake.options.TableOptions` field for the option ``key``: its default is
     Paimon's ``default`` text parsed (None when the option has none), its spec the metadata."""
-    spec = OptionSpec(key, parse, default, doc, derive, supports, unsupported, fallback_keys)
+    spec = OptionSpec(key, parse, default, doc, derive, supports, unsupported, fallback_keys, effect)
     return dataclasses.field(default=None if default is None else parse(default), metadata={"option": spec})

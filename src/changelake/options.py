@@ -17,7 +17,7 @@ from typing import Any
 from changelake import option_values as values
 from changelake.errors import OptionError
 from changelake.option_buckets import BucketOptions
-from changelake.option_spec import OptionSpec, declare
+from changelake.option_spec import OptionEffect, OptionSpec, declare
 from changelake.option_values import (
     ChangelogProducer,
     LookupCompactMode,
@@ -101,14 +101,20 @@ class TableOptions(BucketOptions):
         "parquet.enable.dictionary", values.parse_bool, "true", "Dictionary-encode string and binary columns."
     )
     parquet_block_size: int = declare(
-        "parquet.block.size", values.parse_memory_size, "128 mb", "Parquet row group size."
+        "parquet.block.size", values.parse_memory_size, "128 mb", "Parquet row group size.",
+        effect=OptionEffect.STORES,
     )
-    page_size: int = declare("page-size", values.parse_memory_size, "64 kb", "Memory page size.")
+    page_size: int = declare(
+        "page-size", values.parse_memory_size, "64 kb", "Memory page size.",
+        effect=OptionEffect.STORES,
+    )
     metadata_stats_mode: str = declare(
-        "metadata.stats-mode", values.text_value, "truncate(16)", "Value statistics kept in manifests."
+        "metadata.stats-mode", values.text_value, "truncate(16)", "Value statistics kept in manifests.",
+        effect=OptionEffect.STORES,
     )
     file_index_read_enabled: bool = declare(
-        "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read."
+        "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read.",
+        effect=OptionEffect.STORES,
     )
     # manifests
     manifest_format: str = declare("manifest.format", values.choice("avro"), "avro", "Manifest file format.")
@@ -131,7 +137,8 @@ class TableOptions(BucketOptions):
         "Small or delete-carrying manifests of this total size trigger a full manifest rewrite.",
     )
     write_manifest_cache: int = declare(
-        "write-manifest-cache", values.parse_memory_size, "0 b", "Manifest cache of writers."
+        "write-manifest-cache", values.parse_memory_size, "0 b", "Manifest cache of writers.",
+        effect=OptionEffect.STORES,
     )
     # write buffer
     write_buffer_size: int = declare(
@@ -144,15 +151,21 @@ class TableOptions(BucketOptions):
         "write-buffer-spillable", values.parse_bool, "true", "Spill full buffers to local disk (merged at commit)."
     )
     write_buffer_spill_max_disk_size: int | None = declare(
-        "write-buffer-spill.max-disk-size", values.parse_memory_size, None, "Bound on spilled bytes."
+        "write-buffer-spill.max-disk-size", values.parse_memory_size, None, "Bound on spilled bytes.",
+        effect=OptionEffect.STORES,
     )
     local_sort_max_file_handles: int = declare(
-        "local-sort.max-num-file-handles", values.positive_int, "128", "Spill files merged at once."
+        "local-sort.max-num-file-handles", values.positive_int, "128", "Spill files merged at once.",
+        effect=OptionEffect.STORES,
     )
     sort_spill_threshold: int | None = declare(
-        "sort-spill-threshold", values.positive_int, None, "Sorted runs that force a spill merge."
+        "sort-spill-threshold", values.positive_int, None, "Sorted runs that force a spill merge.",
+        effect=OptionEffect.STORES,
     )
-    spill_compression: str = declare("spill-compression", values.text_value, "zstd", "Compression of spill files.")
+    spill_compression: str = declare(
+        "spill-compression", values.text_value, "zstd", "Compression of spill files.",
+        effect=OptionEffect.STORES,
+    )
     # compaction
     write_only: bool = declare("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.")
     compaction_trigger: int = declare(
@@ -185,7 +198,8 @@ class TableOptions(BucketOptions):
         "Size ratio (percent) under which sorted runs are compacted together.",
     )
     compaction_optimization_interval: int | None = declare(
-        "compaction.optimization-interval", values.parse_duration_ms, None, "Interval of optimizing full compactions."
+        "compaction.optimization-interval", values.parse_duration_ms, None, "Interval of optimizing full compactions.",
+        effect=OptionEffect.STORES,
     )
     compaction_min_file_num: int = declare(
         "compaction.min.file-num", values.positive_int, "5",
@@ -218,10 +232,12 @@ class TableOptions(BucketOptions):
         "commit.max-retry-wait", values.parse_duration_ms, "10 s", "Longest wait between commit retries."
     )
     commit_timeout: int | None = declare(
-        "commit.timeout", values.parse_duration_ms, None, "Bound on a commit's retries."
+        "commit.timeout", values.parse_duration_ms, None, "Bound on a commit's retries.",
+        effect=OptionEffect.STORES,
     )
     commit_user_prefix: str | None = declare(
-        "commit.user-prefix", values.text_value, None, "Prefix of generated commit users."
+        "commit.user-prefix", values.text_value, None, "Prefix of generated commit users.",
+        effect=OptionEffect.STORES,
     )
     commit_user: str | None = declare("commit-user", values.text_value, None, "The commit user of streaming writers.")
     # merging
@@ -333,7 +349,8 @@ class TableOptions(BucketOptions):
     )
     scan_timestamp: str | None = declare("scan.timestamp", values.text_value, None, "Time a scan starts from, as text.")
     scan_plan_sort_partition: bool = declare(
-        "scan.plan-sort-partition", values.parse_bool, "false", "Order splits by partition."
+        "scan.plan-sort-partition", values.parse_bool, "false", "Order splits by partition.",
+        effect=OptionEffect.STORES,
     )
     consumer_id: str | None = declare(
         "consumer-id", values.text_value, None, "Records a stream's progress under this id."
@@ -417,7 +434,8 @@ class TableOptions(BucketOptions):
     )
     # descriptive
     owner: str | None = declare("owner", values.text_value, None, "The table's owner.")
-    comment: str | None = declare("comment", values.text_value, None, "A comment on the table.")
+    comment: str | None = declare("comment", values.text_value, None, "A comment on the table.",
+                                  effect=OptionEffect.STORES)
 
     @staticmethod
     def specs() -> list[OptionSpec]:
@@ -474,13 +492,17 @@ def canonical_key(key: str, *, table: str) -> str:
 
 
 def markdown_table() -> str:
-    """Every option as a Markdown table (key, default, description), for ``docs/options.md``."""
-    lines = ["| option | default | what it does |", "|---|---|---|"]
+    """Every option as a Markdown table (key, default, what changelake does with it, description),
+    for ``docs/options.md``."""
+    lines = ["| option | default | changelake | what it does |", "|---|---|---|---|"]
     for spec in TableOptions.specs():
         if spec.default is not None:
             default = f"`{spec.default}`" if spec.default else "(empty)"
         else:
             default = "(derived)" if spec.derive is not None else "(none)"
         also = "".join(f" (also `{k}`)" for k in spec.fallback_keys)
-        lines.append(f"| `{spec.key}`{also} | {default} | {spec.doc} |")
+        effect = spec.effect.value
+        if spec.effect is OptionEffect.ACTS and spec.supports is not None:
+            effect += "; other values refused"
+        lines.append(f"| `{spec.key}`{also} | {default} | {effect} | {spec.doc} |")
     return "\n".join(lines) + "\n"

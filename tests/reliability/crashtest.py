@@ -76,8 +76,8 @@ REACH = {
 MAINTAINED = "compaction"
 ROLLBACK_TARGET = "before-maintenance"  # the tag of the snapshot the maintenance rolls back to
 READERS = ("reader-1", "reader-2")  # consumers that read the compaction the maintenance rolls back
-# Reached only by the Spark sink's driver: spark_crashtest.py kills there.
-SPARK_SINK = frozenset({KillPoint.SINK_WRITTEN, KillPoint.SINK_COMMITTED})
+# Reached only by Spark drivers (the sink's, and compaction on Spark's): spark_crashtest.py kills there.
+SPARK_ONLY = frozenset({KillPoint.SINK_WRITTEN, KillPoint.SINK_COMMITTED, KillPoint.SPARK_COMPACTED})
 
 
 def points_of(mode: Mode) -> list[str]:
@@ -96,7 +96,7 @@ def points_of(mode: Mode) -> list[str]:
                # a postpone writer's commit is an APPEND only, its compaction a COMPACT only; an
                # append writer's compaction lands as a commit of its own
                KillPoint.BEFORE_COMPACT_SNAPSHOT: not (mode.postpones or mode.append)}
-    points = [p.value for p in KillPoint if p not in SPARK_SINK and reaches.get(p, True)]
+    points = [p.value for p in KillPoint if p not in SPARK_ONLY and reaches.get(p, True)]
     return [*points, RANDOM, RANDOM]
 
 
