@@ -117,8 +117,11 @@ def test_follow_prints_later_commits_until_interrupted(tmp_path: Path) -> None:
         seen = [process.stdout.readline() for _ in range(2)]  # header, then the later commit's row
         assert seen == ['"rowkind","id","p","d","name"\n', '"+I",7,"y",,"later"\n']
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 0
-        assert process.stderr is not None and "Traceback" not in process.stderr.read()
+        # communicate() drains both pipes while it waits: a child whose stderr pipe filled up
+        # would otherwise block on its last writes and never exit
+        _, errors = process.communicate(timeout=60)
+        assert process.returncode == 0, errors
+        assert "Traceback" not in errors
     finally:
         process.kill()
         process.wait()

@@ -154,6 +154,10 @@ def changes(
             return
         stream = opened.stream(mode="from-snapshot", snapshot_id=start + 1, columns=selected, filter=row_filter)
         writer = RowWriter(stream.schema, chosen, sink)
+        # Ctrl-C must reach Python: while an Arrow call runs on the main thread pyarrow installs
+        # a SIGINT handler of its own, and an interrupt that lands as the call finishes is lost
+        # (a follow makes many short reads: the command then never ended).
+        pa.enable_signal_handlers(False)
         try:
             for batch in stream.follow(poll_interval):
                 writer.title = f"snapshot {batch.snapshot_id}"
