@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, BinaryIO
@@ -154,15 +156,20 @@ def changes(
             return
         stream = opened.stream(mode="from-snapshot", snapshot_id=start + 1, columns=selected, filter=row_filter)
         writer = RowWriter(stream.schema, chosen, sink)
-        # Ctrl-C must reach Python: while an Arrow call runs on the main thread pyarrow installs
-        # a SIGINT handler of its own, and an interrupt that lands as the call finishes is lost
-        # (a follow makes many short reads: the command then never ended).
-        pa.enable_signal_handlers(False)
+        # Ctrl-C ends the follow between polls. The SIGINT handler is set again before every poll:
+        # a library call in a poll can leave another handler in place (pyarrow puts its own around
+        # interruptible calls), and about one follow in 20 then ignored Ctrl-C for good.
+        interrupted = threading.Event()
+
+        def stopped() -> bool:
+            signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+            return interrupted.is_set()
+
         try:
-            for batch in stream.follow(poll_interval):
+            for batch in stream.follow(poll_interval, stop=stopped):
                 writer.title = f"snapshot {batch.snapshot_id}"
                 writer.write(batch.data.to_batches())
         except KeyboardInterrupt:
-            pass  # Ctrl-C is how a follow ends
+            pass  # Ctrl-C before the first poll
         finally:
             writer.close()
