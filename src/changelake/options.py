@@ -26,6 +26,8 @@ from changelake.option_values import (
     SortOrder,
 )
 
+# options changelake validates and keeps for the other Paimon engines without acting on them
+_STORED = OptionEffect.STORES
 # ``fields.<names>.<setting>`` options (merge engines) and prefixed families accepted as they are.
 _FIELD_OPTION = re.compile(
     r"^fields\.[^.]+(?:,[^.]+)*\.(aggregate-function|sequence-group|ignore-retract|distinct|list-agg-delimiter)$"
@@ -101,21 +103,12 @@ class TableOptions(BucketOptions):
         "parquet.enable.dictionary", values.parse_bool, "true", "Dictionary-encode string and binary columns."
     )
     parquet_block_size: int = declare(
-        "parquet.block.size", values.parse_memory_size, "128 mb", "Parquet row group size.",
-        effect=OptionEffect.STORES,
-    )
-    page_size: int = declare(
-        "page-size", values.parse_memory_size, "64 kb", "Memory page size.",
-        effect=OptionEffect.STORES,
-    )
+        "parquet.block.size", values.parse_memory_size, "128 mb", "Parquet row group size.", effect=_STORED)
+    page_size: int = declare("page-size", values.parse_memory_size, "64 kb", "Memory page size.", effect=_STORED)
     metadata_stats_mode: str = declare(
-        "metadata.stats-mode", values.text_value, "truncate(16)", "Value statistics kept in manifests.",
-        effect=OptionEffect.STORES,
-    )
+        "metadata.stats-mode", values.text_value, "truncate(16)", "Value statistics kept in manifests.", effect=_STORED)
     file_index_read_enabled: bool = declare(
-        "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read.",
-        effect=OptionEffect.STORES,
-    )
+        "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read.", effect=_STORED)
     # manifests
     manifest_format: str = declare("manifest.format", values.choice("avro"), "avro", "Manifest file format.")
     manifest_compression: str = declare(
@@ -137,9 +130,7 @@ class TableOptions(BucketOptions):
         "Small or delete-carrying manifests of this total size trigger a full manifest rewrite.",
     )
     write_manifest_cache: int = declare(
-        "write-manifest-cache", values.parse_memory_size, "0 b", "Manifest cache of writers.",
-        effect=OptionEffect.STORES,
-    )
+        "write-manifest-cache", values.parse_memory_size, "0 b", "Manifest cache of writers.", effect=_STORED)
     # write buffer
     write_buffer_size: int = declare(
         "write-buffer-size",
@@ -151,21 +142,13 @@ class TableOptions(BucketOptions):
         "write-buffer-spillable", values.parse_bool, "true", "Spill full buffers to local disk (merged at commit)."
     )
     write_buffer_spill_max_disk_size: int | None = declare(
-        "write-buffer-spill.max-disk-size", values.parse_memory_size, None, "Bound on spilled bytes.",
-        effect=OptionEffect.STORES,
-    )
+        "write-buffer-spill.max-disk-size", values.parse_memory_size, None, "Bound on spilled bytes.", effect=_STORED)
     local_sort_max_file_handles: int = declare(
-        "local-sort.max-num-file-handles", values.positive_int, "128", "Spill files merged at once.",
-        effect=OptionEffect.STORES,
-    )
+        "local-sort.max-num-file-handles", values.positive_int, "128", "Spill files merged at once.", effect=_STORED)
     sort_spill_threshold: int | None = declare(
-        "sort-spill-threshold", values.positive_int, None, "Sorted runs that force a spill merge.",
-        effect=OptionEffect.STORES,
-    )
+        "sort-spill-threshold", values.positive_int, None, "Sorted runs that force a spill merge.", effect=_STORED)
     spill_compression: str = declare(
-        "spill-compression", values.text_value, "zstd", "Compression of spill files.",
-        effect=OptionEffect.STORES,
-    )
+        "spill-compression", values.text_value, "zstd", "Compression of spill files.", effect=_STORED)
     # compaction
     write_only: bool = declare("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.")
     compaction_trigger: int = declare(
@@ -199,7 +182,7 @@ class TableOptions(BucketOptions):
     )
     compaction_optimization_interval: int | None = declare(
         "compaction.optimization-interval", values.parse_duration_ms, None, "Interval of optimizing full compactions.",
-        effect=OptionEffect.STORES,
+        effect=_STORED,
     )
     compaction_min_file_num: int = declare(
         "compaction.min.file-num", values.positive_int, "5",
@@ -232,13 +215,9 @@ class TableOptions(BucketOptions):
         "commit.max-retry-wait", values.parse_duration_ms, "10 s", "Longest wait between commit retries."
     )
     commit_timeout: int | None = declare(
-        "commit.timeout", values.parse_duration_ms, None, "Bound on a commit's retries.",
-        effect=OptionEffect.STORES,
-    )
+        "commit.timeout", values.parse_duration_ms, None, "Bound on a commit's retries.", effect=_STORED)
     commit_user_prefix: str | None = declare(
-        "commit.user-prefix", values.text_value, None, "Prefix of generated commit users.",
-        effect=OptionEffect.STORES,
-    )
+        "commit.user-prefix", values.text_value, None, "Prefix of generated commit users.", effect=_STORED)
     commit_user: str | None = declare("commit-user", values.text_value, None, "The commit user of streaming writers.")
     # merging
     merge_engine: MergeEngineKind = declare(
@@ -349,9 +328,7 @@ class TableOptions(BucketOptions):
     )
     scan_timestamp: str | None = declare("scan.timestamp", values.text_value, None, "Time a scan starts from, as text.")
     scan_plan_sort_partition: bool = declare(
-        "scan.plan-sort-partition", values.parse_bool, "false", "Order splits by partition.",
-        effect=OptionEffect.STORES,
-    )
+        "scan.plan-sort-partition", values.parse_bool, "false", "Order splits by partition.", effect=_STORED)
     consumer_id: str | None = declare(
         "consumer-id", values.text_value, None, "Records a stream's progress under this id."
     )
@@ -435,7 +412,7 @@ class TableOptions(BucketOptions):
     # descriptive
     owner: str | None = declare("owner", values.text_value, None, "The table's owner.")
     comment: str | None = declare("comment", values.text_value, None, "A comment on the table.",
-                                  effect=OptionEffect.STORES)
+                                  effect=_STORED)
 
     @staticmethod
     def specs() -> list[OptionSpec]:
