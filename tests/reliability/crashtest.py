@@ -76,8 +76,9 @@ REACH = {
 MAINTAINED = "compaction"
 ROLLBACK_TARGET = "before-maintenance"  # the tag of the snapshot the maintenance rolls back to
 READERS = ("reader-1", "reader-2")  # consumers that read the compaction the maintenance rolls back
-# Reached only by Spark drivers (the sink's, and compaction on Spark's): spark_crashtest.py kills there.
-SPARK_ONLY = frozenset({KillPoint.SINK_WRITTEN, KillPoint.SINK_COMMITTED, KillPoint.SPARK_COMPACTED})
+# Reached only by Spark drivers (the sink's, and compaction's and rescale's on Spark): spark_crashtest.py kills there.
+SPARK_ONLY = frozenset({KillPoint.SINK_WRITTEN, KillPoint.SINK_COMMITTED, KillPoint.SPARK_COMPACTED,
+                        KillPoint.SPARK_RESCALED})
 
 
 def points_of(mode: Mode) -> list[str]:

@@ -87,6 +87,9 @@ REACH = {
     KillPoint.COMPACTION: 2,
     KillPoint.CHANGELOG_FILE: 2,
     KillPoint.SPARK_COMPACTED: 1,
+    KillPoint.SPARK_RESCALED: 1,
+    KillPoint.RESCALE: 2,
+    KillPoint.ORPHAN_FILE: 1,
 }
 # What Spark reports when a python worker died (here: killed at a point in a task).
 WORKER_CRASH = "Python worker exited unexpectedly (crashed)"

@@ -5,6 +5,8 @@ spark_crashtest.py; ``./dev crashtest --spark`` runs a longer random sequence)."
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pyarrow as pa
 import pytest
 import spark_crashtest
@@ -18,13 +20,19 @@ from spark_support import java_reason
 # batch 0 is written but not committed; batch 0 commits but Spark never learns it (the restart
 # replays it: nothing may land twice); batch 1's compaction kills a python worker; batch 1's
 # APPEND lands without its COMPACT (level 0 and no changelog, until the replay moves it up); the
-# full compaction on the executors after the stream dies before its commit (orphans only).
+# full compaction on the executors after the stream dies before its commit (orphans only); the
+# rescale after it dies before its commit (the new bucket number set: the next run rescales
+# again before it streams, and dies in a python worker there); orphan cleanup dies in a python
+# worker.
 PLAN = [
     (f"{KillPoint.SINK_WRITTEN}:1", KILLED),
     (f"{KillPoint.SINK_COMMITTED}:1", KILLED),
     (f"{KillPoint.COMPACTION}:1", TASK_FAILED),
     (f"{KillPoint.BEFORE_COMPACT_SNAPSHOT}:1", KILLED),
     (f"{KillPoint.SPARK_COMPACTED}:1", KILLED),
+    (f"{KillPoint.SPARK_RESCALED}:1", KILLED),
+    (f"{KillPoint.RESCALE}:1", TASK_FAILED),
+    (f"{KillPoint.ORPHAN_FILE}:1", TASK_FAILED),
 ]
 
 
@@ -43,14 +51,17 @@ def test_a_crashed_query_lands_every_batch_exactly_once(crashed: tuple[Layout, R
     assert not result.failures, result.summary(0)
     assert [r.outcome for r in result.runs] == [outcome for _, outcome in PLAN] + [COMPLETED]
     # After each crash exactly the batches before it had landed (the checks held at every step).
-    assert [r.landed for r in result.runs] == [0, 1, 1, 2, 5, 6]
-    assert [r.settled for r in result.runs] == [True, True, True, False, True, True]
-    assert len(result.files) == 6 and result.changelog_rows > 0
-    # the last run's full compaction landed: one file a bucket, at the top level
+    assert [r.landed for r in result.runs] == [0, 1, 1, 2, 5, 6, 6, 8, 9]
+    assert [r.settled for r in result.runs] == [True, True, True, False, True, True, True, True, True]
+    assert len(result.files) == 9 and result.changelog_rows > 0
+    # the last run's rescale landed: one file a bucket, at the top level, every partition in the
+    # table's number of buckets; orphan cleanup left only what the table names
     table = cl.open_table(layout.table)
     latest = table.latest_snapshot()
-    assert latest is not None and latest.commit_kind is cl.CommitKind.COMPACT
+    assert latest is not None and latest.commit_kind is cl.CommitKind.OVERWRITE
     assert {len(b.files) for b in table.inspect().buckets} == {1}
+    assert {b.bucket for b in table.inspect().buckets} == set(range(table.context.options.bucket))
+    assert table.remove_orphan_files(older_than=dt.timedelta(0), dry_run=True) == []
 
 
 def test_the_checks_see_damage(crashed: tuple[Layout, Result]) -> None:

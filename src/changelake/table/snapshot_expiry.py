@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
@@ -44,6 +44,10 @@ from changelake.table.maintenance import references
 from changelake.table.read import deletion_vectors, live_files
 
 _log = logging.getLogger(__name__)
+
+# Deletes a list of files; the default deletes them in this process, one after another
+# (``changelake.streaming.expire_snapshots`` spreads them over Spark's executors).
+FileDeleter = Callable[[Sequence[str]], None]
 
 
 @dataclass(frozen=True)
@@ -99,14 +103,16 @@ def expire_after_commit(ctx: TableContext) -> ExpireResult:
 
 
 def expire_alongside_others(ctx: TableContext, retention: Retention, *,
-                            progress: Callable[[int, int], None] | None = None) -> ExpireResult:
+                            progress: Callable[[int, int], None] | None = None,
+                            delete: FileDeleter | None = None) -> ExpireResult:
     """:func:`expire` where other writers may expire the same snapshots at the same time: a
     run that finds what it reads gone because another run expired it meanwhile (the earliest
     snapshot moved) stops there; what it was about to delete is the other run's to delete.
-    ``progress`` gets (files deleted, files to delete) of the expired snapshots."""
+    ``progress`` gets (files deleted, files to delete) of the expired snapshots; ``delete``
+    deletes the files the expired snapshots alone named (default: one by one, here)."""
     earliest = snapshots.earliest_id(ctx.file_io, ctx.paths)
     try:
-        return expire(ctx, retention, progress=progress)
+        return expire(ctx, retention, progress=progress, delete=delete)
     except (SnapshotNotFoundError, CorruptMetadataError, FileNotFoundError):
         if snapshots.earliest_id(ctx.file_io, ctx.paths) == earliest:
             raise
@@ -114,7 +120,7 @@ def expire_alongside_others(ctx: TableContext, retention: Retention, *,
 
 
 def expire(ctx: TableContext, retention: Retention, *,
-           progress: Callable[[int, int], None] | None = None) -> ExpireResult:
+           progress: Callable[[int, int], None] | None = None, delete: FileDeleter | None = None) -> ExpireResult:
     """Drop stale consumers, then expire the snapshots ``retention`` lets go."""
     dropped = expire_consumers(ctx)
     latest = snapshots.latest_id(ctx.file_io, ctx.paths)
@@ -123,11 +129,11 @@ def expire(ctx: TableContext, retention: Retention, *,
         return ExpireResult(consumers=dropped)
     end = _end(ctx, retention, earliest, latest)
     result = (ExpireResult(consumers=dropped) if end <= earliest
-              else _expire_until(ctx, earliest, end, dropped, progress))
-    return _expire_changelogs(ctx, result)
+              else _expire_until(ctx, earliest, end, dropped, progress, delete))
+    return _expire_changelogs(ctx, result, delete)
 
 
-def _expire_changelogs(ctx: TableContext, result: ExpireResult) -> ExpireResult:
+def _expire_changelogs(ctx: TableContext, result: ExpireResult, delete: FileDeleter | None) -> ExpireResult:
     """Remove the decoupled changelogs past the changelog retention: the ``changelog-N`` file
     first, then its changelog files and manifests; for changelogs that kept their data
     manifests (no producer), also the files their deltas removed and those manifests, except
@@ -152,8 +158,8 @@ def _expire_changelogs(ctx: TableContext, result: ExpireResult) -> ExpireResult:
     files -= branched
     manifest_paths = sorted({ctx.paths.manifest(name) for name in manifests} - branched)
     decoupled_changelog.drop(ctx, gone)
-    _delete(ctx, sorted(files))
-    _delete(ctx, manifest_paths)
+    _delete(ctx, sorted(files), delete=delete)
+    _delete(ctx, manifest_paths, delete=delete)
     return dataclasses.replace(result, changelogs=tuple(c.id for c in gone),
                                changelog_files=result.changelog_files + len(files),
                                manifests=result.manifests + len(manifest_paths))
@@ -244,7 +250,7 @@ def _unused_index(ctx: TableContext, gone: Iterable[Snapshot], kept: Iterable[Sn
 
 
 def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str, ...],
-                  progress: Callable[[int, int], None] | None) -> ExpireResult:
+                  progress: Callable[[int, int], None] | None, delete: FileDeleter | None) -> ExpireResult:
     expired = [s for s in (_present(ctx, i) for i in range(earliest, end)) if s is not None]
     retained = ctx.snapshot(end)
     # Only tags of expiring snapshots matter: whatever a later snapshot lists, the first
@@ -283,9 +289,9 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
     snapshots.commit_hint(ctx.file_io, ctx.paths, snapshots.EARLIEST, end)
     files = [*data_files, *changelog_files]
     total = len(files) + len(manifest_paths) + len(index)
-    _delete(ctx, files, progress, done=0, total=total)
-    _delete(ctx, manifest_paths, progress, done=len(files), total=total)
-    _delete(ctx, index, progress, done=len(files) + len(manifest_paths), total=total)
+    _delete(ctx, files, progress, done=0, total=total, delete=delete)
+    _delete(ctx, manifest_paths, progress, done=len(files), total=total, delete=delete)
+    _delete(ctx, index, progress, done=len(files) + len(manifest_paths), total=total, delete=delete)
     return ExpireResult(tuple(s.id for s in expired), len(data_files), len(changelog_files), len(manifest_paths),
                         dropped)
 
@@ -298,9 +304,23 @@ def _present(ctx: TableContext, snapshot_id: int) -> Snapshot | None:
         return None
 
 
-def _delete(ctx: TableContext, paths: Iterable[str], progress: Callable[[int, int], None] | None = None, *,
-            done: int = 0, total: int = 0) -> None:
-    """Delete ``paths``; ``progress`` gets (``done`` + deleted so far, ``total``)."""
+def _delete(ctx: TableContext, paths: Sequence[str], progress: Callable[[int, int], None] | None = None, *,
+            done: int = 0, total: int = 0, delete: FileDeleter | None = None) -> None:
+    """Delete ``paths`` (with ``delete``, when given, all at once); ``progress`` gets
+    (``done`` + deleted so far, ``total``)."""
+    if delete is not None:
+        if paths:
+            delete(paths)
+            if progress is not None:
+                progress(done + len(paths), total)
+        return
+    delete_files(ctx, paths, progress, done=done, total=total)
+
+
+def delete_files(ctx: TableContext, paths: Iterable[str], progress: Callable[[int, int], None] | None = None, *,
+                 done: int = 0, total: int = 0) -> None:
+    """Delete files an expiry let go, one by one; ``progress`` gets (``done`` + deleted so far,
+    ``total``)."""
     for position, path in enumerate(paths):
         ctx.file_io.delete(path)
         if position == 0:

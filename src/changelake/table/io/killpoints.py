@@ -46,6 +46,8 @@ class KillPoint(enum.StrEnum):
     SINK_COMMITTED = "sink-committed"  # our commit landed, Spark's commit log not yet written
     # Compaction on Spark (changelake.streaming.compact), in its driver:
     SPARK_COMPACTED = "spark-compacted"  # the executors compacted every bucket, nothing committed
+    # Rescale on Spark (changelake.streaming.rescale), in its driver:
+    SPARK_RESCALED = "spark-rescaled"  # the executors rewrote every partition, nothing committed
 
 
 @functools.cache

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from changelake.table import metadata
@@ -63,10 +63,6 @@ def _listing(ctx: TableContext, directory: str) -> list[dict[str, Any]]:
     return ctx.file_io.list_entries(directory)
 
 
-def _not_our_temp(name: str) -> bool:
-    return not _OUR_TEMP.search(name)
-
-
 def _name(info: dict[str, Any]) -> str:
     return str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
 
@@ -89,37 +85,59 @@ def _bucket_dirs(ctx: TableContext, directory: str, depth: int) -> list[str]:
     return found
 
 
-def _candidates(ctx: TableContext, used: set[str],
-                progress: Callable[[int, int], None] | None) -> list[tuple[str, int | None]]:
-    """Every listed file that nothing names, with its modification time; ``progress`` gets
-    (directories listed, directories)."""
-    root = ctx.paths.root
-    keep_metadata: dict[str, Callable[[str], bool]] = {
-        ctx.paths.schema_dir: _not_our_temp,
-        ctx.paths.tag_dir: _not_our_temp,
-        ctx.paths.consumer_dir: _not_our_temp,
-        **{f"{ctx.paths.commit_user_dir}/{_name(i)}": _not_our_temp
+def metadata_directories(ctx: TableContext) -> dict[str, Callable[[str], bool]]:
+    """The metadata directories searched, each with whether a file (by path) is kept there
+    (everything else in them is an orphan): snapshots and changelogs (of the table and of each
+    branch), and beside schemas, tags, consumers and commit users all but our own temp files."""
+    def not_temp(path: str) -> bool:
+        return not _OUR_TEMP.search(path)
+
+    def snapshot_file(path: str) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        return name.startswith("snapshot-") or name in ("EARLIEST", "LATEST")
+
+    def changelog_file(path: str) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        return name.startswith("changelog-") or name in ("EARLIEST", "LATEST")
+
+    kept: dict[str, Callable[[str], bool]] = {
+        ctx.paths.schema_dir: not_temp,
+        ctx.paths.tag_dir: not_temp,
+        ctx.paths.consumer_dir: not_temp,
+        **{f"{ctx.paths.commit_user_dir}/{_name(i)}": not_temp
            for i in _listing(ctx, ctx.paths.commit_user_dir) if _is_dir(i)},
     }
     for paths in [ctx.paths, *(branch.paths for branch in metadata.branches(ctx))]:
-        keep_metadata[paths.snapshot_dir] = lambda n: n.startswith("snapshot-") or n in ("EARLIEST", "LATEST")
-        keep_metadata[paths.changelog_dir] = lambda n: n.startswith("changelog-") or n in ("EARLIEST", "LATEST")
-    data_dirs = [ctx.paths.manifest_dir, ctx.paths.index_dir, *_bucket_dirs(ctx, root, len(ctx.partition_keys))]
-    total = len(keep_metadata) + len(data_dirs)
-    found: list[tuple[str, int | None]] = []
-    for listed, (directory, keep) in enumerate(keep_metadata.items(), start=1):
-        found.extend((f"{directory}/{_name(i)}", _modified_ms(i)) for i in _listing(ctx, directory)
-                     if not _is_dir(i) and not keep(_name(i)))
-        if progress is not None:
-            progress(listed, total)
-    for listed, directory in enumerate(data_dirs, start=len(keep_metadata) + 1):
-        for info in _listing(ctx, directory):
-            path = f"{directory}/{_name(info)}"
-            if not _is_dir(info) and path not in used:
-                found.append((path, _modified_ms(info)))
-        if progress is not None:
-            progress(listed, total)
+        kept[paths.snapshot_dir] = snapshot_file
+        kept[paths.changelog_dir] = changelog_file
+    return kept
+
+
+def data_directories(ctx: TableContext) -> list[str]:
+    """The directories whose files must each be named by a snapshot, tag or changelog: the
+    manifest and index directories and every bucket directory."""
+    return [ctx.paths.manifest_dir, ctx.paths.index_dir,
+            *_bucket_dirs(ctx, ctx.paths.root, len(ctx.partition_keys))]
+
+
+def orphans_in(ctx: TableContext, directory: str, is_kept: Callable[[str], bool], cutoff_ms: int) -> list[str]:
+    """The paths of the files in ``directory`` that ``is_kept`` (given a file's path) does not
+    keep and that were modified before ``cutoff_ms`` (a file whose time the filesystem does
+    not give is kept)."""
+    found = []
+    for info in _listing(ctx, directory):
+        path = f"{directory}/{_name(info)}"
+        modified = _modified_ms(info)
+        if not _is_dir(info) and modified is not None and modified < cutoff_ms and not is_kept(path):
+            found.append(path)
     return found
+
+
+def delete(ctx: TableContext, paths: Iterable[str]) -> None:
+    """Delete orphan files (a kill point before each)."""
+    for path in paths:
+        killpoints.reached(KillPoint.ORPHAN_FILE)
+        ctx.file_io.delete(path)
 
 
 def remove_orphan_files(ctx: TableContext, older_than: dt.datetime | dt.timedelta | None, *,
@@ -129,10 +147,14 @@ def remove_orphan_files(ctx: TableContext, older_than: dt.datetime | dt.timedelt
     (directories listed, directories) while the table's directories are searched."""
     cutoff = threshold_ms(older_than)
     used = references.files_in_use(ctx)
-    orphans = sorted(path for path, modified in _candidates(ctx, used, progress)
-                     if modified is not None and modified < cutoff)
+    searches = [*metadata_directories(ctx).items(),
+                *((directory, used.__contains__) for directory in data_directories(ctx))]
+    found: list[str] = []
+    for listed, (directory, is_kept) in enumerate(searches, start=1):
+        found += orphans_in(ctx, directory, is_kept, cutoff)
+        if progress is not None:
+            progress(listed, len(searches))
+    orphans = sorted(found)
     if not dry_run:
-        for path in orphans:
-            killpoints.reached(KillPoint.ORPHAN_FILE)
-            ctx.file_io.delete(path)
+        delete(ctx, orphans)
     return orphans

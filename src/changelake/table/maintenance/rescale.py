@@ -9,6 +9,10 @@ of every bucket, deletion vectors applied, deletes dropped), as a full compactio
 each new bucket is one sorted run at the top level, and every row keeps its sequence number, so
 a later write of a key (numbered above the bucket's maximum) still wins. A commit that changed
 the partitions' rows meanwhile makes the rescale void (CommitConflictError); nothing is lost.
+
+A rescale is planned (:func:`plan`: the schema change, the snapshot read, the files of each
+partition), its partitions rewritten (:func:`rewrite`: any subset at a time, anywhere, so Spark's
+executors can take one partition each), and committed once (:func:`commit`).
 """
 
 from __future__ import annotations
@@ -58,6 +62,29 @@ def rescale(
     before the overwrite. Returns the context at the schema written with and the snapshot (None
     when the partitions hold no rows and no files). ``progress`` gets (partitions done,
     partitions). Bad input raises before anything is written."""
+    ctx, planned = plan(ctx, bucket=bucket, partitions=partitions)
+    if planned is None:
+        return ctx, None
+    messages = rewrite(planned, sorted(planned.files), progress)
+    return ctx, commit(planned, messages, commit_user)
+
+
+@dataclass(frozen=True)
+class RescalePlan:
+    """A rescale ready to run: the context at the schema it writes with, the snapshot it reads,
+    the live files of each partition it rewrites (by old bucket), the new number of buckets."""
+
+    ctx: TableContext
+    base: Snapshot
+    files: Mapping[bytes, Mapping[int, list[DataFileMeta]]]
+    target: int
+
+
+def plan(ctx: TableContext, *, bucket: int | None,
+         partitions: Sequence[Mapping[str, Any]] | None) -> tuple[TableContext, RescalePlan | None]:
+    """Check the arguments, set the table's new ``bucket`` (a schema change) and find the files
+    to rewrite: the context at the schema written with, and the plan (None when the partitions
+    hold no file any more)."""
     # The newest schema: files written since under a newer one would lose its columns if
     # rewritten under an older one.
     ctx = TableContext(ctx.name, ctx.file_io, ctx.paths, metadata.read_latest_schema(ctx.file_io, ctx.paths, ctx.name))
@@ -69,12 +96,19 @@ def rescale(
         ctx = schema_update.commit(ctx, [schema_update.SetOptions({"bucket": str(target)})])
     base = ctx.latest_snapshot()
     assert base is not None  # snapshots are never all deleted
-    live = [e for e in live_files.live_entries(ctx, base) if e.partition in chosen]
-    if not live:
+    files: dict[bytes, dict[int, list[DataFileMeta]]] = defaultdict(lambda: defaultdict(list))
+    for e in live_files.live_entries(ctx, base):
+        if e.partition in chosen:
+            files[e.partition][e.bucket].append(e.file)
+    if not files:
         return ctx, None  # a concurrent overwrite emptied them: nothing to rewrite
-    messages = _rewrite(ctx, base, live, target, progress)
-    landed = overwrite.commit_overwrite(ctx, chosen, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=base)
-    return ctx, landed
+    return ctx, RescalePlan(ctx, base, {p: dict(b) for p, b in files.items()}, target)
+
+
+def commit(planned: RescalePlan, messages: Sequence[CommitMessage], commit_user: str) -> Snapshot | None:
+    """Commit the rewritten partitions as one OVERWRITE snapshot of the planned ones."""
+    return overwrite.commit_overwrite(planned.ctx, frozenset(planned.files), list(messages), commit_user,
+                                      BATCH_COMMIT_IDENTIFIER, base=planned.base)
 
 
 def _checked_bucket(ctx: TableContext, bucket: int | None, latest: Snapshot | None) -> int:
@@ -113,13 +147,12 @@ def _chosen_partitions(ctx: TableContext, entries: Sequence[ManifestEntry],
     return frozenset(chosen)
 
 
-def _rewrite(ctx: TableContext, base: Snapshot, live: Sequence[ManifestEntry], target: int,
-             progress: Callable[[int, int], None] | None) -> list[CommitMessage]:
-    """The new files of every partition of ``live``, a partition at a time; they are deleted
-    when this fails."""
-    by_partition: dict[bytes, dict[int, list[DataFileMeta]]] = defaultdict(lambda: defaultdict(list))
-    for e in live:
-        by_partition[e.partition][e.bucket].append(e.file)
+def rewrite(planned: RescalePlan, partitions: Sequence[bytes],
+            progress: Callable[[int, int], None] | None = None) -> list[CommitMessage]:
+    """The new files of the planned ``partitions`` (serialized), a partition at a time; they are
+    deleted when this fails."""
+    ctx, base, target = planned.ctx, planned.base, planned.target
+    by_partition = {p: planned.files[p] for p in partitions}
     vectors = deletion_vectors.snapshot_vectors(ctx, base) if ctx.options.deletion_vectors_enabled else {}
     work = _Rewrite(ctx, target, vectors)
     messages: list[CommitMessage] = []
