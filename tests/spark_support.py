@@ -1,6 +1,6 @@
 """What the Spark tests share: whether Spark can start here, the environment of a child process
-that runs its own Spark (a driver, a cluster daemon) on this source tree, and ending everything
-such a child started."""
+that runs its own Spark (a driver, a cluster daemon) on this source tree, a standalone cluster
+on loopback, and ending everything such a child started."""
 
 from __future__ import annotations
 
@@ -167,3 +167,47 @@ class CrashAfterCommit:
         if batch_id == self.batch_id and os.path.exists(self.marker):
             os.unlink(self.marker)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # short-lived JVMs on a small shared machine
+
+
+def _wait_for(log: Path, text: str, daemons: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    """Poll ``log`` until it holds ``text``; RuntimeError when a daemon exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        exited = [d.args for d in daemons if d.poll() is not None]
+        if exited or time.monotonic() > deadline:
+            raise RuntimeError(f"no {text!r} in {log} (exited: {exited}):\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def standalone_cluster(root: Path, *, cores: int = 2, memory: str = "1g") -> Iterator[str]:
+    """A Spark standalone master and one worker on loopback, their logs and work directories
+    under ``root``: yields the master's URL, and kills both (and every executor) at the end.
+    Executors inherit the daemons' environment (this source tree on ``PYTHONPATH``) unless a
+    job's ``spark.executorEnv.*`` says otherwise."""
+    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    port = free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    root.mkdir(parents=True, exist_ok=True)
+    env = child_env(SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(root / "work"), SPARK_LOG_DIR=str(root / "logs"),
+                    SPARK_DAEMON_JAVA_OPTS=QUICK_JVM)
+    daemons: list[subprocess.Popen[bytes]] = []
+    try:
+        for name, command in (
+            ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                        "--webui-port", str(free_port())]),
+            ("worker", ["org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1", "--cores",
+                        str(cores), "--memory", memory, "--webui-port", str(free_port())]),
+        ):
+            with (root / f"{name}.log").open("wb") as log:
+                daemons.append(subprocess.Popen([spark_class, *command], env=env, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True))
+        _wait_for(root / "master.log", "Registering worker", daemons, timeout=120)
+        yield master_url
+    finally:
+        for daemon in daemons:
+            end_session(daemon.pid)
+            daemon.wait()
