@@ -424,7 +424,7 @@ class TableOptions(BucketOptions):
         """Parse every declared option of ``raw`` (defaults for the others). With ``new`` (a
         table being created), unknown keys and non-string values are rejected too."""
         if new:
-            _check_keys(raw, table)
+            check_keys(raw, table)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             spec: OptionSpec | None = f.metadata.get("option")
@@ -446,7 +446,9 @@ _KEYS = frozenset(key for spec in TableOptions.specs() for key in (spec.key, *sp
 _KEYS_BY_LOWER = {key.lower(): key for key in _KEYS}
 
 
-def _check_keys(raw: Mapping[str, str], table: str) -> None:
+def check_keys(raw: Mapping[str, str], table: str) -> None:
+    """OptionError for a key of ``raw`` that names no option changelake knows (with a
+    did-you-mean), one it refuses, or a value that is not a string."""
     for key, value in raw.items():
         if not isinstance(value, str):
             raise OptionError(f"must be a string, got {value!r}", table=table, option=key)

@@ -114,6 +114,9 @@ def test_scan_mode_errors(table: cl.Table, tmp_path: Path) -> None:
         table.stream(mode="incremental")
     with pytest.raises(OptionError, match="must be a string"):
         table.stream(options={"scan.snapshot-id": 3})  # type: ignore[dict-item]
+    with pytest.raises(OptionError, match=r"is unknown; did you mean 'scan\.snapshot-id'") as info:
+        table.stream(options={"scan.snapshot-idd": "3"})
+    assert info.value.option == "scan.snapshot-idd"
     with pytest.raises(OptionError, match="not a time"):
         table.stream(options={"scan.timestamp": "yesterday"})
     latest = table.latest_snapshot()

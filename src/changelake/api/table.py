@@ -195,11 +195,15 @@ class Table:
         columns: Sequence[str] | None = None,
         read_optimized: bool = False,
     ) -> Scan:
-        """A merged read of one snapshot (default the latest; or by id, tag or time). The
-        result is an immutable builder: ``.filter()``, ``.select()``, ``.at_snapshot()`` and
-        friends return new scans. ``read_optimized`` reads only the fully compacted top level
-        (no merge; rows written since the last full compaction are not seen), as Paimon's
-        ``$ro`` table does."""
+        """A merged read of one snapshot (default the latest; or by id, a tag's, or the latest
+        committed at or before ``timestamp_ms``). ``filter`` is a ``pyarrow.compute``
+        expression on the table's columns (``pc.field("dt") == "2024-01-01"``); partition and
+        primary-key terms prune files, the rest filters rows after the merge. ``columns``
+        picks and orders the columns. The result is an immutable builder: ``.filter()``,
+        ``.select()``, ``.at_snapshot()`` and friends return new scans; ``.to_arrow()``,
+        ``.to_batches()``, ``.to_pandas()``, ``.to_polars()``, ``.to_duckdb()`` read it.
+        ``read_optimized`` reads only the fully compacted top level (no merge; rows written
+        since the last full compaction are not seen), as Paimon's ``$ro`` table does."""
         return Scan.of(self._context, snapshot_id=snapshot_id, tag=tag, timestamp_ms=timestamp_ms,
                        filter=filter, columns=columns, read_optimized=read_optimized)
 
@@ -218,11 +222,22 @@ class Table:
         max_rows: int = DEFAULT_MAX_ROWS,
     ) -> ChangeStream:
         """The table's changes as a stream of :class:`ChangeBatch` items (``rowkind`` then the
-        columns), starting by Paimon's ``scan.mode`` (``latest-full`` by default; a snapshot id
-        or tag means ``from-snapshot``, a time ``from-timestamp``), or at ``offset``, or where
-        consumer ``consumer_id`` last recorded its progress. ``options`` takes Paimon option
+        columns), read as Paimon's streaming read does.
+
+        Where it starts: at ``offset`` (a :class:`StreamOffset` saved from an earlier stream's
+        ``.offset``), else where consumer ``consumer_id`` last recorded its progress, else by
+        ``mode`` (a :class:`ScanMode` or its Paimon name): ``latest-full`` (the default: the
+        latest snapshot's rows as +I, then every change after it), ``latest`` (only changes
+        committed from now on), ``full``, ``compacted-full`` (the latest full compaction's rows,
+        then changes), ``from-snapshot`` / ``from-snapshot-full`` (``snapshot_id`` or ``tag``),
+        ``from-timestamp`` (``timestamp_ms``). A snapshot id or tag alone means
+        ``from-snapshot``, a time alone ``from-timestamp``. ``options`` takes Paimon option
         names (``scan.mode``, ``scan.snapshot-id``, ``scan.timestamp-millis``, ``consumer-id``,
-        ...); the arguments override them. Batches hold at most ``max_rows`` rows."""
+        ``changelog-producer.row-deduplicate``, ...; unknown keys are an error); the
+        arguments override them. ``columns`` and ``filter`` (a ``pyarrow.compute``
+        expression) narrow every batch. Batches hold at most ``max_rows`` rows. The changes
+        are the changelog producer's (``none``: the rows as written; ``input``, ``lookup``,
+        ``full-compaction``: complete +I/-U/+U/-D; the README's "What is implemented" says how)."""
         overrides = dict(options or {})
         for key, value in (("scan.mode", mode), ("scan.snapshot-id", snapshot_id),
                            ("scan.timestamp-millis", timestamp_ms), ("scan.tag-name", tag),
@@ -252,6 +267,17 @@ class Table:
 
     def write(self, data: WriteInput) -> Snapshot | None:
         """Write rows as one commit and return the new snapshot (None when ``data`` is empty).
+
+        ``data`` is a ``pyarrow.Table``, ``RecordBatch``, ``RecordBatchReader`` (taken batch by
+        batch, never read whole) or pandas ``DataFrame``. Its columns are the table's, by name
+        in any order (columns a schema change added may be left out: they are null); values are
+        cast to the table's types within a kind (integers to wider or narrower integers when
+        they fit, strings to strings, ...), never across kinds. A ``rowkind`` column of
+        ``+I``/``-U``/``+U``/``-D`` strings (or the table's ``rowkind.field``) gives each row's
+        kind, else every row is ``+I``. Bad input (a missing, extra or repeated column, a value
+        that does not cast safely, a null in a primary-key or NOT NULL column, an unknown row
+        kind) raises an error that names the table and column, and writes nothing.
+
         A commit that landed is never reported as failed, so a write that raised StorageError
         can be retried; after CommitOutcomeUnknownError, only once its snapshot is known not to
         have landed (docs/storage.md)."""

@@ -23,14 +23,13 @@ from changelake.changelog import consumers, follow_up, starting
 from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
 from changelake.errors import (
     OffsetError,
-    OptionError,
     RolledBackOffsetError,
     ScanError,
     SnapshotExpiredError,
     SnapshotNotFoundError,
 )
 from changelake.option_values import POSTPONE_BUCKET, ChangelogProducer
-from changelake.options import TableOptions
+from changelake.options import TableOptions, check_keys
 from changelake.table import decoupled_changelog, metadata
 from changelake.table.context import TableContext
 from changelake.table.format import kv
@@ -107,13 +106,11 @@ class ChangeSource:
     @staticmethod
     def of(context: TableContext, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None,
            row_filter: pc.Expression | None = None) -> ChangeSource:
-        """A checked source: ``options`` (Paimon names, strings) over the table's, the scan
-        mode and consumer id valid, ``columns`` known and each given once (default: all),
+        """A checked source: ``options`` (Paimon names of known options, strings) over the
+        table's, the scan mode and consumer id valid, ``columns`` known and each given once (default: all),
         ``row_filter`` an expression on the table's columns."""
         name = context.name
-        for key, value in (options or {}).items():
-            if not isinstance(value, str):
-                raise OptionError(f"must be a string, got {value!r}", table=name, option=key)
+        check_keys(options or {}, name)
         parsed = TableOptions.parse({**context.schema.options, **(options or {})}, table=name)
         starting.start_mode(parsed)
         if parsed.consumer_id is not None:
