@@ -1,7 +1,7 @@
 """changelake over Spark Connect (pyspark's own Connect server on loopback): the exactly-once
 sink across a crash and restarts, a CDC pipeline into a table whose changelog streams into
-another, batch writes and reads, compaction on the executors, and what Connect cannot give the
-sink, refused clearly."""
+another, batch writes and reads, Paimon's procedures on the executors, and what Connect cannot
+give the sink, refused clearly."""
 
 from __future__ import annotations
 
@@ -131,6 +131,19 @@ def test_batch_writes_and_reads_over_connect_and_what_connect_cannot_do(connect:
     assert then.count() == len(model(1))
     compacted = streaming.compact(connect, table, full=True)  # Paimon's compact procedure, on the server's executors
     assert compacted is not None and compacted.commit_kind is cl.CommitKind.COMPACT and rows_of(table) == model(2)
+    # ... and rescale, orphan cleanup and expiry, on a fixed-bucket table.
+    fixed = make_table(tmp_path / "fixed")
+    for b in range(2):
+        streaming.write(connect.createDataFrame(events(b), SPARK_SCHEMA), fixed)
+    rescaled = streaming.rescale(connect, fixed, bucket=3)
+    assert rescaled is not None and rescaled.commit_kind is cl.CommitKind.OVERWRITE and rows_of(fixed) == model(2)
+    stray = Path(fixed.location, "dt=d0", "bucket-0", "data-stray-0.parquet")
+    stray.write_bytes(b"left by a crashed writer")
+    os.utime(stray, (1_000_000, 1_000_000))
+    assert streaming.remove_orphan_files(connect, fixed, dry_run=True) == [str(stray)]
+    assert streaming.remove_orphan_files(connect, fixed) == [str(stray)] and not stray.exists()
+    expired = streaming.expire_snapshots(connect, fixed, retain_min=1, retain_max=1)
+    assert expired.snapshots and expired.data_files > 0 and rows_of(fixed) == model(2)
 
     # Connect has no sparkContext: without a checkpoint to read the query id from (nor a commit
     # user), the sink says what to pass, and commits nothing.
