@@ -139,6 +139,15 @@ class ScanError(ChangelakeError):
     """A scan request is contradictory or names columns the table does not have."""
 
 
+class FilterError(ScanError):
+    """A filter string does not parse or does not fit the table's columns; ``position`` is
+    where in the text (0-based)."""
+
+    def __init__(self, message: str, *, position: int = 0, **fields: str | None) -> None:
+        super().__init__(message, **fields)
+        self.position = position
+
+
 class OffsetError(ChangelakeError):
     """A stream offset does not belong to this table or points past its history."""
 

@@ -15,7 +15,7 @@ from changelake.errors import ScanError
 from changelake.table import metadata
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import Snapshot
-from changelake.table.read import planner, reader
+from changelake.table.read import planner, reader, sql_filter
 from changelake.table.read.planner import Split
 
 
@@ -44,7 +44,7 @@ class Scan(handoff.ArrowExports):
         snapshot_id: int | None = None,
         tag: str | None = None,
         timestamp_ms: int | None = None,
-        filter: pc.Expression | None = None,
+        filter: pc.Expression | str | None = None,
         columns: Sequence[str] | None = None,
         read_optimized: bool = False,
     ) -> Scan:
@@ -63,12 +63,16 @@ class Scan(handoff.ArrowExports):
 
     # -- building ---------------------------------------------------------------------------
 
-    def filter(self, expression: pc.Expression) -> Scan:
-        """Only rows matching ``expression`` (combined with any earlier filter)."""
-        if not isinstance(expression, pc.Expression):
-            raise ScanError(f"filter must be a pyarrow.compute.Expression, got {expression!r}",
+    def filter(self, expression: pc.Expression | str) -> Scan:
+        """Only rows matching ``expression`` (combined with any earlier filter): a
+        ``pyarrow.compute`` expression, or a SQL-like string (``"dt = '2024-01-01' AND amount
+        > 10.5"``: comparisons, ``IN``, ``LIKE``, ``IS [NOT] NULL``, ``AND``/``OR``/``NOT``;
+        literals take their column's type, so decimals and dates compare exactly)."""
+        parsed = sql_filter.as_expression(expression, self.context.arrow_schema, self.context.name)
+        if parsed is None:
+            raise ScanError("filter must be a pyarrow.compute.Expression or a SQL-like string, got None",
                             table=self.context.name)
-        combined = expression if self.row_filter is None else self.row_filter & expression
+        combined = parsed if self.row_filter is None else self.row_filter & parsed
         return dataclasses.replace(self, row_filter=combined)
 
     def select(self, *columns: str) -> Scan:

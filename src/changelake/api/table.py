@@ -191,14 +191,15 @@ class Table:
         *,
         tag: str | None = None,
         timestamp_ms: int | None = None,
-        filter: pc.Expression | None = None,
+        filter: pc.Expression | str | None = None,
         columns: Sequence[str] | None = None,
         read_optimized: bool = False,
     ) -> Scan:
         """A merged read of one snapshot (default the latest; or by id, a tag's, or the latest
         committed at or before ``timestamp_ms``). ``filter`` is a ``pyarrow.compute``
-        expression on the table's columns (``pc.field("dt") == "2024-01-01"``); partition and
-        primary-key terms prune files, the rest filters rows after the merge. ``columns``
+        expression on the table's columns (``pc.field("dt") == "2024-01-01"``) or the same as
+        SQL-like text (``"dt = '2024-01-01' AND amount > 10.5"``, :meth:`Scan.filter`);
+        partition and primary-key terms prune files, the rest filters rows after the merge. ``columns``
         picks and orders the columns. The result is an immutable builder: ``.filter()``,
         ``.select()``, ``.at_snapshot()`` and friends return new scans; ``.to_arrow()``,
         ``.to_batches()``, ``.to_pandas()``, ``.to_polars()``, ``.to_duckdb()`` read it.
@@ -217,7 +218,7 @@ class Table:
         consumer_id: str | None = None,
         offset: StreamOffset | None = None,
         columns: Sequence[str] | None = None,
-        filter: pc.Expression | None = None,
+        filter: pc.Expression | str | None = None,
         options: Mapping[str, str] | None = None,
         max_rows: int = DEFAULT_MAX_ROWS,
     ) -> ChangeStream:
@@ -235,9 +236,10 @@ class Table:
         names (``scan.mode``, ``scan.snapshot-id``, ``scan.timestamp-millis``, ``consumer-id``,
         ``changelog-producer.row-deduplicate``, ...; unknown keys are an error); the
         arguments override them. ``columns`` and ``filter`` (a ``pyarrow.compute``
-        expression) narrow every batch. Batches hold at most ``max_rows`` rows. The changes
-        are the changelog producer's (``none``: the rows as written; ``input``, ``lookup``,
-        ``full-compaction``: complete +I/-U/+U/-D; the README's "What is implemented" says how)."""
+        expression or SQL-like text, as :meth:`scan` takes) narrow every batch. Batches hold
+        at most ``max_rows`` rows. The changes are the changelog producer's (``none``: the rows
+        as written; ``input``, ``lookup``, ``full-compaction``: complete +I/-U/+U/-D; the
+        README's "What is implemented" says how)."""
         overrides = dict(options or {})
         for key, value in (("scan.mode", mode), ("scan.snapshot-id", snapshot_id),
                            ("scan.timestamp-millis", timestamp_ms), ("scan.tag-name", tag),
@@ -253,7 +255,7 @@ class Table:
         end_snapshot: int,
         *,
         columns: Sequence[str] | None = None,
-        filter: pc.Expression | None = None,
+        filter: pc.Expression | str | None = None,
     ) -> Changes:
         """The changes of the snapshots after ``start_snapshot`` up to ``end_snapshot``
         (Paimon's ``incremental-between``), read with ``.to_arrow()`` or ``.to_batches()``."""

@@ -24,7 +24,6 @@ from changelake.changelog.offsets import ChangeKind, ReadLimit, StreamOffset
 from changelake.errors import (
     OffsetError,
     RolledBackOffsetError,
-    ScanError,
     SnapshotExpiredError,
     SnapshotNotFoundError,
 )
@@ -36,7 +35,7 @@ from changelake.table.format import kv
 from changelake.table.format import snapshot as snapshots
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.maintenance import rollback
-from changelake.table.read import planner, reader
+from changelake.table.read import planner, reader, sql_filter
 from changelake.table.read.planner import Split
 
 ROWKIND = "rowkind"
@@ -105,10 +104,10 @@ class ChangeSource:
 
     @staticmethod
     def of(context: TableContext, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None,
-           row_filter: pc.Expression | None = None) -> ChangeSource:
+           row_filter: pc.Expression | str | None = None) -> ChangeSource:
         """A checked source: ``options`` (Paimon names of known options, strings) over the
         table's, the scan mode and consumer id valid, ``columns`` known and each given once (default: all),
-        ``row_filter`` an expression on the table's columns."""
+        ``row_filter`` an expression or a SQL-like string on the table's columns."""
         name = context.name
         check_keys(options or {}, name)
         parsed = TableOptions.parse({**context.schema.options, **(options or {})}, table=name)
@@ -116,9 +115,7 @@ class ChangeSource:
         if parsed.consumer_id is not None:
             consumers.check_id(context, parsed.consumer_id)
         chosen = tuple(context.arrow_schema.names) if columns is None else context.selected_columns(columns)
-        if row_filter is not None and not isinstance(row_filter, pc.Expression):
-            raise ScanError(f"filter must be a pyarrow.compute.Expression, got {row_filter!r}", table=name)
-        return ChangeSource(context, parsed, chosen, row_filter)
+        return ChangeSource(context, parsed, chosen, sql_filter.as_expression(row_filter, context.arrow_schema, name))
 
     @cached_property
     def identity(self) -> str:

@@ -18,7 +18,8 @@ from changelake import Table
 from changelake.cli.common import StorageOpt, TableArg, UsageError, WarehouseOpt, load_table
 from changelake.cli.output import Format, RowWriter, default_format
 from changelake.cli.progress import progress_bar
-from changelake.cli.where import WhereError, parse_where
+from changelake.errors import FilterError
+from changelake.table.read import sql_filter
 
 WhereOpt = Annotated[str | None, typer.Option(
     "--where", help="Row filter, e.g. \"id >= 10 AND (name = 'x' OR d IS NULL)\"; see docs/cli.md.")]
@@ -37,9 +38,9 @@ def _filter(table: Table, where: str | None) -> pc.Expression | None:
     if where is None:
         return None
     try:
-        return parse_where(where, table.schema)
-    except WhereError as error:
-        raise UsageError(str(error)) from None
+        return sql_filter.parse(where, table.schema)
+    except FilterError as error:
+        raise UsageError(f"--where: {error.message}") from None
 
 
 def _columns(columns: str | None) -> list[str] | None:

@@ -10,7 +10,8 @@ import re
 import pyarrow as pa
 import pytest
 
-from changelake.cli.where import WhereError, parse_where
+from changelake.errors import FilterError
+from changelake.table.read.sql_filter import parse
 
 ROWS = pa.table({
     "id": pa.array([1, 2, 3, 4], pa.int64()),
@@ -24,7 +25,7 @@ ROWS = pa.table({
 
 
 def ids(where: str) -> list[int]:
-    return ROWS.filter(parse_where(where, ROWS.schema))["id"].to_pylist()
+    return ROWS.filter(parse(where, ROWS.schema))["id"].to_pylist()
 
 
 @pytest.mark.parametrize(("where", "expected"), [
@@ -120,8 +121,8 @@ def test_negations_drop_nulls_as_sql(where: str, expected: list[int]) -> None:
     ("name < id", "< does not apply to column 'name' (string) and column 'id' (int64)", 6),
 ])
 def test_errors_point_at_the_token(where: str, message: str, position: int) -> None:
-    with pytest.raises(WhereError, match=re.escape(message)) as raised:
-        parse_where(where, ROWS.schema)
+    with pytest.raises(FilterError, match=re.escape(message)) as raised:
+        parse(where, ROWS.schema)
     assert raised.value.position == position - 1
     assert f"at character {position} " in str(raised.value)
     assert "\n" not in str(raised.value)

@@ -1,4 +1,5 @@
-"""The ``--where`` language: a small SQL-like filter parsed into a pyarrow compute expression.
+"""Filters as text: a small SQL-like language parsed into a pyarrow compute expression, taken
+wherever a filter is (``Table.scan``, ``Table.stream``, ``Table.changes``, the CLI's ``--where``).
 
 Grammar (keywords in any case)::
 
@@ -33,14 +34,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from changelake.errors import FilterError, ScanError
 
-class WhereError(ValueError):
-    """A ``--where`` expression that does not parse or does not fit the table's columns."""
 
-    def __init__(self, message: str, *, text: str, position: int) -> None:
-        near = text[position:position + 20] or "the end"
-        super().__init__(f"--where: {message} at character {position + 1} (near {near!r})")
-        self.position = position
+def _error(message: str, *, text: str, position: int) -> FilterError:
+    near = text[position:position + 20] or "the end"
+    return FilterError(f"{message} at character {position + 1} (near {near!r})", position=position)
 
 
 class _Kind(enum.Enum):
@@ -82,7 +81,7 @@ def _tokens(text: str) -> list[_Token]:
     while position < len(text):
         match = _TOKEN.match(text, position)
         if match is None:
-            raise WhereError(f"unexpected character {text[position]!r}", text=text, position=position)
+            raise _error(f"unexpected character {text[position]!r}", text=text, position=position)
         kind = match.lastgroup
         if kind == "number":
             # "a-1" is not an expression here: a sign starts a number only where a value may
@@ -93,7 +92,7 @@ def _tokens(text: str) -> list[_Token]:
                 or (previous.kind is _Kind.NAME and previous.text.upper() not in _KEYWORDS)
                 or (previous.kind is _Kind.PUNCT and previous.text == ")"))
             if match.group()[0] in "+-" and after_value:
-                raise WhereError("arithmetic is not supported", text=text, position=position)
+                raise _error("arithmetic is not supported", text=text, position=position)
             found.append(_Token(_Kind.NUMBER, match.group(), position))
         elif kind == "string":
             found.append(_Token(_Kind.STRING, match.group()[1:-1].replace("''", "'"), position))
@@ -140,8 +139,8 @@ class _Parser:
     def current(self) -> _Token:
         return self.tokens[self.index]
 
-    def _fail(self, message: str, token: _Token | None = None) -> WhereError:
-        return WhereError(message, text=self.text, position=(token or self.current).position)
+    def _fail(self, message: str, token: _Token | None = None) -> FilterError:
+        return _error(message, text=self.text, position=(token or self.current).position)
 
     def _keyword(self, *words: str) -> bool:
         """Consume the current token when it is one of ``words`` (a keyword)."""
@@ -288,7 +287,7 @@ class _Parser:
     def _coerce(self, literal: _Literal, column: _Column) -> pa.Scalar:
         """``literal`` as a value of ``column``'s type (a cast, so '2024-01-01' is a date)."""
         if literal.value is None:
-            raise WhereError("NULL compares as unknown; use IS NULL", text=self.text, position=literal.position)
+            raise _error("NULL compares as unknown; use IS NULL", text=self.text, position=literal.position)
         try:
             if pa.types.is_decimal(column.type) and not isinstance(literal.value, bool):
                 # Through Decimal: an int64 or double literal cast to decimal(10, 2) would need
@@ -296,10 +295,10 @@ class _Parser:
                 return pa.scalar(decimal.Decimal(str(literal.value)), type=column.type)
             return pa.scalar(literal.value).cast(column.type)
         except decimal.InvalidOperation:
-            raise WhereError(f"{literal.value!r} is not a value of column {column.name!r} ({column.type})",
+            raise _error(f"{literal.value!r} is not a value of column {column.name!r} ({column.type})",
                              text=self.text, position=literal.position) from None
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError) as error:
-            raise WhereError(f"{literal.value!r} is not a value of column {column.name!r} ({column.type}): "
+            raise _error(f"{literal.value!r} is not a value of column {column.name!r} ({column.type}): "
                              f"{str(error).splitlines()[0]}", text=self.text, position=literal.position) from None
 
     def _check_kernel(self, call: Callable[[], object], message: str, token: _Token) -> None:
@@ -326,6 +325,20 @@ class _Parser:
         return compare(left_value, right_value)
 
 
-def parse_where(text: str, schema: pa.Schema) -> pc.Expression:
-    """The filter ``text`` means over rows of ``schema`` (WhereError pointing at the bad token)."""
+def parse(text: str, schema: pa.Schema) -> pc.Expression:
+    """The filter ``text`` means over rows of ``schema`` (FilterError pointing at the bad token)."""
     return _Parser(text, schema).parse()
+
+
+def as_expression(row_filter: pc.Expression | str | None, schema: pa.Schema, table: str) -> pc.Expression | None:
+    """A filter given as an expression or as text, as an expression (None for None); ScanError
+    naming ``table`` for anything else, FilterError for text that does not parse."""
+    if row_filter is None or isinstance(row_filter, pc.Expression):
+        return row_filter
+    if isinstance(row_filter, str):
+        try:
+            return parse(row_filter, schema)
+        except FilterError as error:
+            raise error.in_table(table) from None
+    raise ScanError(f"filter must be a pyarrow.compute.Expression or a SQL-like string, got {row_filter!r}",
+                    table=table)
