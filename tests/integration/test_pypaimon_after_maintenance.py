@@ -127,3 +127,25 @@ def test_pypaimon_reads_and_writes_a_rescaled_table(tmp_path: Path, pypaimon: Py
         assert rows(pypaimon.read(warehouse, "db.t", {"scan.snapshot-id": str(snapshot.id)}).to_pylist()) == \
             rows(_ours(table, snapshot_id=snapshot.id)), snapshot.id
     assert ("b", 100, "theirs") in rows(_ours(table))
+
+
+def test_pypaimon_reads_dropped_partitions_and_a_truncated_table(tmp_path: Path, pypaimon: Pypaimon) -> None:
+    """changelake's OVERWRITE snapshots that drop partitions and truncate: pypaimon reads each
+    snapshot as changelake does (the dropped rows gone at and after the drop, there before)."""
+    warehouse = str(tmp_path)
+    schema = pa.schema([pa.field("dt", pa.string(), nullable=False), *_SCHEMA])
+    table = cl.Catalog(warehouse).create_table("db.t", schema, primary_keys=["dt", "k"], partition_keys=["dt"],
+                                               options={"bucket": "2", "deletion-vectors.enabled": "true"})
+    for i in range(3):
+        table.write(pa.table({"dt": [f"d{j % 3}" for j in range(i, i + 6)], "k": list(range(i, i + 6)),
+                              "v": [f"v{i}"] * 6}, schema=schema))
+    table.compact(full=True)
+    table.drop_partitions([{"dt": "d1"}])
+    table.write(pa.table({"dt": ["d1"], "k": [100], "v": ["back"]}, schema=schema))
+    table.compact(full=True)
+    assert {r["dt"] for r in _ours(table)} == {"d0", "d1", "d2"}
+    for snapshot in table.snapshots():
+        assert _paimon_rows(pypaimon, warehouse, {"scan.snapshot-id": str(snapshot.id)}) == \
+            _ours(table, snapshot_id=snapshot.id)
+    table.truncate()
+    assert _paimon_rows(pypaimon, warehouse) == _ours(table) == []

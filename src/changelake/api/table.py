@@ -18,7 +18,7 @@ from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import LookupCompactMode, ScanMode
-from changelake.table import metadata, schema_update, snapshot_expiry
+from changelake.table import metadata, partition_drops, schema_update, snapshot_expiry
 from changelake.table.append import compaction as append_compaction
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
@@ -334,6 +334,26 @@ class Table:
         self._use(context)
         if landed is not None:
             snapshot_expiry.expire_after_commit(context)
+        return landed
+
+    def truncate(self) -> Snapshot | None:
+        """Delete every row as one OVERWRITE snapshot (Paimon's ``TRUNCATE TABLE``): the
+        files the table holds when it lands go, rows committed meanwhile included. Older
+        snapshots and tags still read the rows until they expire; streams skip the snapshot
+        (unless ``streaming-read-overwrite``). None for a table with no file."""
+        landed = partition_drops.truncate(self._context, str(uuid.uuid4()))
+        if landed is not None:
+            snapshot_expiry.expire_after_commit(self._context)
+        return landed
+
+    def drop_partitions(self, partitions: Sequence[Mapping[str, Any]]) -> Snapshot | None:
+        """Delete the rows of ``partitions`` (each a dict of partition values, e.g.
+        ``[{"dt": "2024-01-01"}]``) as one OVERWRITE snapshot (Paimon's ``ALTER TABLE ... DROP
+        PARTITION``). ScanError, with nothing written, for an unpartitioned table or a
+        partition that holds no data."""
+        landed = partition_drops.drop_partitions(self._context, partitions, str(uuid.uuid4()))
+        if landed is not None:
+            snapshot_expiry.expire_after_commit(self._context)
         return landed
 
     # -- maintenance ------------------------------------------------------------------------

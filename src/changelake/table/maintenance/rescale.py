@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from changelake.errors import CommitConflictError, CorruptMetadataError, OptionError, ScanError, SnapshotNotFoundError
-from changelake.table import metadata, schema_update
+from changelake.errors import CommitConflictError, CorruptMetadataError, OptionError, SnapshotNotFoundError
+from changelake.table import metadata, partition_drops, schema_update
 from changelake.table.append import rescale as append_rescale
 from changelake.table.commit import overwrite
 from changelake.table.commit.message import CommitMessage
@@ -39,7 +39,7 @@ from changelake.table.executor import map_all
 from changelake.table.format import bucket as bucket_hash
 from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.index_manifest import IndexFileMeta
-from changelake.table.format.manifest import DataFileMeta, FileSource, ManifestEntry
+from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints, scratch
@@ -91,7 +91,7 @@ def plan(ctx: TableContext, *, bucket: int | None,
     latest = ctx.latest_snapshot()
     target = _checked_bucket(ctx, bucket, latest)
     entries = live_files.live_entries(ctx, latest) if latest is not None else []
-    chosen = _chosen_partitions(ctx, entries, partitions)
+    chosen = partition_drops.named_partitions(ctx, entries, partitions, operation="rescale")
     if target != ctx.options.bucket:
         ctx = schema_update.commit(ctx, [schema_update.SetOptions({"bucket": str(target)})])
     base = ctx.latest_snapshot()
@@ -127,24 +127,6 @@ def _checked_bucket(ctx: TableContext, bucket: int | None, latest: Snapshot | No
         raise SnapshotNotFoundError("has no snapshot: nothing to rescale (set_options changes 'bucket' of an "
                                     "empty table)", table=ctx.name)
     return current if bucket is None else bucket
-
-
-def _chosen_partitions(ctx: TableContext, entries: Sequence[ManifestEntry],
-                       partitions: Sequence[Mapping[str, Any]] | None) -> frozenset[bytes]:
-    """The serialized partitions to rescale; ScanError naming a partition that holds no file."""
-    present = {e.partition for e in entries}
-    if partitions is None:
-        return frozenset(present)
-    if isinstance(partitions, Mapping):
-        raise ScanError("partitions must be a list of dicts of partition values", table=ctx.name)
-    by_values = {ctx.partition_values(p): p for p in present}
-    chosen = set()
-    for spec in partitions:
-        values = ctx.partition_of(spec)
-        if values not in by_values:
-            raise ScanError(f"partition {dict(spec)} holds no data: nothing to rescale", table=ctx.name)
-        chosen.add(by_values[values])
-    return frozenset(chosen)
 
 
 def rewrite(planned: RescalePlan, partitions: Sequence[bytes],
