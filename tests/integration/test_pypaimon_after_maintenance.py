@@ -129,9 +129,10 @@ def test_pypaimon_reads_and_writes_a_rescaled_table(tmp_path: Path, pypaimon: Py
     assert ("b", 100, "theirs") in rows(_ours(table))
 
 
-def test_pypaimon_reads_dropped_partitions_and_a_truncated_table(tmp_path: Path, pypaimon: Pypaimon) -> None:
-    """changelake's OVERWRITE snapshots that drop partitions and truncate: pypaimon reads each
-    snapshot as changelake does (the dropped rows gone at and after the drop, there before)."""
+def test_pypaimon_reads_dropped_partitions_deletes_updates_and_a_truncated_table(tmp_path: Path,
+                                                                                pypaimon: Pypaimon) -> None:
+    """changelake's OVERWRITE snapshots that drop partitions and truncate, and its deletes and
+    updates by predicate: pypaimon reads each snapshot as changelake does."""
     warehouse = str(tmp_path)
     schema = pa.schema([pa.field("dt", pa.string(), nullable=False), *_SCHEMA])
     table = cl.Catalog(warehouse).create_table("db.t", schema, primary_keys=["dt", "k"], partition_keys=["dt"],
@@ -142,8 +143,12 @@ def test_pypaimon_reads_dropped_partitions_and_a_truncated_table(tmp_path: Path,
     table.compact(full=True)
     table.drop_partitions([{"dt": "d1"}])
     table.write(pa.table({"dt": ["d1"], "k": [100], "v": ["back"]}, schema=schema))
+    table.delete("k < 2")
+    table.update("k = 3", set={"v": "updated"})
     table.compact(full=True)
     assert {r["dt"] for r in _ours(table)} == {"d0", "d1", "d2"}
+    assert {r["k"] for r in _ours(table)} >= {3, 100} and not {0, 1} & {r["k"] for r in _ours(table)}
+    assert [r["v"] for r in _ours(table) if r["k"] == 3] == ["updated"]
     for snapshot in table.snapshots():
         assert _paimon_rows(pypaimon, warehouse, {"scan.snapshot-id": str(snapshot.id)}) == \
             _ours(table, snapshot_id=snapshot.id)

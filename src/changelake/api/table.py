@@ -28,7 +28,7 @@ from changelake.table.lsm import compactor, inspection
 from changelake.table.lsm.inspection import TableInspection
 from changelake.table.maintenance import orphans, rescale, rollback
 from changelake.table.snapshot_expiry import ExpireResult, Retention
-from changelake.table.write import postpone, postpone_compaction
+from changelake.table.write import postpone, postpone_compaction, row_level
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
@@ -335,6 +335,26 @@ class Table:
         if landed is not None:
             snapshot_expiry.expire_after_commit(context)
         return landed
+
+    def delete(self, predicate: pc.Expression | str) -> Snapshot | None:
+        """Delete the rows ``predicate`` matches (a ``pyarrow.compute`` expression or SQL-like
+        text, as :meth:`scan` takes) as one commit of -D rows, Paimon's ``DELETE FROM`` on a
+        primary-key table: the merge engine and changelog producer see them as any delete.
+        OptionError for a table whose merge engine keeps deleted rows (first-row,
+        ``ignore-delete``; partial-update and aggregation without
+        ``*.remove-record-on-delete``) and for append tables. None when nothing matches."""
+        rows = row_level.deletions(self._context, predicate)
+        return None if rows is None else self.write(rows)
+
+    def update(self, predicate: pc.Expression | str, *, set: Mapping[str, Any]) -> Snapshot | None:
+        """Set columns of the rows ``predicate`` matches, Paimon's ``UPDATE`` on a primary-key
+        table: ``set`` maps a column to a value (cast to its type) or to a ``pyarrow.compute``
+        expression over the old row (``{"qty": pc.field("qty") + 1}``). Written as one commit
+        of -U (old) and +U (new) rows (+U only under partial-update). Primary-key and
+        partition columns cannot be set; aggregation and first-row tables take no update.
+        None when nothing matches."""
+        rows = row_level.updates(self._context, predicate, set)
+        return None if rows is None else self.write(rows)
 
     def truncate(self) -> Snapshot | None:
         """Delete every row as one OVERWRITE snapshot (Paimon's ``TRUNCATE TABLE``): the

@@ -106,24 +106,51 @@ def _takes_rowkind(ctx: TableContext, names: Sequence[str]) -> bool:
             and ROWKIND_COLUMN not in ctx.arrow_schema.names)
 
 
-def check_columns(ctx: TableContext, names: Sequence[str]) -> list[str]:
+def check_columns(ctx: TableContext, names: Sequence[str], *, only_deletes: bool = False) -> list[str]:
     """Check input column ``names`` (a ``rowkind`` column aside) against the table's: a
     SchemaMismatchError names missing, extra or duplicate columns. Returns the missing columns
-    a schema change added, which the input may leave out (they are null)."""
+    the input may leave out: those a schema change added (they are null) and, when every row
+    is a -D (``only_deletes``: a CDC delete that carries only the key), all but the primary
+    key's."""
     if _takes_rowkind(ctx, names):
         names = [n for n in names if n != ROWKIND_COLUMN]
     table_names = ctx.arrow_schema.names
     missing = [n for n in table_names if n not in names]
-    fill = _added_nullable(ctx, missing)
+    if only_deletes and ctx.primary_keys:
+        fill = [n for n in missing if n not in ctx.primary_keys]
+    else:
+        fill = _added_nullable(ctx, missing)
     missing = [n for n in missing if n not in fill]
     if missing:
-        raise SchemaMismatchError(f"input is missing columns {missing}", table=ctx.name)
+        hint = "; a delete may leave out all but the primary key" if only_deletes and ctx.primary_keys else ""
+        raise SchemaMismatchError(f"input is missing columns {missing}{hint}", table=ctx.name)
     extra = [n for n in names if n not in table_names]
     if extra:
         raise SchemaMismatchError(f"input has columns not in the table: {extra}", table=ctx.name)
     if len(set(names)) != len(names):
         raise SchemaMismatchError(f"input has duplicate column names {list(names)}", table=ctx.name)
     return fill
+
+
+def _placeholder(ctx: TableContext, field: pa.Field, rows: int) -> pa.Array:
+    """A column the input left out: nulls, or for a NOT NULL column its type's zero."""
+    if field.nullable:
+        return pa.nulls(rows, field.type)
+    t = pa.types
+    if t.is_string(field.type) or t.is_large_string(field.type):
+        zero: pa.Scalar = pa.scalar("", field.type)
+    elif t.is_binary(field.type) or t.is_large_binary(field.type):
+        zero = pa.scalar(b"", field.type)
+    elif t.is_boolean(field.type):
+        zero = pa.scalar(value=False)
+    elif t.is_integer(field.type) or t.is_floating(field.type) or t.is_decimal(field.type) or \
+            t.is_temporal(field.type):
+        zero = pa.scalar(0, pa.int64() if t.is_temporal(field.type) and not t.is_date32(field.type) else None)
+        zero = zero.cast(pa.int32() if t.is_date32(field.type) else zero.type).cast(field.type)
+    else:
+        raise SchemaMismatchError(f"a delete by key must carry the NOT NULL column {field.name!r} "
+                                  f"({field.type})", table=ctx.name, column=field.name)
+    return pa.repeat(zero, rows)
 
 
 def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
@@ -137,11 +164,14 @@ def conform(ctx: TableContext, data: pa.Table) -> tuple[pa.Table, np.ndarray]:
     if _takes_rowkind(ctx, data.column_names):
         kinds = row_kinds(data.column(ROWKIND_COLUMN), ctx.name, ROWKIND_COLUMN)
         data = data.drop_columns([ROWKIND_COLUMN])
-    fill = check_columns(ctx, data.column_names)
+    only_deletes = kinds is not None and len(kinds) > 0 and bool((kinds == kv.DELETE).all())
+    fill = check_columns(ctx, data.column_names, only_deletes=only_deletes)
     if fill:
-        # Input shaped like the schema before columns were added: they are null, as Paimon fills them.
-        nulls = [pa.nulls(data.num_rows, schema.field(n).type) for n in fill]
-        data = pa.Table.from_arrays([*data.columns, *nulls], names=[*data.column_names, *fill])
+        # Input shaped like the schema before columns were added, or deletes by key alone: the
+        # other columns are null (a NOT NULL one holds its type's zero: a delete's values are
+        # not read back).
+        filler = [_placeholder(ctx, schema.field(n), data.num_rows) for n in fill]
+        data = pa.Table.from_arrays([*data.columns, *filler], names=[*data.column_names, *fill])
     columns = []
     for field in schema:
         column = data.column(field.name)
