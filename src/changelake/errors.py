@@ -66,6 +66,10 @@ class DatabaseAlreadyExistsError(ChangelakeError):
     """A database of that name already exists."""
 
 
+class DatabaseNotEmptyError(ChangelakeError):
+    """A database to drop still holds tables (drop them first, or pass ``cascade``)."""
+
+
 class TableNotFoundError(ChangelakeError):
     """The named table (or table directory) does not exist."""
 

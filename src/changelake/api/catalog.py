@@ -8,7 +8,14 @@ from typing import Any
 import pyarrow as pa
 
 from changelake.api.table import Table
-from changelake.errors import DatabaseAlreadyExistsError, DatabaseNotFoundError, SchemaError
+from changelake.errors import (
+    DatabaseAlreadyExistsError,
+    DatabaseNotEmptyError,
+    DatabaseNotFoundError,
+    SchemaError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+)
 from changelake.table import metadata
 from changelake.table.io.atomic import CommitLock
 from changelake.table.io.fileio import FileIO
@@ -55,7 +62,20 @@ class Catalog:
             if ignore_if_exists:
                 return
             raise DatabaseAlreadyExistsError(f"database {name} already exists at {path}")
-        self.file_io.makedirs(path)
+        self.file_io.create_directory(path)
+
+    def drop_database(self, name: str, *, ignore_if_not_exists: bool = False, cascade: bool = False) -> None:
+        """Delete ``<warehouse>/<name>.db``: DatabaseNotEmptyError while it holds tables,
+        unless ``cascade`` (then its tables go too, as :meth:`drop_table` drops them)."""
+        path = self._database_dir(name)
+        if not self.file_io.exists(path):
+            if ignore_if_not_exists:
+                return
+            raise DatabaseNotFoundError(f"database {name} does not exist ({path})")
+        tables = self.list_tables(name)
+        if tables and not cascade:
+            raise DatabaseNotEmptyError(f"database {name} holds tables {tables}: drop them first, or pass cascade=True")
+        self.file_io.delete_tree(path)
 
     def list_tables(self, database: str) -> list[str]:
         """Names of the tables of a database."""
@@ -66,6 +86,41 @@ class Catalog:
             n for n in self.file_io.list_names(path)
             if self.file_io.list_names(TablePaths(f"{path}/{n}").schema_dir)
         )
+
+    def _table_dir(self, name: str) -> str:
+        database, table_name = _split_name(name)
+        return f"{self._database_dir(database)}/{table_name}"
+
+    def table_exists(self, name: str) -> bool:
+        """Whether ``database.table`` exists (its directory holds a schema)."""
+        return bool(self.file_io.list_names(TablePaths(self._table_dir(name)).schema_dir))
+
+    def drop_table(self, name: str, *, ignore_if_not_exists: bool = False) -> None:
+        """Delete ``database.table``: its directory, with every snapshot, tag, branch and data
+        file, as Paimon's filesystem catalog drops a table. Readers and writers of it fail
+        from then on; nothing of it can be restored."""
+        if not self.table_exists(name):
+            if ignore_if_not_exists:
+                return
+            raise TableNotFoundError(f"does not exist ({self._table_dir(name)})", table=name)
+        self.file_io.delete_tree(self._table_dir(name))
+
+    def rename_table(self, name: str, new_name: str) -> Table:
+        """Rename ``database.table`` to ``new_name`` (``database.table`` too, in an existing
+        database) by renaming its directory, as Paimon's filesystem catalog does, and open it.
+        The rename is atomic on a local filesystem; on an object store it is a copy then a
+        delete, so stop the table's writers and readers first. Tables opened under the old
+        name no longer read."""
+        if not self.table_exists(name):
+            raise TableNotFoundError(f"does not exist ({self._table_dir(name)})", table=name)
+        database, _ = _split_name(new_name)
+        if not self.file_io.exists(self._database_dir(database)):
+            raise DatabaseNotFoundError(f"database {database} does not exist ({self._database_dir(database)})")
+        target = self._table_dir(new_name)
+        if self.file_io.exists(target):
+            raise TableAlreadyExistsError(f"already exists ({target})", table=new_name)
+        self.file_io.rename(self._table_dir(name), target)
+        return self.get_table(new_name)
 
     def create_table(
         self,

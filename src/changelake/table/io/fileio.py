@@ -419,3 +419,30 @@ class FileIO:
     def makedirs(self, path: str) -> None:
         with reported("mkdir", path):
             self.fs.makedirs(path, exist_ok=True)
+
+    def create_directory(self, path: str) -> None:
+        """A directory that exists while empty: on object stores, which have only keys, an
+        empty ``path/`` object marks it (as Hadoop's S3A writes one for Paimon's catalog)."""
+        if self.is_local:
+            self.makedirs(path)
+            return
+        with reported("mkdir", path):
+            self.fs.pipe_file(f"{path.rstrip('/')}/", b"")
+
+    def delete_tree(self, path: str) -> None:
+        """Remove a directory and everything below it, if it exists."""
+        with contextlib.suppress(FileNotFoundError), reported("delete", path):
+            self.fs.rm(path, recursive=True)
+
+    def rename(self, source: str, target: str) -> None:
+        """Move a file or a directory (an atomic rename on a local filesystem; a copy then a
+        delete on object stores)."""
+        with reported("rename", source):
+            if self.is_local:
+                os.rename(source, target)
+                return
+            # Key by key: fsspec's recursive mv trips over the prefixes it takes for directories.
+            files = [str(f) for f in self.fs.find(source)]
+            root = self.fs._strip_protocol(source).rstrip("/")
+            self.fs.copy(files, [f"{target.rstrip('/')}{f[len(root):]}" for f in files])
+            self.fs.rm(source, recursive=True)
