@@ -64,7 +64,9 @@ def test_scan_rejects_bad_selections_with_fields(tmp_path: Path) -> None:
     with pytest.raises(ScanError):
         table.scan(snapshot_id=1, tag="t")
     with pytest.raises(ScanError):
-        table.scan().filter("k > 1")  # type: ignore[arg-type]
+        table.scan().filter(1)  # type: ignore[arg-type]
+    with pytest.raises(ScanError, match="nope"):
+        table.scan().filter("nope > 1")  # text is a filter too, checked against the columns
 
 
 def test_enums_name_the_fixed_sets(tmp_path: Path) -> None:

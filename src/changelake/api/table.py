@@ -18,7 +18,7 @@ from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import LookupCompactMode, ScanMode
-from changelake.table import metadata, partition_drops, schema_update, snapshot_expiry
+from changelake.table import metadata, partition_drops, partition_expiry, schema_update, snapshot_expiry
 from changelake.table.append import compaction as append_compaction
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
@@ -375,6 +375,18 @@ class Table:
         if landed is not None:
             snapshot_expiry.expire_after_commit(self._context)
         return landed
+
+    def expire_partitions(self, *, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+        """Drop the partitions older than ``partition.expiration-time`` at ``now`` (default:
+        the local time now) as one OVERWRITE snapshot, as writers do after their commits
+        (``partition.expiration-strategy``, ``partition.timestamp-pattern``,
+        ``partition.timestamp-formatter``, ``partition.expiration-max-num``). Returns the
+        dropped partitions' values, oldest first; none without the option."""
+        ctx = self._context
+        gone, landed = partition_expiry.expire_partitions(ctx, str(uuid.uuid4()), now=now)
+        if landed is not None:
+            snapshot_expiry.expire_after_commit(ctx, partitions=False)
+        return [dict(zip(ctx.partition_keys, ctx.partition_values(p), strict=True)) for p in gone]
 
     # -- maintenance ------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ def truncate(ctx: TableContext, commit_user: str) -> Snapshot | None:
     latest = ctx.latest_snapshot()
     if latest is None:
         return None
-    return _drop(ctx, frozenset(e.partition for e in live_files.live_entries(ctx, latest)), commit_user)
+    return drop(ctx, frozenset(e.partition for e in live_files.live_entries(ctx, latest)), commit_user)
 
 
 def drop_partitions(ctx: TableContext, partitions: Sequence[Mapping[str, Any]], commit_user: str) -> Snapshot | None:
@@ -59,10 +59,11 @@ def drop_partitions(ctx: TableContext, partitions: Sequence[Mapping[str, Any]], 
         raise ScanError("drop_partitions needs at least one partition", table=ctx.name)
     latest = ctx.latest_snapshot()
     entries = live_files.live_entries(ctx, latest) if latest is not None else []
-    return _drop(ctx, named_partitions(ctx, entries, partitions, operation="drop"), commit_user)
+    return drop(ctx, named_partitions(ctx, entries, partitions, operation="drop"), commit_user)
 
 
-def _drop(ctx: TableContext, partitions: frozenset[bytes], commit_user: str) -> Snapshot | None:
+def drop(ctx: TableContext, partitions: frozenset[bytes], commit_user: str) -> Snapshot | None:
+    """Delete the rows of ``partitions`` (serialized) as one OVERWRITE snapshot (None for none)."""
     if not partitions:
         return None
     return overwrite.commit_overwrite(ctx, partitions, [], commit_user, BATCH_COMMIT_IDENTIFIER, base=None)

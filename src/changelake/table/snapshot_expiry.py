@@ -27,11 +27,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from changelake.errors import CorruptMetadataError, SnapshotNotFoundError
-from changelake.table import decoupled_changelog, metadata
+from changelake.table import decoupled_changelog, metadata, partition_expiry
 from changelake.table.commit import last_commits
 from changelake.table.context import TableContext
 from changelake.table.format import consumer
@@ -87,14 +88,17 @@ class Retention:
         )
 
 
-def expire_after_commit(ctx: TableContext) -> ExpireResult:
+def expire_after_commit(ctx: TableContext, *, partitions: bool = True) -> ExpireResult:
     """The expiry every writer runs after a commit lands (Paimon's synchronous
-    ``snapshot.expire.execution-mode``); ``write-only`` writers skip it, as in Paimon. It must
-    not turn the landed commit into an error: a failure is logged, and the next commit's
-    expiry (or ``expire_snapshots``) carries on where it stopped."""
+    ``snapshot.expire.execution-mode``): partitions past ``partition.expiration-time`` when a
+    check is due (unless not ``partitions``), then snapshots. ``write-only`` writers skip
+    it, as in Paimon. It must not turn the landed commit into an error: a failure is logged,
+    and the next commit's expiry (or ``expire_snapshots``) carries on where it stopped."""
     if ctx.options.write_only:
         return ExpireResult()
     try:
+        if partitions:
+            partition_expiry.expire_after_commit(ctx, str(uuid.uuid4()))
         return expire_alongside_others(ctx, Retention.of(ctx))
     except Exception:
         _log.warning("expiry after a commit to table %s failed; the next commit's expiry retries it", ctx.name,
