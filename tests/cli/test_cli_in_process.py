@@ -417,3 +417,26 @@ def test_postpone_bucket_tables(capfd: pytest.CaptureFixture[str], tmp_path: Pat
     assert code == 0 and out.startswith("compacted: snapshot 2 (2 records)")
     code, out, _ = run(capfd, "scan", made.location, "--format", "csv", "--columns", "id,name")
     assert sorted(out.splitlines()) == sorted(['"id","name"', '1,"a"', '2,"b"'])
+
+
+def test_delete_truncate_and_partitions(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("d", pa.date32(), nullable=False), pa.field("id", pa.int64(), nullable=False),
+                        pa.field("v", pa.int64())])
+    made = changelake.Catalog(str(tmp_path)).create_table("db.e", schema, ["d", "id"], partition_keys=["d"],
+                                                          options={"bucket": "1"})
+    days = [dt.date(2000, 1, 1), dt.date(2999, 1, 2)]
+    made.write(pa.table({"d": days * 5, "id": list(range(10)), "v": list(range(10))}, schema=schema))
+    code, out, err = run(capfd, "delete", made.location, "--where", "v >= 8")
+    assert (code, err, out) == (0, "", "deleted: snapshot 2 (12 records)\n")
+    assert sorted(r["id"] for r in made.scan().to_arrow().to_pylist()) == list(range(8))
+    assert run(capfd, "delete", made.location, "--where", "v > 100")[1] == "nothing matches\n"
+    code, _, err = run(capfd, "delete", made.location, "--where", "nope = 1")
+    assert code == 2 and "--where:" in err and "nope" in err
+    assert run(capfd, "drop-partition", made.location, "--partition", "d=2999-01-02")[1].startswith("dropped: snapshot")
+    assert {r["d"] for r in made.scan().to_arrow().to_pylist()} == {days[0]}
+    made.set_options({"partition.expiration-time": "1 d"})
+    assert run(capfd, "expire-partitions", made.location)[1] == "expired: d=2000-01-01\n"
+    assert run(capfd, "truncate", made.location)[1] == "nothing to truncate\n"
+    for command in (["delete"], ["truncate"], ["drop-partition"], ["expire-partitions"]):
+        code, out, _ = run(capfd, *command, "--help")
+        assert code == 0 and "Usage:" in out, command

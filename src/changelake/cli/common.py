@@ -4,8 +4,9 @@ and the usage error the app prints as one line."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
+from typing import Annotated, Any
 
+import pyarrow as pa
 import typer
 
 from changelake import Catalog, Table, open_table
@@ -74,3 +75,20 @@ def duration(text: str, flag: str) -> dt.timedelta:
         raise UsageError(f"{flag}: {error}") from None
     except OverflowError:
         raise UsageError(f"{flag}: {text!r} is longer than {dt.timedelta.max.days} days") from None
+
+
+def typed_partition(table: Table, spec: str) -> dict[str, Any]:
+    """``dt=2024-01-01,hh=0`` as values of the partition keys' types (cast as ``--where``
+    casts its literals)."""
+    typed: dict[str, Any] = {}
+    for key, text in key_values(spec.split(","), "--partition", "COLUMN=VALUE[,COLUMN=VALUE...]").items():
+        if key not in table.partition_keys:
+            raise UsageError(f"--partition: {key!r} is not a partition key of {table.name} "
+                             f"(partitioned by {', '.join(table.partition_keys) or 'nothing'})")
+        column_type = table.schema.field(key).type
+        try:
+            typed[key] = pa.scalar(text).cast(column_type).as_py()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise UsageError(f"--partition: {text!r} is not a value of column {key!r} ({column_type}): "
+                             f"{str(error).splitlines()[0]}") from None
+    return typed

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Protocol, cast
 
 import typer
 
-from changelake.cli import browse, inspect, maintain, read, tags
+from changelake.cli import browse, edit, inspect, maintain, read, tags
 from changelake.cli.common import CommandError, UsageError
 from changelake.errors import ChangelakeError
 
@@ -80,7 +80,8 @@ def _fail(message: str, code: int) -> NoReturn:
 app = _App(
     name="changelake",
     help="Look at and maintain changelake (Apache Paimon primary-key) tables: list, show, scan, "
-         "read changes, compact, rescale, expire, remove orphan files, roll back, tag, inspect the LSM tree. "
+         "read changes, compact, rescale, expire, remove orphan files, roll back, tag, inspect the LSM tree, "
+         "delete rows, truncate, drop or expire partitions. "
          "TABLE is a table directory (path or fsspec URL) or 'database.table' with --warehouse.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -98,4 +99,8 @@ app.command()(maintain.expire)
 app.command("remove-orphans")(maintain.remove_orphans)
 app.command()(maintain.rollback)
 app.command()(inspect.inspect)
+app.command()(edit.delete)
+app.command()(edit.truncate)
+app.command("drop-partition")(edit.drop_partition)
+app.command("expire-partitions")(edit.expire_partitions)
 app.add_typer(tags.app, name="tag")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
-import pyarrow as pa
 import typer
 
 from changelake import Table
-from changelake.cli.common import StorageOpt, TableArg, UsageError, WarehouseOpt, duration, key_values, load_table
+from changelake.cli.common import StorageOpt, TableArg, UsageError, WarehouseOpt, duration, load_table, typed_partition
 from changelake.cli.progress import progress_bar
 from changelake.table.snapshot_expiry import Retention
 
@@ -46,7 +45,7 @@ def rescale(
     """Rewrite partitions with a new number of buckets as one OVERWRITE snapshot (Paimon's
     rescale procedure); their rows stay as they are."""
     opened = load_table(table, warehouse, storage)
-    partitions = None if not partition else [_typed_partition(opened, spec) for spec in partition]
+    partitions = None if not partition else [typed_partition(opened, spec) for spec in partition]
     with progress_bar("rescaling partitions") as progress:
         landed = opened.rescale(bucket=bucket, partitions=partitions, progress=progress)
     if landed is None:
@@ -54,23 +53,6 @@ def rescale(
     else:
         typer.echo(f"rescaled to {opened.options['bucket']} buckets: snapshot {landed.id} "
                    f"({landed.total_record_count} records)")
-
-
-def _typed_partition(table: Table, spec: str) -> dict[str, Any]:
-    """``dt=2024-01-01,hh=0`` as values of the partition keys' types (cast as ``--where``
-    casts its literals)."""
-    typed: dict[str, Any] = {}
-    for key, text in key_values(spec.split(","), "--partition", "COLUMN=VALUE[,COLUMN=VALUE...]").items():
-        if key not in table.partition_keys:
-            raise UsageError(f"--partition: {key!r} is not a partition key of {table.name} "
-                             f"(partitioned by {', '.join(table.partition_keys) or 'nothing'})")
-        column_type = table.schema.field(key).type
-        try:
-            typed[key] = pa.scalar(text).cast(column_type).as_py()
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
-            raise UsageError(f"--partition: {text!r} is not a value of column {key!r} ({column_type}): "
-                             f"{str(error).splitlines()[0]}") from None
-    return typed
 
 
 def expire(
