@@ -154,3 +154,17 @@ def test_pypaimon_reads_dropped_partitions_deletes_updates_and_a_truncated_table
             _ours(table, snapshot_id=snapshot.id)
     table.truncate()
     assert _paimon_rows(pypaimon, warehouse) == _ours(table) == []
+
+
+def test_pypaimon_reads_an_append_table_after_row_level_deletes_and_updates(tmp_path: Path,
+                                                                           pypaimon: Pypaimon) -> None:
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", _SCHEMA, options={"bucket": "2", "bucket-key": "k"})
+    for i in range(3):
+        table.write(pa.table({"k": list(range(i * 5, i * 5 + 5)), "v": [f"v{i}"] * 5}))
+    table.delete("k < 3 OR k > 12")
+    table.update("v = 'v1'", set={"v": "updated"})
+    assert [r["k"] for r in _ours(table)] == list(range(3, 13))
+    for snapshot in table.snapshots():
+        assert _paimon_rows(pypaimon, warehouse, {"scan.snapshot-id": str(snapshot.id)}) == \
+            _ours(table, snapshot_id=snapshot.id)

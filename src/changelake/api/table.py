@@ -20,6 +20,7 @@ from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import LookupCompactMode, ScanMode
 from changelake.table import metadata, partition_drops, partition_expiry, schema_update, snapshot_expiry
 from changelake.table.append import compaction as append_compaction
+from changelake.table.append import row_level as append_rows
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
 from changelake.table.format.schema import TableKind
@@ -338,11 +339,14 @@ class Table:
 
     def delete(self, predicate: pc.Expression | str) -> Snapshot | None:
         """Delete the rows ``predicate`` matches (a ``pyarrow.compute`` expression or SQL-like
-        text, as :meth:`scan` takes) as one commit of -D rows, Paimon's ``DELETE FROM`` on a
-        primary-key table: the merge engine and changelog producer see them as any delete.
-        OptionError for a table whose merge engine keeps deleted rows (first-row,
-        ``ignore-delete``; partial-update and aggregation without
-        ``*.remove-record-on-delete``) and for append tables. None when nothing matches."""
+        text, as :meth:`scan` takes), Paimon's ``DELETE FROM``. On a primary-key table, one
+        commit of -D rows that the merge engine and changelog producer see as any delete
+        (OptionError where the merge engine keeps deleted rows: first-row, ``ignore-delete``;
+        partial-update and aggregation without ``*.remove-record-on-delete``). On an append
+        table, the files holding matching rows are rewritten without them, as one OVERWRITE
+        snapshot. None when nothing matches."""
+        if self._context.kind is TableKind.APPEND:
+            return self._landed(append_rows.delete(self._context, predicate, str(uuid.uuid4())))
         rows = row_level.deletions(self._context, predicate)
         return None if rows is None else self.write(rows)
 
@@ -350,31 +354,34 @@ class Table:
         """Set columns of the rows ``predicate`` matches, Paimon's ``UPDATE`` on a primary-key
         table: ``set`` maps a column to a value (cast to its type) or to a ``pyarrow.compute``
         expression over the old row (``{"qty": pc.field("qty") + 1}``). Written as one commit
-        of -U (old) and +U (new) rows (+U only under partial-update). Primary-key and
+        of -U (old) and +U (new) rows (+U only under partial-update); on an append table, the
+        files holding matching rows rewritten as one OVERWRITE snapshot. Primary-key and
         partition columns cannot be set; aggregation and first-row tables take no update.
         None when nothing matches."""
+        if self._context.kind is TableKind.APPEND:
+            return self._landed(append_rows.update(self._context, predicate, set, str(uuid.uuid4())))
         rows = row_level.updates(self._context, predicate, set)
         return None if rows is None else self.write(rows)
+
+    def _landed(self, landed: Snapshot | None) -> Snapshot | None:
+        """A snapshot an operation landed, after the expiry writers run after their commits."""
+        if landed is not None:
+            snapshot_expiry.expire_after_commit(self._context)
+        return landed
 
     def truncate(self) -> Snapshot | None:
         """Delete every row as one OVERWRITE snapshot (Paimon's ``TRUNCATE TABLE``): the
         files the table holds when it lands go, rows committed meanwhile included. Older
         snapshots and tags still read the rows until they expire; streams skip the snapshot
         (unless ``streaming-read-overwrite``). None for a table with no file."""
-        landed = partition_drops.truncate(self._context, str(uuid.uuid4()))
-        if landed is not None:
-            snapshot_expiry.expire_after_commit(self._context)
-        return landed
+        return self._landed(partition_drops.truncate(self._context, str(uuid.uuid4())))
 
     def drop_partitions(self, partitions: Sequence[Mapping[str, Any]]) -> Snapshot | None:
         """Delete the rows of ``partitions`` (each a dict of partition values, e.g.
         ``[{"dt": "2024-01-01"}]``) as one OVERWRITE snapshot (Paimon's ``ALTER TABLE ... DROP
         PARTITION``). ScanError, with nothing written, for an unpartitioned table or a
         partition that holds no data."""
-        landed = partition_drops.drop_partitions(self._context, partitions, str(uuid.uuid4()))
-        if landed is not None:
-            snapshot_expiry.expire_after_commit(self._context)
-        return landed
+        return self._landed(partition_drops.drop_partitions(self._context, partitions, str(uuid.uuid4())))
 
     def expire_partitions(self, *, now: dt.datetime | None = None) -> list[dict[str, Any]]:
         """Drop the partitions older than ``partition.expiration-time`` at ``now`` (default:

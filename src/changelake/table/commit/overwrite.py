@@ -1,6 +1,8 @@
 """Overwrite commits: replace every file of some partitions with new ones as one OVERWRITE
 snapshot (Paimon's ``FileStoreCommitImpl.overwritePartition``), for table operations that
-rewrite partitions (a rescale; an INSERT OVERWRITE).
+rewrite partitions (a rescale; an INSERT OVERWRITE); and replace some files with rewritten
+copies (:func:`commit_rewrite`: an append table's row-level delete or update, which Paimon
+commits as OVERWRITE because its delta deletes files).
 
 The snapshot deletes every data file the partitions hold at the snapshot it lands on (and
 their deletion-vector index files) and adds the new files. The rows of the new files were
@@ -22,7 +24,7 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import index_manifest
 from changelake.table.format.manifest import FileKind, ManifestEntry
-from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import deletion_vectors, live_files
@@ -147,3 +149,43 @@ def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: frozens
     lists.written.append(ctx.paths.manifest(name))
     return name
 
+
+
+def commit_rewrite(ctx: TableContext, replaced: Sequence[ManifestEntry], messages: Sequence[CommitMessage],
+                   commit_user: str) -> Snapshot:
+    """Land one OVERWRITE snapshot that deletes the ``replaced`` files and adds the
+    ``new_files`` of ``messages`` (their rewritten rows). CommitConflictError, with the new
+    files deleted, when another commit removed one of the replaced files first (a concurrent
+    rewrite or compaction read the same rows: run it again); lost races are retried."""
+    added = [ManifestEntry(FileKind.ADD, m.partition, m.bucket, m.total_buckets, f)
+             for m in messages for f in m.new_files]
+    removed = [ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file) for e in replaced]
+    new_files = [path for m in messages for path in m.written(ctx)]
+    lists = Attempt()
+    try:
+        for attempt_number in range(ctx.options.commit_max_retries + 1):
+            if attempt_number:
+                committer.back_off(ctx, attempt_number)
+            latest = ctx.latest_snapshot()
+            live = {(e.partition, e.bucket, e.file.file_name)
+                    for e in (live_files.live_entries(ctx, latest) if latest is not None else [])}
+            gone = [e.file.file_name for e in replaced if (e.partition, e.bucket, e.file.file_name) not in live]
+            if gone:
+                raise CommitConflictError(f"files {gone[:3]} were rewritten by another commit first; run the "
+                                          "operation again", table=ctx.name)
+            lists = Attempt()
+            entries = [*removed, *added]
+            delta = Delta(entries, committer.write_manifest(ctx, entries, lists), [], None)
+            killpoints.reached(KillPoint.OVERWRITE)
+            landed = committer.try_snapshot(ctx, CommitKind.OVERWRITE, latest, delta,
+                                            latest.index_manifest if latest is not None else None, commit_user,
+                                            BATCH_COMMIT_IDENTIFIER, lists)
+            if landed is not None:
+                return landed
+        raise CommitConflictError(f"rewrite gave up after {ctx.options.commit_max_retries} lost races",
+                                  table=ctx.name)
+    except CommitOutcomeUnknownError:
+        raise
+    except Exception:
+        ctx.file_io.discard([*lists.written, *new_files])
+        raise

@@ -45,15 +45,11 @@ def updates(ctx: TableContext, predicate: pc.Expression | str, assignments: Mapp
     old row as -U then the new one as +U (only the +U under ``partial-update``); None when it
     matches nothing."""
     _check_engine(ctx, "update")
-    _check_assignments(ctx, assignments)
+    check_assignments(ctx, assignments)
     old = _matching(ctx, predicate)
     if old is None:
         return None
-    computed = ds.dataset(old).to_table(columns={
-        name: (_new_value(ctx, name, assignments[name], old.num_rows) if name in assignments else pc.field(name))
-        for name in old.column_names})
-    new = pa.Table.from_arrays([_cast(ctx, name, computed.column(name)) for name in old.column_names],
-                               schema=old.schema)
+    new = updated(ctx, old, assignments)
     after = new.add_column(0, ROWKIND_COLUMN, pa.repeat(pa.scalar("+U"), new.num_rows))
     if ctx.options.merge_engine is MergeEngineKind.PARTIAL_UPDATE:
         return after
@@ -101,7 +97,25 @@ def _check_engine(ctx: TableContext, operation: str) -> None:
                           option="merge-engine")
 
 
-def _check_assignments(ctx: TableContext, assignments: Mapping[str, Any]) -> None:
+def updated(ctx: TableContext, rows: pa.Table, assignments: Mapping[str, Any],
+            where: pa.ChunkedArray | None = None) -> pa.Table:
+    """``rows`` (the table's columns) with the ``assignments`` applied: to every row, or to
+    those ``where`` (a boolean mask) is true."""
+    computed = ds.dataset(rows).to_table(columns={
+        name: _new_value(ctx, name, assignments[name]) for name in rows.column_names if name in assignments})
+    columns = []
+    for name in rows.column_names:
+        column = rows.column(name)
+        if name in assignments:
+            new = _cast(ctx, name, computed.column(name))
+            column = new if where is None else pc.if_else(where, new, column)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=rows.schema)
+
+
+def check_assignments(ctx: TableContext, assignments: Mapping[str, Any]) -> None:
+    """SchemaMismatchError for an update's ``set`` that is empty, names an unknown column, or a
+    primary-key or partition column."""
     if not isinstance(assignments, Mapping) or not assignments:
         raise SchemaMismatchError("update needs set={column: value, ...} with at least one column", table=ctx.name)
     for name in assignments:
@@ -112,7 +126,7 @@ def _check_assignments(ctx: TableContext, assignments: Mapping[str, Any]) -> Non
             raise SchemaMismatchError(f"is a {role} column: it cannot be updated", table=ctx.name, column=name)
 
 
-def _new_value(ctx: TableContext, name: str, value: Any, rows: int) -> pc.Expression:
+def _new_value(ctx: TableContext, name: str, value: Any) -> pc.Expression:
     """The expression an assignment evaluates to over the old rows."""
     if isinstance(value, pc.Expression):
         return value
