@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 import pytest
 
 import changelake as cl
-from changelake.errors import FilterError, OptionError, SchemaMismatchError
+from changelake.errors import CommitConflictError, FilterError, OptionError, SchemaMismatchError
+from changelake.table.commit import overwrite
 from changelake.table.read import live_files
 
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("id", pa.int64(), nullable=False),
@@ -169,3 +170,25 @@ def test_append_tables_rewrite_the_files_that_hold_matching_rows(tmp_path: Path,
 def live_entries(table: cl.Table) -> list[Any]:
     snapshot = table.latest_snapshot()
     return [] if snapshot is None else list(live_files.live_entries(table.context, snapshot))
+
+
+def test_an_append_rewrite_that_lost_its_files_to_a_compaction_is_void(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    log = cl.Catalog(str(tmp_path)).create_table("db.log", SCHEMA, options={"bucket": "1", "bucket-key": "id"})
+    for i in range(3):
+        log.write(pa.table({"dt": ["d0", "d0"], "id": [i, i + 10], "v": [i, i], "name": ["a", "b"]}, schema=SCHEMA))
+    real = overwrite.commit_rewrite
+
+    def compacted_first(*args: Any, **kwargs: Any) -> Any:
+        log.compact(full=True)  # another process joined the files the rewrite read
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(overwrite, "commit_rewrite", compacted_first)
+    files_before = {p.name for p in Path(log.location).rglob("data-*")}
+    with pytest.raises(CommitConflictError, match="rewritten by another commit"):
+        log.delete("id = 1")
+    latest = log.latest_snapshot()
+    assert latest is not None and latest.commit_kind is cl.CommitKind.COMPACT
+    assert sorted(r["id"] for r in log.scan().to_arrow().to_pylist()) == [0, 1, 2, 10, 11, 12]
+    # the void rewrite's file (row 11 alone) is gone: only the compaction's new file was added
+    assert len({p.name for p in Path(log.location).rglob("data-*")} - files_before) == 1
