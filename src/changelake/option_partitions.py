@@ -54,6 +54,10 @@ def java_time_pattern(text: str) -> str:
 class PartitionOptions:
     """Partition-expiration options, parsed with Paimon's defaults."""
 
+    dynamic_partition_overwrite: bool = declare(
+        "dynamic-partition-overwrite", values.parse_bool, "true",
+        "An overwrite of a partitioned table without named partitions replaces only the partitions "
+        "its rows are in (false: the whole table).")
     partition_expiration_time: int | None = declare(
         "partition.expiration-time", values.parse_duration_ms, None,
         "Partitions older than this are dropped, by writers after their commits and by "

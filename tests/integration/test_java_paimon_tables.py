@@ -519,3 +519,27 @@ def test_partitions_bucket_key_and_sequence_field_in_turn(tmp_path: Any, java: J
     assert theirs(java, warehouse) == ours(table) == expected
     partitions = {(row["p1"], row["p2"]) for row in java.read(warehouse, "db.t")}
     assert ("", 7) in partitions or ("", -1) in partitions
+
+
+def test_java_paimon_reads_changelakes_table_operations(tmp_path: Any, java: JavaPaimon) -> None:
+    """A table Java Paimon wrote, then changelake's INSERT OVERWRITE (dynamic and static),
+    DELETE, UPDATE, DROP PARTITION and TRUNCATE: Java reads every snapshot as changelake does,
+    and writes on after them."""
+    warehouse = str(tmp_path)
+    java.create_table(warehouse, "db.t", [("dt", "STRING"), ("id", "BIGINT"), ("v", "STRING")],
+                      primary_keys=["dt", "id"], partition_keys=["dt"], options={"bucket": "2"})
+    java.write(warehouse, "db.t", [("+I", {"dt": p, "id": i, "v": "java"}) for p in "abc" for i in range(10)])
+    table = cl.open_table(f"{warehouse}/db.db/t")
+    schema = table.schema
+    table.overwrite(pa.table({"dt": ["a", "d"], "id": [1, 2], "v": ["over", "over"]}, schema=schema))
+    table.overwrite(pa.table({"dt": ["b"], "id": [3], "v": ["static"]}, schema=schema), partitions={"dt": "b"})
+    table.delete("dt = 'c' AND id < 5")
+    table.update("dt = 'c'", set={"v": "updated"})
+    table.drop_partitions([{"dt": "d"}])
+    for snapshot in table.snapshots():
+        assert theirs(java, warehouse, options={"scan.snapshot-id": str(snapshot.id)}) == \
+            ours(table, snapshot_id=snapshot.id), snapshot.id
+    java.write(warehouse, "db.t", [("+I", {"dt": "a", "id": 9, "v": "java2"})])
+    assert theirs(java, warehouse) == ours(table) and len(ours(table)) == 1 + 1 + 5 + 1
+    table.truncate()
+    assert theirs(java, warehouse) == ours(table) == []

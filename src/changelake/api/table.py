@@ -29,7 +29,7 @@ from changelake.table.lsm import compactor, inspection
 from changelake.table.lsm.inspection import TableInspection
 from changelake.table.maintenance import orphans, rescale, rollback
 from changelake.table.snapshot_expiry import ExpireResult, Retention
-from changelake.table.write import postpone, postpone_compaction, row_level
+from changelake.table.write import overwrite_rows, postpone, postpone_compaction, row_level
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
@@ -368,6 +368,17 @@ class Table:
         if landed is not None:
             snapshot_expiry.expire_after_commit(self._context)
         return landed
+
+    def overwrite(self, data: WriteInput, *, partitions: Mapping[str, Any] | None = None) -> Snapshot | None:
+        """Replace rows with ``data`` as one OVERWRITE snapshot (Paimon's ``INSERT OVERWRITE``):
+        the partition ``partitions`` names (a dict of partition values; a partial one names
+        every partition it matches; rows outside it are a DataError), else on a partitioned
+        table only the partitions ``data`` is in (``dynamic-partition-overwrite``, Paimon's
+        default; false: the whole table), else the whole table. ``data`` is taken as
+        :meth:`write` takes it; its rows do not merge with the rows they replace. Fixed-bucket
+        tables and unaware append tables; OptionError for other bucket modes. None when there
+        was nothing to replace."""
+        return self._landed(overwrite_rows.overwrite_rows(self._context, data, partitions, str(uuid.uuid4())))
 
     def truncate(self) -> Snapshot | None:
         """Delete every row as one OVERWRITE snapshot (Paimon's ``TRUNCATE TABLE``): the
