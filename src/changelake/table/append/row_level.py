@@ -26,7 +26,7 @@ from changelake.table.executor import map_all
 from changelake.table.format import data_file
 from changelake.table.format.manifest import ManifestEntry
 from changelake.table.format.snapshot import Snapshot
-from changelake.table.read import live_files, sql_filter
+from changelake.table.read import live_files
 from changelake.table.write import row_level
 
 # A file's rows and which of them match, to the rows that replace them.
@@ -51,9 +51,7 @@ def _rewrite(ctx: TableContext, predicate: pc.Expression | str, change: _Change,
     if ctx.options.deletion_vectors_enabled:
         raise OptionError("changelake does not yet delete or update rows of append tables with deletion vectors",
                           table=ctx.name, option="deletion-vectors.enabled")
-    row_filter = sql_filter.as_expression(predicate, ctx.arrow_schema, ctx.name)
-    if row_filter is None:
-        raise OptionError("needs a predicate (to remove every row, truncate the table)", table=ctx.name)
+    row_filter = row_level.predicate_of(ctx, predicate)
     latest = ctx.latest_snapshot()
     if latest is None:
         return None

@@ -15,7 +15,7 @@ the overwrite deletes their outputs instead and still lands.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
 from changelake.table.commit import committer
@@ -47,6 +47,28 @@ def commit_overwrite(
     unless its outcome is unknown (CommitOutcomeUnknownError)."""
     targets = frozenset(partitions)
     _check_messages(ctx, targets, messages)
+
+    def removed(latest: Snapshot | None, lists: Attempt) -> tuple[list[ManifestEntry], str | None]:
+        if base is not None:
+            _check_unchanged(ctx, base, latest, targets)
+        entries = [] if latest is None else [
+            ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file)
+            for e in live_files.live_entries(ctx, latest) if e.partition in targets]
+        return entries, _index_manifest(ctx, latest, targets, lists)
+
+    return _land(ctx, messages, commit_user, identifier, removed, "overwrite")
+
+
+_Removed = Callable[[Snapshot | None, Attempt], tuple[list[ManifestEntry], str | None]]
+
+
+def _land(ctx: TableContext, messages: Sequence[CommitMessage], commit_user: str, identifier: int,
+          removed: _Removed, what: str) -> Snapshot | None:
+    """Land one OVERWRITE snapshot of the messages' new files and the entries ``removed`` gives
+    for the latest snapshot (with the index manifest to list; it raises CommitConflictError to
+    void the commit), retrying lost races; None when ``commit_user`` already committed
+    ``identifier``. The messages' files are deleted when it fails, unless its outcome is
+    unknown."""
     added = [ManifestEntry(FileKind.ADD, m.partition, m.bucket, m.total_buckets, f)
              for m in messages for f in m.new_files]
     new_files = [path for m in messages for path in m.written(ctx)]
@@ -59,21 +81,16 @@ def commit_overwrite(
             if committer.already_committed(ctx, commit_user, identifier, latest):
                 ctx.file_io.discard(new_files)
                 return None
-            if base is not None:
-                _check_unchanged(ctx, base, latest, targets)
             lists = Attempt()
-            removed = [] if latest is None else [
-                ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file)
-                for e in live_files.live_entries(ctx, latest) if e.partition in targets]
-            entries = [*removed, *added]
+            deleted, index_name = removed(latest, lists)
+            entries = [*deleted, *added]
             delta = Delta(entries, committer.write_manifest(ctx, entries, lists), [], None)
-            index_name = _index_manifest(ctx, latest, targets, lists)
             killpoints.reached(KillPoint.OVERWRITE)
             landed = committer.try_snapshot(ctx, CommitKind.OVERWRITE, latest, delta, index_name, commit_user,
                                             identifier, lists)
             if landed is not None:
                 return landed
-        raise CommitConflictError(f"overwrite gave up after {ctx.options.commit_max_retries} lost races",
+        raise CommitConflictError(f"{what} gave up after {ctx.options.commit_max_retries} lost races",
                                   table=ctx.name)
     except CommitOutcomeUnknownError:
         raise  # the snapshot may have landed: nothing it may name is deleted
@@ -157,35 +174,16 @@ def commit_rewrite(ctx: TableContext, replaced: Sequence[ManifestEntry], message
     ``new_files`` of ``messages`` (their rewritten rows). CommitConflictError, with the new
     files deleted, when another commit removed one of the replaced files first (a concurrent
     rewrite or compaction read the same rows: run it again); lost races are retried."""
-    added = [ManifestEntry(FileKind.ADD, m.partition, m.bucket, m.total_buckets, f)
-             for m in messages for f in m.new_files]
-    removed = [ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file) for e in replaced]
-    new_files = [path for m in messages for path in m.written(ctx)]
-    lists = Attempt()
-    try:
-        for attempt_number in range(ctx.options.commit_max_retries + 1):
-            if attempt_number:
-                committer.back_off(ctx, attempt_number)
-            latest = ctx.latest_snapshot()
-            live = {(e.partition, e.bucket, e.file.file_name)
-                    for e in (live_files.live_entries(ctx, latest) if latest is not None else [])}
-            gone = [e.file.file_name for e in replaced if (e.partition, e.bucket, e.file.file_name) not in live]
-            if gone:
-                raise CommitConflictError(f"files {gone[:3]} were rewritten by another commit first; run the "
-                                          "operation again", table=ctx.name)
-            lists = Attempt()
-            entries = [*removed, *added]
-            delta = Delta(entries, committer.write_manifest(ctx, entries, lists), [], None)
-            killpoints.reached(KillPoint.OVERWRITE)
-            landed = committer.try_snapshot(ctx, CommitKind.OVERWRITE, latest, delta,
-                                            latest.index_manifest if latest is not None else None, commit_user,
-                                            BATCH_COMMIT_IDENTIFIER, lists)
-            if landed is not None:
-                return landed
-        raise CommitConflictError(f"rewrite gave up after {ctx.options.commit_max_retries} lost races",
-                                  table=ctx.name)
-    except CommitOutcomeUnknownError:
-        raise
-    except Exception:
-        ctx.file_io.discard([*lists.written, *new_files])
-        raise
+    def removed(latest: Snapshot | None, lists: Attempt) -> tuple[list[ManifestEntry], str | None]:
+        live = {(e.partition, e.bucket, e.file.file_name)
+                for e in (live_files.live_entries(ctx, latest) if latest is not None else [])}
+        gone = [e.file.file_name for e in replaced if (e.partition, e.bucket, e.file.file_name) not in live]
+        if gone:
+            raise CommitConflictError(f"files {gone[:3]} were rewritten by another commit first; run the "
+                                      "operation again", table=ctx.name)
+        entries = [ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file) for e in replaced]
+        return entries, latest.index_manifest if latest is not None else None
+
+    landed = _land(ctx, messages, commit_user, BATCH_COMMIT_IDENTIFIER, removed, "rewrite")
+    assert landed is not None  # batch commits always land
+    return landed

@@ -59,9 +59,7 @@ def updates(ctx: TableContext, predicate: pc.Expression | str, assignments: Mapp
 
 def _matching(ctx: TableContext, predicate: pc.Expression | str) -> pa.Table | None:
     """Every column of the latest snapshot's merged rows that ``predicate`` matches."""
-    row_filter = sql_filter.as_expression(predicate, ctx.arrow_schema, ctx.name)
-    if row_filter is None:
-        raise OptionError("needs a predicate (to remove every row, truncate the table)", table=ctx.name)
+    row_filter = predicate_of(ctx, predicate)
     snapshot = ctx.latest_snapshot()
     if snapshot is None:
         return None
@@ -70,6 +68,14 @@ def _matching(ctx: TableContext, predicate: pc.Expression | str) -> pa.Table | N
     parts = list(reader.read_splits(ctx, splits, names, row_filter))
     rows = pa.concat_tables(parts).cast(ctx.arrow_schema) if parts else None
     return rows if rows is not None and rows.num_rows else None
+
+
+def predicate_of(ctx: TableContext, predicate: pc.Expression | str) -> pc.Expression:
+    """A delete's or update's predicate as an expression; OptionError for none."""
+    row_filter = sql_filter.as_expression(predicate, ctx.arrow_schema, ctx.name)
+    if row_filter is None:
+        raise OptionError("needs a predicate (to remove every row, truncate the table)", table=ctx.name)
+    return row_filter
 
 
 def _check_engine(ctx: TableContext, operation: str) -> None:
