@@ -222,6 +222,7 @@ class Table:
         filter: pc.Expression | str | None = None,
         options: Mapping[str, str] | None = None,
         max_rows: int = DEFAULT_MAX_ROWS,
+        commit_metadata: bool = False,
     ) -> ChangeStream:
         """The table's changes as a stream of :class:`ChangeBatch` items (``rowkind`` then the
         columns), read as Paimon's streaming read does.
@@ -240,14 +241,15 @@ class Table:
         expression or SQL-like text, as :meth:`scan` takes) narrow every batch. Batches hold
         at most ``max_rows`` rows. The changes are the changelog producer's (``none``: the rows
         as written; ``input``, ``lookup``, ``full-compaction``: complete +I/-U/+U/-D; the
-        README's "What is implemented" says how)."""
+        README's "What is implemented" says how). ``commit_metadata`` adds each row's
+        ``_commit_snapshot`` and ``_commit_timestamp`` (the snapshot a full read read)."""
         overrides = dict(options or {})
         for key, value in (("scan.mode", mode), ("scan.snapshot-id", snapshot_id),
                            ("scan.timestamp-millis", timestamp_ms), ("scan.tag-name", tag),
                            ("consumer-id", consumer_id)):
             if value is not None:
                 overrides[key] = str(value)
-        source = ChangeSource.of(self._context, overrides, columns, filter)
+        source = ChangeSource.of(self._context, overrides, columns, filter, commit_metadata=commit_metadata)
         return ChangeStream(source, offset, max_rows=max_rows)
 
     def changes(
@@ -257,10 +259,13 @@ class Table:
         *,
         columns: Sequence[str] | None = None,
         filter: pc.Expression | str | None = None,
+        commit_metadata: bool = False,
     ) -> Changes:
         """The changes of the snapshots after ``start_snapshot`` up to ``end_snapshot``
-        (Paimon's ``incremental-between``), read with ``.to_arrow()`` or ``.to_batches()``."""
-        return Changes.of(ChangeSource.of(self._context, None, columns, filter), start_snapshot, end_snapshot)
+        (Paimon's ``incremental-between``), read with ``.to_arrow()`` or ``.to_batches()``;
+        ``commit_metadata`` adds each row's ``_commit_snapshot`` and ``_commit_timestamp``."""
+        source = ChangeSource.of(self._context, None, columns, filter, commit_metadata=commit_metadata)
+        return Changes.of(source, start_snapshot, end_snapshot)
 
     def writer(self, commit_user: str | None = None) -> TableWriter:
         """A writer whose ``commit(identifier)`` lands each identifier at most once per user,

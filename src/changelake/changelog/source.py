@@ -88,23 +88,32 @@ class ChangeChunk:
     offset: StreamOffset
 
 
+# The columns ``commit_metadata`` adds: the snapshot a change was committed in (for a full
+# read, the snapshot read) and its commit time.
+COMMIT_METADATA = (pa.field("_commit_snapshot", pa.int64(), nullable=False),
+                   pa.field("_commit_timestamp", pa.timestamp("ms", tz="UTC")))
+
+
 @dataclass(frozen=True)
 class ChangeSource:
     """A table's change stream as a stateless planner and reader.
 
     ``options`` are the table's options with the stream's own over them (``scan.mode``,
     ``scan.snapshot-id``, ``consumer-id``, ...); ``columns`` and ``row_filter`` select what
-    each row carries. Cheap to pickle (the table context pickles small).
+    each row carries; ``commit_metadata`` adds the snapshot each change was committed in and
+    its commit time (``_commit_snapshot``, ``_commit_timestamp``, as Delta's change feed
+    carries its commit version and time). Cheap to pickle (the table context pickles small).
     """
 
     context: TableContext
     options: TableOptions
     columns: tuple[str, ...]
     row_filter: pc.Expression | None = None
+    commit_metadata: bool = False
 
     @staticmethod
     def of(context: TableContext, options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None,
-           row_filter: pc.Expression | str | None = None) -> ChangeSource:
+           row_filter: pc.Expression | str | None = None, *, commit_metadata: bool = False) -> ChangeSource:
         """A checked source: ``options`` (Paimon names of known options, strings) over the
         table's, the scan mode and consumer id valid, ``columns`` known and each given once (default: all),
         ``row_filter`` an expression or a SQL-like string on the table's columns."""
@@ -115,7 +124,8 @@ class ChangeSource:
         if parsed.consumer_id is not None:
             consumers.check_id(context, parsed.consumer_id)
         chosen = tuple(context.arrow_schema.names) if columns is None else context.selected_columns(columns)
-        return ChangeSource(context, parsed, chosen, sql_filter.as_expression(row_filter, context.arrow_schema, name))
+        return ChangeSource(context, parsed, chosen, sql_filter.as_expression(row_filter, context.arrow_schema, name),
+                            commit_metadata)
 
     @cached_property
     def identity(self) -> str:
@@ -137,7 +147,11 @@ class ChangeSource:
 
     @cached_property
     def schema(self) -> pa.Schema:
-        """``rowkind`` (+I, -U, +U, -D) then the selected columns."""
+        """``rowkind`` (+I, -U, +U, -D) then the selected columns (then the commit metadata)."""
+        return pa.schema([*self._row_schema, *(COMMIT_METADATA if self.commit_metadata else ())])
+
+    @cached_property
+    def _row_schema(self) -> pa.Schema:
         fields = [self.context.arrow_schema.field(c) for c in self.columns]
         return pa.schema([pa.field(ROWKIND, pa.string(), nullable=False), *fields])
 
@@ -309,7 +323,8 @@ class ChangeSource:
                                                 full=split.kind is ChangeKind.FULL)
             data = self._output(part, merged=split.merged, reverse=split.split.reversed)
             if data.num_rows:
-                yield ChangeChunk(data, offset)
+                yield ChangeChunk(self._with_commit(data, split.snapshot_id) if self.commit_metadata else data,
+                                  offset)
 
     def read(self, split: ChangeSplit, max_rows: int = DEFAULT_MAX_ROWS) -> Iterator[ChangeChunk]:
         """The split's rows in chunks of at most ``max_rows``, each with the offset after it."""
@@ -319,6 +334,14 @@ class ChangeSource:
         """The split's rows as record batches (what a Spark task returns)."""
         for chunk in self.read(split, max_rows):
             yield from chunk.data.to_batches()
+
+    def _with_commit(self, data: pa.Table, snapshot_id: int) -> pa.Table:
+        """``data`` with the snapshot its rows come from and that snapshot's commit time."""
+        committed = self._snapshot(snapshot_id)
+        millis = committed.time_millis if committed is not None else None
+        snapshot_field, time_field = COMMIT_METADATA
+        return (data.append_column(snapshot_field, pa.repeat(pa.scalar(snapshot_id, pa.int64()), data.num_rows))
+                .append_column(time_field, pa.repeat(pa.scalar(millis, time_field.type), data.num_rows)))
 
     def _output(self, rows: pa.Table, *, merged: bool, reverse: bool) -> pa.Table:
         rows = reader.apply_filter(self.context, rows, self.row_filter)
@@ -330,7 +353,7 @@ class ChangeSource:
             kinds = _SYMBOLS.take(pc.if_else(adds, pa.scalar(kv.DELETE, pa.int8()), pa.scalar(kv.INSERT, pa.int8())))
         else:
             kinds = _SYMBOLS.take(rows.column(kv.VALUE_KIND))
-        return pa.Table.from_arrays([kinds, *(rows.column(c) for c in self.columns)], schema=self.schema)
+        return pa.Table.from_arrays([kinds, *(rows.column(c) for c in self.columns)], schema=self._row_schema)
 
     # -- consumers --------------------------------------------------------------------------
 
