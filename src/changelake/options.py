@@ -17,7 +17,7 @@ from typing import Any
 from changelake import option_values as values
 from changelake.errors import OptionError
 from changelake.option_buckets import BucketOptions
-from changelake.option_partitions import PartitionOptions
+from changelake.option_operations import OperationOptions
 from changelake.option_spec import OptionEffect, OptionSpec, declare
 from changelake.option_values import (
     ChangelogProducer,
@@ -39,14 +39,14 @@ _PREFIXED_OPTION = re.compile(r"^(format-table\.|fs\.|s3\.)")
 
 
 @dataclass(frozen=True)
-class TableOptions(BucketOptions, PartitionOptions):
+class TableOptions(BucketOptions, OperationOptions):
     """A table's options parsed with Paimon's defaults (``raw`` keeps them as stored)."""
 
     raw: Mapping[str, str] = dataclasses.field(default_factory=dict)
     table: str = ""
 
     # layout (bucket options: option_buckets.BucketOptions; partition expiration:
-    # option_partitions.PartitionOptions)
+    # option_operations.OperationOptions)
     path: str | None = declare("path", values.text_value, None, "The table's location (set by catalogs).")
     partition_default_name: str = declare(
         "partition.default-name",

@@ -29,7 +29,7 @@ from changelake.table.lsm import compactor, inspection
 from changelake.table.lsm.inspection import TableInspection
 from changelake.table.maintenance import orphans, rescale, rollback
 from changelake.table.snapshot_expiry import ExpireResult, Retention
-from changelake.table.write import overwrite_rows, postpone, postpone_compaction, row_level
+from changelake.table.write import conform, overwrite_rows, postpone, postpone_compaction, row_level
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
@@ -273,7 +273,7 @@ class Table:
         guarantee). Give a stable ``commit_user`` to keep that across restarts."""
         return TableWriter(open_write(self._context, commit_user or str(uuid.uuid4())))
 
-    def write(self, data: WriteInput) -> Snapshot | None:
+    def write(self, data: WriteInput, *, merge_schema: bool = False) -> Snapshot | None:
         """Write rows as one commit and return the new snapshot (None when ``data`` is empty).
 
         ``data`` is a ``pyarrow.Table``, ``RecordBatch``, ``RecordBatchReader`` (taken batch by
@@ -286,9 +286,18 @@ class Table:
         that does not cast safely, a null in a primary-key or NOT NULL column, an unknown row
         kind) raises an error that names the table and column, and writes nothing.
 
+        With ``merge_schema`` (or the table option ``write.merge-schema``), columns of ``data``
+        the table lacks are added and columns ``data`` holds in a wider type are widened, as one
+        schema change before the rows land (Paimon's schema merge on write).
+
         A commit that landed is never reported as failed, so a write that raised StorageError
         can be retried; after CommitOutcomeUnknownError, only once its snapshot is known not to
         have landed (docs/storage.md)."""
+        if merge_schema or self._context.options.write_merge_schema:
+            incoming = conform.input_schema(data, self.name)
+            changes = schema_update.merged_changes(self._context, incoming, ignore=(conform.ROWKIND_COLUMN,))
+            if changes:
+                self._use(schema_update.commit(self._context, changes))
         if postpone.is_postpone(self._context) and self._context.options.postpone_batch_write_fixed_bucket:
             return postpone.write_fixed_buckets(self._context, data, str(uuid.uuid4()), BATCH_COMMIT_IDENTIFIER,
                                                 changelog_for=producers.for_table)

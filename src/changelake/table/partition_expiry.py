@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from changelake.option_partitions import PartitionExpirationStrategy, strptime_format
+from changelake.option_operations import PartitionExpirationStrategy, strptime_format
 from changelake.table import partition_drops
 from changelake.table.context import TableContext
 from changelake.table.format.manifest import ManifestEntry

@@ -249,6 +249,24 @@ def _widened(field: DataField, new: pa.DataType, table: str) -> DataField:
 _INTEGERS = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
 
 
+def merged_changes(ctx: TableContext, incoming: pa.Schema, *, ignore: Sequence[str] = ()) -> list[SchemaChange]:
+    """The schema changes that let rows of ``incoming`` be written without losing anything
+    (Paimon's ``write.merge-schema``): its columns the table lacks, added at the end
+    (nullable), and the table's columns it holds in a wider type, widened. Columns of
+    ``ignore`` (a ``rowkind`` column) are left out; other differences are left to the write's
+    own checks."""
+    changes: list[SchemaChange] = []
+    table = ctx.arrow_schema
+    for field in incoming:
+        if field.name in ignore:
+            continue
+        if field.name not in table.names:
+            changes.append(AddColumn(field.name, field.type))
+        elif _widens(table.field(field.name).type, field.type):
+            changes.append(WidenColumn(field.name, field.type))
+    return changes
+
+
 def _widens(old: pa.DataType, new: pa.DataType) -> bool:
     if old in _INTEGERS and new in _INTEGERS:
         return _INTEGERS.index(new) > _INTEGERS.index(old)

@@ -1,6 +1,7 @@
-"""The options of partition expiration (Paimon's ``partition.expiration-*`` and
-``partition.timestamp-*``), declared as the rest of :class:`~changelake.options.TableOptions`
-(which takes them as a base), kept here so that module stays small."""
+"""The options of table operations (partition expiration: Paimon's ``partition.expiration-*``
+and ``partition.timestamp-*``; overwrite; schema merge on write), declared as the rest of
+:class:`~changelake.options.TableOptions` (which takes them as a base), kept here so that
+module stays small."""
 
 from __future__ import annotations
 
@@ -51,8 +52,12 @@ def java_time_pattern(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class PartitionOptions:
-    """Partition-expiration options, parsed with Paimon's defaults."""
+class OperationOptions:
+    """Table-operation options, parsed with Paimon's defaults."""
+
+    write_merge_schema: bool = declare(
+        "write.merge-schema", values.parse_bool, "false",
+        "Writes add the input's new columns and widen column types (a schema change) before their rows land.")
 
     dynamic_partition_overwrite: bool = declare(
         "dynamic-partition-overwrite", values.parse_bool, "true",
