@@ -2,6 +2,7 @@
 
 from changelake import errors
 from changelake.api.catalog import Catalog, open_table
+from changelake.api.merge import Merge
 from changelake.api.scan import Scan
 from changelake.api.schema_update import UpdateSchema
 from changelake.api.table import Table
@@ -38,6 +39,7 @@ __all__ = [
     "CommitMessage",
     "ExpireResult",
     "LookupCompactMode",
+    "Merge",
     "MergeEngineKind",
     "PickRule",
     "ReadLimit",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import pyarrow as pa
 
 from changelake.api import system_tables
+from changelake.api.merge import Merge
 from changelake.api.scan import Scan
 from changelake.api.schema_update import UpdateSchema
 from changelake.api.writer import TableWriter, open_write
@@ -393,6 +394,14 @@ class Table:
         tables and unaware append tables; OptionError for other bucket modes. None when there
         was nothing to replace."""
         return self._landed(overwrite_rows.overwrite_rows(self._context, data, partitions, str(uuid.uuid4())))
+
+    def merge(self, source: WriteInput) -> Merge:
+        """MERGE INTO this primary-key table from ``source`` (taken as :meth:`write` takes
+        rows), matched by the primary key, built clause by clause as deltalake's merge is:
+        ``table.merge(rows).when_matched_update().when_not_matched_insert().execute()`` (see
+        :class:`Merge`). It lands as one commit of -D, -U/+U and +I rows; a source with two
+        rows of one key is a DataError."""
+        return Merge(self._context, conform.to_arrow(source, self.name), self.write)
 
     def truncate(self) -> Snapshot | None:
         """Delete every row as one OVERWRITE snapshot (Paimon's ``TRUNCATE TABLE``): the

@@ -32,7 +32,7 @@ from changelake.table.write.conform import ROWKIND_COLUMN
 def deletions(ctx: TableContext, predicate: pc.Expression | str) -> pa.Table | None:
     """The -D rows that delete what ``predicate`` matches (a ``rowkind`` column first); None
     when it matches nothing."""
-    _check_engine(ctx, "delete")
+    check_engine(ctx, "delete")
     rows = _matching(ctx, predicate)
     if rows is None:
         return None
@@ -44,14 +44,14 @@ def updates(ctx: TableContext, predicate: pc.Expression | str, assignments: Mapp
     ``pyarrow.compute`` expression over the old row) on what ``predicate`` matches: each
     old row as -U then the new one as +U (only the +U under ``partial-update``); None when it
     matches nothing."""
-    _check_engine(ctx, "update")
+    check_engine(ctx, "update")
     check_assignments(ctx, assignments)
     old = _matching(ctx, predicate)
     if old is None:
         return None
     new = updated(ctx, old, assignments)
     after = new.add_column(0, ROWKIND_COLUMN, pa.repeat(pa.scalar("+U"), new.num_rows))
-    if ctx.options.merge_engine is MergeEngineKind.PARTIAL_UPDATE:
+    if only_after(ctx):
         return after
     before = old.add_column(0, ROWKIND_COLUMN, pa.repeat(pa.scalar("-U"), old.num_rows))
     return pa.concat_tables([before, after])
@@ -78,7 +78,7 @@ def predicate_of(ctx: TableContext, predicate: pc.Expression | str) -> pc.Expres
     return row_filter
 
 
-def _check_engine(ctx: TableContext, operation: str) -> None:
+def check_engine(ctx: TableContext, operation: str) -> None:
     """OptionError naming the option that keeps ``operation`` off this table."""
     options = ctx.options
     if ctx.kind is not TableKind.PRIMARY_KEY:
@@ -117,6 +117,11 @@ def updated(ctx: TableContext, rows: pa.Table, assignments: Mapping[str, Any],
             column = new if where is None else pc.if_else(where, new, column)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=rows.schema)
+
+
+def only_after(ctx: TableContext) -> bool:
+    """Whether an update writes only its +U rows: under partial-update a -U retracts nothing."""
+    return ctx.options.merge_engine is MergeEngineKind.PARTIAL_UPDATE
 
 
 def check_assignments(ctx: TableContext, assignments: Mapping[str, Any]) -> None:

@@ -1,0 +1,59 @@
+"""``Table.merge``: MERGE INTO a primary-key table, built clause by clause as deltalake's
+``TableMerger`` is, and executed as one commit."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from changelake.table.context import TableContext
+from changelake.table.format.snapshot import Snapshot
+from changelake.table.write import merge_rows
+from changelake.table.write.merge_rows import Clause
+
+Condition: TypeAlias = "pc.Expression | str | None"
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A merge of ``source`` rows into a table by its primary key; the first clause whose
+    condition holds decides each row. Conditions and values see ``source.<column>`` and
+    ``target.<column>`` (``pc.field("source.qty")``, or SQL-like text for conditions). Every
+    method returns a new merge; :meth:`execute` runs it."""
+
+    context: TableContext
+    source: pa.Table
+    write: Callable[[pa.Table], Snapshot | None]
+    clauses: tuple[Clause, ...] = ()
+
+    def _with(self, clause: Clause) -> Merge:
+        return dataclasses.replace(self, clauses=(*self.clauses, clause))
+
+    def when_matched_update(self, set: Mapping[str, Any] | None = None, *, condition: Condition = None) -> Merge:
+        """Update a table row a source row matches: the columns ``set`` maps (to values or
+        expressions), or with ``set`` None every column the source has (``update all``)."""
+        return self._with(Clause("matched", "update", condition, set))
+
+    def when_matched_delete(self, condition: Condition = None) -> Merge:
+        """Delete a table row a source row matches."""
+        return self._with(Clause("matched", "delete", condition))
+
+    def when_not_matched_insert(self, values: Mapping[str, Any] | None = None, *,
+                                condition: Condition = None) -> Merge:
+        """Insert a source row no table row matches: ``values`` for the columns it maps, the
+        source's columns for the others (null where the source has none)."""
+        return self._with(Clause("not_matched", "insert", condition, values))
+
+    def when_not_matched_by_source_delete(self, condition: Condition = None) -> Merge:
+        """Delete a table row no source row matches."""
+        return self._with(Clause("not_matched_by_source", "delete", condition))
+
+    def execute(self) -> Snapshot | None:
+        """Run the merge as one commit; None when no row changes."""
+        rows = merge_rows.merged_changes(self.context, self.source, self.clauses)
+        return None if rows is None else self.write(rows)

@@ -1,0 +1,174 @@
+"""``MERGE INTO`` a primary-key table, in the shape deltalake users know: source rows are
+matched to the table's rows by the primary key, and the first clause whose condition holds
+decides each row: update or delete a matched row, insert a source row nothing matched, delete
+a table row no source row matched. The outcome is written as one commit of -D, -U/+U and +I
+rows (the merge engine's rules apply, as to any delete or update).
+
+Expressions (conditions and new values) see the joined row: the source's columns as
+``source.<name>``, the table's as ``target.<name>``; they are ``pyarrow.compute`` expressions
+or SQL-like text (``"source.v > target.v"``); a new value may also be a plain value. A source
+with two rows of one key is an error, as in Delta.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from changelake.errors import DataError, OptionError, SchemaMismatchError
+from changelake.table.context import TableContext
+from changelake.table.read import planner, reader, sql_filter
+from changelake.table.write import row_level
+from changelake.table.write.conform import ROWKIND_COLUMN
+
+SOURCE, TARGET = "source", "target"
+_IN_SOURCE, _IN_TARGET = "__in_source", "__in_target"
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One WHEN clause: ``when`` is ``matched``, ``not_matched`` or ``not_matched_by_source``;
+    ``action`` is ``update``, ``delete`` or ``insert``; ``values`` the new values (None: every
+    column from the source)."""
+
+    when: str
+    action: str
+    condition: pc.Expression | str | None = None
+    values: Mapping[str, Any] | None = None
+
+
+def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause]) -> pa.Table | None:
+    """The rows (``rowkind`` first) that carry out ``clauses`` for ``source``; None when no row
+    changes."""
+    keys = list(ctx.primary_keys)
+    if not keys:
+        raise OptionError("merge works on primary-key tables; this is an append table", table=ctx.name)
+    missing = [k for k in keys if k not in source.column_names]
+    if missing:
+        raise SchemaMismatchError(f"the merge source lacks the primary-key columns {missing}", table=ctx.name)
+    for operation in ("delete", "update"):
+        if any(c.action == operation for c in clauses):
+            row_level.check_engine(ctx, operation)
+    for clause in clauses:
+        if clause.action == "update" and clause.values is not None:
+            row_level.check_assignments(ctx, clause.values)
+    duplicated = source.group_by(keys).aggregate([([], "count_all")]).filter(pc.field("count_all") > 1)
+    if duplicated.num_rows:
+        first = {k: duplicated.column(k)[0].as_py() for k in keys}
+        raise DataError(f"the merge source has {duplicated.num_rows} keys in more than one row (the first: {first})",
+                        table=ctx.name)
+    target = _table_rows(ctx)
+    joined = _join(ctx, source, target, keys)
+    schema = _joined_schema(source, target)
+    in_source, in_target = joined.column(_IN_SOURCE).is_valid(), joined.column(_IN_TARGET).is_valid()
+    cases = {"matched": pc.and_(in_source, in_target), "not_matched": pc.and_(in_source, pc.invert(in_target)),
+             "not_matched_by_source": pc.and_(pc.invert(in_source), in_target)}
+    decided = pa.repeat(pa.scalar(value=False), joined.num_rows)
+    parts: list[pa.Table] = []
+    for clause in clauses:
+        chosen = pc.and_(cases[clause.when], pc.invert(decided))
+        if clause.condition is not None:
+            condition = sql_filter.as_expression(clause.condition, schema, ctx.name)
+            chosen = pc.and_(chosen, _evaluate(joined, condition).fill_null(fill_value=False))
+        decided = pc.or_(decided, chosen)
+        rows = joined.filter(chosen)
+        if rows.num_rows:
+            parts += _outcome(ctx, clause, rows, source.column_names)
+    if not parts:
+        return None
+    return pa.concat_tables(parts)
+
+
+def _table_rows(ctx: TableContext) -> pa.Table:
+    snapshot = ctx.latest_snapshot()
+    names = ctx.arrow_schema.names
+    if snapshot is None:
+        return ctx.arrow_schema.empty_table()
+    splits = planner.plan(ctx, snapshot, None, planner.batch_levels(ctx))
+    parts = list(reader.read_splits(ctx, splits, names, None))
+    return pa.concat_tables(parts).cast(ctx.arrow_schema) if parts else ctx.arrow_schema.empty_table()
+
+
+def _join(ctx: TableContext, source: pa.Table, target: pa.Table, keys: list[str]) -> pa.Table:
+    """Source and table rows side by side by key (a full outer join), columns prefixed."""
+    left = source.append_column(_IN_SOURCE, pa.repeat(pa.scalar(value=True), source.num_rows))
+    right = target.append_column(_IN_TARGET, pa.repeat(pa.scalar(value=True), target.num_rows))
+    left = left.rename_columns([f"{SOURCE}.{n}" if n != _IN_SOURCE else n for n in left.column_names])
+    right = right.rename_columns([f"{TARGET}.{n}" if n != _IN_TARGET else n for n in right.column_names])
+    left_keys = [f"{SOURCE}.{k}" for k in keys]
+    right_keys = [f"{TARGET}.{k}" for k in keys]
+    # Key columns of the source cast to the table's types, so that the join compares like with like.
+    for k, name in zip(keys, left_keys, strict=True):
+        index = left.column_names.index(name)
+        left = left.set_column(index, name, left.column(name).cast(ctx.arrow_schema.field(k).type))
+    joined = left.join(right, keys=left_keys, right_keys=right_keys, join_type="full outer", coalesce_keys=False)
+    return joined.combine_chunks()
+
+
+def _joined_schema(source: pa.Table, target: pa.Table) -> pa.Schema:
+    return pa.schema([*(f.with_name(f"{SOURCE}.{f.name}") for f in source.schema),
+                      *(f.with_name(f"{TARGET}.{f.name}") for f in target.schema)])
+
+
+def _evaluate(rows: pa.Table, expression: pc.Expression) -> pa.ChunkedArray:
+    return ds.dataset(rows).to_table(columns={"value": expression}).column("value")
+
+
+def _values(ctx: TableContext, rows: pa.Table, values: Mapping[str, Any] | None, base: str,
+            source_columns: Sequence[str], *, fallback: str | None) -> pa.Table:
+    """The new rows in the table's columns: ``values`` where given (an expression over the
+    joined row, or a value), else ``base``'s column (``source`` or ``target``); a column the
+    source lacks comes from ``fallback`` (``target``), or is null."""
+    columns = []
+    for field in ctx.arrow_schema:
+        if values is not None and field.name in values:
+            value = values[field.name]
+            column = _evaluate(rows, value) if isinstance(value, pc.Expression) else \
+                pa.chunked_array([pa.repeat(_scalar(ctx, field, value), rows.num_rows)])
+        elif base == TARGET or (field.name not in source_columns and fallback == TARGET):
+            column = rows.column(f"{TARGET}.{field.name}")
+        elif field.name in source_columns:
+            column = rows.column(f"{SOURCE}.{field.name}")
+        else:
+            column = pa.chunked_array([pa.nulls(rows.num_rows, field.type)])
+        try:
+            columns.append(column.cast(field.type, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+            raise SchemaMismatchError(f"the merge's values do not cast to {field.type}: {error}", table=ctx.name,
+                                      column=field.name) from None
+    return pa.Table.from_arrays(columns, schema=ctx.arrow_schema)
+
+
+def _scalar(ctx: TableContext, field: pa.Field, value: Any) -> pa.Scalar:
+    try:
+        return pa.scalar(value).cast(field.type) if value is not None else pa.scalar(None, field.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+        raise SchemaMismatchError(f"{value!r} is not a value of type {field.type}: {error}", table=ctx.name,
+                                  column=field.name) from None
+
+
+def _old(ctx: TableContext, rows: pa.Table) -> pa.Table:
+    return pa.Table.from_arrays([rows.column(f"{TARGET}.{n}") for n in ctx.arrow_schema.names],
+                                schema=ctx.arrow_schema)
+
+
+def _kind(rows: pa.Table, symbol: str) -> pa.Table:
+    return rows.add_column(0, ROWKIND_COLUMN, pa.repeat(pa.scalar(symbol), rows.num_rows))
+
+
+def _outcome(ctx: TableContext, clause: Clause, rows: pa.Table, source_columns: Sequence[str]) -> list[pa.Table]:
+    """The rows that carry out ``clause`` on the joined ``rows`` it decides."""
+    if clause.action == "delete":
+        return [_kind(_old(ctx, rows), "-D")]
+    if clause.action == "insert":
+        return [_kind(_values(ctx, rows, clause.values, SOURCE, source_columns, fallback=None), "+I")]
+    base = TARGET if clause.values is not None else SOURCE
+    after = _kind(_values(ctx, rows, clause.values, base, source_columns, fallback=TARGET), "+U")
+    if row_level.only_after(ctx):
+        return [after]
+    return [_kind(_old(ctx, rows), "-U"), after]
