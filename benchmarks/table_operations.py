@@ -9,7 +9,10 @@ Timed, each on fresh copies:
 * delete 1% of the rows by a non-key predicate (``amount < 1``);
 * a dynamic overwrite of one partition of four with as many new rows
   (delta-rs: ``write_deltalake(mode="overwrite", predicate="dt = ...")``);
-* truncate (delta-rs: ``DeltaTable.delete()`` of every row).
+* truncate (delta-rs: ``DeltaTable.delete()`` of every row);
+* merge 100k source rows (half updates of existing keys, half new keys) into the primary-key
+  table: update matched, insert the rest (delta-rs: ``merge(...).when_matched_update_all()
+  .when_not_matched_insert_all()``).
 
 Run: ./dev bench table_operations [--rows 10000000] (delta-rs: ``pip install deltalake``).
 """
@@ -91,6 +94,12 @@ def main() -> None:
         want_after_delete = checksum(data.filter(pc.field("amount") >= 1))
         kept = data.filter(pc.field("dt") != PARTITIONS[0])
         want_after_overwrite = checksum(pa.concat_tables([kept, replacement]))
+        merge_size = min(100_000, args.rows // 10)
+        existing = rows(merge_size // 2, args.rows - merge_size // 2, 3)  # the last keys, new values
+        source = pa.concat_tables([existing, rows(merge_size - merge_size // 2, 2 * args.rows, 4)])
+        want_after_merge = (data.num_rows + source.num_rows - existing.num_rows,
+                            int(pc.sum(data["id"]).as_py()) + int(pc.sum(source["id"]).as_py())
+                            - int(pc.sum(existing["id"]).as_py()))
         print(f"{args.rows:,} rows, 4 partitions")
         for engine, location in (("changelake primary key", pk.location), ("changelake append", log.location)):
             print(engine)
@@ -105,6 +114,11 @@ def main() -> None:
             t = cl.open_table(copy(location, "work"))
             times["truncate"] = timed("truncate", t.truncate)
             assert t.scan().to_arrow().num_rows == 0
+            if engine == "changelake primary key":
+                t = cl.open_table(copy(location, "work"))
+                times["merge 100k"] = timed("merge 100k rows", lambda t=t: t.merge(source).when_matched_update()
+                                            .when_not_matched_insert().execute())
+                assert checksum(t.scan().to_arrow()) == want_after_merge
         if deltalake is not None:
             print(f"delta-rs {deltalake.__version__}")
             times = results.setdefault("delta-rs", {})
@@ -117,13 +131,18 @@ def main() -> None:
             assert checksum(deltalake.DeltaTable(work).to_pyarrow_table()) == want_after_overwrite
             d = deltalake.DeltaTable(copy(delta_root, "work"))
             times["truncate"] = timed("truncate", lambda d=d: d.delete())
+            d = deltalake.DeltaTable(copy(delta_root, "work"))
+            times["merge 100k"] = timed("merge 100k rows", lambda d=d: d.merge(
+                source, predicate="t.id = s.id AND t.dt = s.dt", source_alias="s", target_alias="t")
+                .when_matched_update_all().when_not_matched_insert_all().execute())
+            assert checksum(deltalake.DeltaTable(str(root / "work")).to_pyarrow_table()) == want_after_merge
         else:
             print("delta-rs: not installed (pip install deltalake to compare)")
         if "delta-rs" in results:
             print("time against delta-rs (below 1: faster)")
             for engine in ("changelake primary key", "changelake append"):
                 print(f"  {engine}: " + ", ".join(f"{op} {results[engine][op] / results['delta-rs'][op]:.2f}"
-                                                 for op in results["delta-rs"]))
+                                                 for op in results[engine]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
