@@ -62,7 +62,10 @@ def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause
         first = {k: duplicated.column(k)[0].as_py() for k in keys}
         raise DataError(f"the merge source has {duplicated.num_rows} keys in more than one row (the first: {first})",
                         table=ctx.name)
-    target = _table_rows(ctx)
+    # Without a clause on table rows no source row matches, only the source's keys are read:
+    # a filter on each key column prunes partitions and files and drops other rows early.
+    by_source = any(c.when == "not_matched_by_source" for c in clauses)
+    target = _table_rows(ctx, None if by_source else _keys_of(ctx, source, keys))
     joined = _join(ctx, source, target, keys)
     schema = _joined_schema(source, target)
     in_source, in_target = joined.column(_IN_SOURCE).is_valid(), joined.column(_IN_TARGET).is_valid()
@@ -84,13 +87,24 @@ def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause
     return pa.concat_tables(parts)
 
 
-def _table_rows(ctx: TableContext) -> pa.Table:
+def _keys_of(ctx: TableContext, source: pa.Table, keys: Sequence[str]) -> pc.Expression:
+    """A filter every table row with a key of ``source`` passes (each key column in the
+    source's values of it)."""
+    terms = [pc.field(k).isin(pc.unique(source.column(k).cast(ctx.arrow_schema.field(k).type))) for k in keys]
+    expression = terms[0]
+    for term in terms[1:]:
+        expression = expression & term
+    return expression
+
+
+def _table_rows(ctx: TableContext, row_filter: pc.Expression | None) -> pa.Table:
+    """The latest snapshot's merged rows (those ``row_filter`` passes)."""
     snapshot = ctx.latest_snapshot()
     names = ctx.arrow_schema.names
     if snapshot is None:
         return ctx.arrow_schema.empty_table()
-    splits = planner.plan(ctx, snapshot, None, planner.batch_levels(ctx))
-    parts = list(reader.read_splits(ctx, splits, names, None))
+    splits = planner.plan(ctx, snapshot, row_filter, planner.batch_levels(ctx))
+    parts = list(reader.read_splits(ctx, splits, names, row_filter))
     return pa.concat_tables(parts).cast(ctx.arrow_schema) if parts else ctx.arrow_schema.empty_table()
 
 
