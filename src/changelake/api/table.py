@@ -295,8 +295,9 @@ class Table:
         can be retried; after CommitOutcomeUnknownError, only once its snapshot is known not to
         have landed (docs/storage.md)."""
         if merge_schema or self._context.options.write_merge_schema:
-            incoming = conform.input_schema(data, self.name)
-            changes = schema_update.merged_changes(self._context, incoming, ignore=(conform.ROWKIND_COLUMN,))
+            if not isinstance(data, pa.Table | pa.RecordBatch | pa.RecordBatchReader):
+                data = conform.to_arrow(data, self.name)  # converted once, for the schema and the write
+            changes = schema_update.merged_changes(self._context, data.schema, ignore=(conform.ROWKIND_COLUMN,))
             if changes:
                 self._use(schema_update.commit(self._context, changes))
         if postpone.is_postpone(self._context) and self._context.options.postpone_batch_write_fixed_bucket:

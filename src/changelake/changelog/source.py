@@ -316,6 +316,7 @@ class ChangeSource:
     def chunks(self, split: ChangeSplit, rows: pa.Table, max_rows: int = DEFAULT_MAX_ROWS) -> Iterator[ChangeChunk]:
         """``rows`` (what :meth:`load` returned) in chunks of at most ``max_rows`` positions,
         filtered and projected, each with the offset after it (empty chunks are left out)."""
+        committed = self._commit_of(split.snapshot_id) if self.commit_metadata else None
         for first in range(0, rows.num_rows, max_rows):
             part = rows.slice(first, max_rows)
             last = first + max_rows >= rows.num_rows
@@ -323,8 +324,7 @@ class ChangeSource:
                                                 full=split.kind is ChangeKind.FULL)
             data = self._output(part, merged=split.merged, reverse=split.split.reversed)
             if data.num_rows:
-                yield ChangeChunk(self._with_commit(data, split.snapshot_id) if self.commit_metadata else data,
-                                  offset)
+                yield ChangeChunk(data if committed is None else _with_commit(data, committed), offset)
 
     def read(self, split: ChangeSplit, max_rows: int = DEFAULT_MAX_ROWS) -> Iterator[ChangeChunk]:
         """The split's rows in chunks of at most ``max_rows``, each with the offset after it."""
@@ -335,13 +335,10 @@ class ChangeSource:
         for chunk in self.read(split, max_rows):
             yield from chunk.data.to_batches()
 
-    def _with_commit(self, data: pa.Table, snapshot_id: int) -> pa.Table:
-        """``data`` with the snapshot its rows come from and that snapshot's commit time."""
+    def _commit_of(self, snapshot_id: int) -> tuple[int, int | None]:
+        """The snapshot a split's rows come from and its commit time (read once per split)."""
         committed = self._snapshot(snapshot_id)
-        millis = committed.time_millis if committed is not None else None
-        snapshot_field, time_field = COMMIT_METADATA
-        return (data.append_column(snapshot_field, pa.repeat(pa.scalar(snapshot_id, pa.int64()), data.num_rows))
-                .append_column(time_field, pa.repeat(pa.scalar(millis, time_field.type), data.num_rows)))
+        return snapshot_id, committed.time_millis if committed is not None else None
 
     def _output(self, rows: pa.Table, *, merged: bool, reverse: bool) -> pa.Table:
         rows = reader.apply_filter(self.context, rows, self.row_filter)
@@ -379,6 +376,14 @@ class ChangeSource:
         self.check(offset)
         if not offset.scan_snapshot:
             consumers.record(self.context, self.consumer_id, offset.snapshot_id)
+
+
+def _with_commit(data: pa.Table, committed: tuple[int, int | None]) -> pa.Table:
+    """``data`` with the snapshot its rows come from and that snapshot's commit time."""
+    snapshot_id, millis = committed
+    snapshot_field, time_field = COMMIT_METADATA
+    return (data.append_column(snapshot_field, pa.repeat(pa.scalar(snapshot_id, pa.int64()), data.num_rows))
+            .append_column(time_field, pa.repeat(pa.scalar(millis, time_field.type), data.num_rows)))
 
 
 def _at(offset: StreamOffset, snapshot_id: int, index: int = 0, *, full: bool = False) -> StreamOffset:

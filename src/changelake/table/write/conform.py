@@ -32,13 +32,6 @@ def input_tables(data: Any, table_name: str) -> Iterator[pa.Table]:
         yield to_arrow(data, table_name)
 
 
-def input_schema(data: Any, table_name: str) -> pa.Schema:
-    """The schema of write input, without reading a stream's rows."""
-    if isinstance(data, pa.Table | pa.RecordBatch | pa.RecordBatchReader):
-        return data.schema
-    return to_arrow(data, table_name).schema
-
-
 def to_arrow(data: Any, table_name: str) -> pa.Table:
     """An Arrow table from a Table, RecordBatch, RecordBatchReader or pandas DataFrame."""
     if isinstance(data, pa.Table):

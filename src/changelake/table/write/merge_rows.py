@@ -67,7 +67,6 @@ def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause
     by_source = any(c.when == "not_matched_by_source" for c in clauses)
     target = _table_rows(ctx, None if by_source else _keys_of(ctx, source, keys))
     joined = _join(ctx, source, target, keys)
-    schema = _joined_schema(source, target)
     in_source, in_target = joined.column(_IN_SOURCE).is_valid(), joined.column(_IN_TARGET).is_valid()
     cases = {"matched": pc.and_(in_source, in_target), "not_matched": pc.and_(in_source, pc.invert(in_target)),
              "not_matched_by_source": pc.and_(pc.invert(in_source), in_target)}
@@ -76,7 +75,7 @@ def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause
     for clause in clauses:
         chosen = pc.and_(cases[clause.when], pc.invert(decided))
         if clause.condition is not None:
-            condition = sql_filter.as_expression(clause.condition, schema, ctx.name)
+            condition = sql_filter.as_expression(clause.condition, joined.schema, ctx.name)
             chosen = pc.and_(chosen, _evaluate(joined, condition).fill_null(fill_value=False))
         decided = pc.or_(decided, chosen)
         rows = joined.filter(chosen)
@@ -124,11 +123,6 @@ def _join(ctx: TableContext, source: pa.Table, target: pa.Table, keys: list[str]
     return joined.combine_chunks()
 
 
-def _joined_schema(source: pa.Table, target: pa.Table) -> pa.Schema:
-    return pa.schema([*(f.with_name(f"{SOURCE}.{f.name}") for f in source.schema),
-                      *(f.with_name(f"{TARGET}.{f.name}") for f in target.schema)])
-
-
 def _evaluate(rows: pa.Table, expression: pc.Expression) -> pa.ChunkedArray:
     return ds.dataset(rows).to_table(columns={"value": expression}).column("value")
 
@@ -141,29 +135,15 @@ def _values(ctx: TableContext, rows: pa.Table, values: Mapping[str, Any] | None,
     columns = []
     for field in ctx.arrow_schema:
         if values is not None and field.name in values:
-            value = values[field.name]
-            column = _evaluate(rows, value) if isinstance(value, pc.Expression) else \
-                pa.chunked_array([pa.repeat(_scalar(ctx, field, value), rows.num_rows)])
+            column = _evaluate(rows, row_level.new_value(ctx, field.name, values[field.name]))
         elif base == TARGET or (field.name not in source_columns and fallback == TARGET):
             column = rows.column(f"{TARGET}.{field.name}")
         elif field.name in source_columns:
             column = rows.column(f"{SOURCE}.{field.name}")
         else:
             column = pa.chunked_array([pa.nulls(rows.num_rows, field.type)])
-        try:
-            columns.append(column.cast(field.type, safe=True))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
-            raise SchemaMismatchError(f"the merge's values do not cast to {field.type}: {error}", table=ctx.name,
-                                      column=field.name) from None
+        columns.append(row_level.cast_new(ctx, field.name, column))
     return pa.Table.from_arrays(columns, schema=ctx.arrow_schema)
-
-
-def _scalar(ctx: TableContext, field: pa.Field, value: Any) -> pa.Scalar:
-    try:
-        return pa.scalar(value).cast(field.type) if value is not None else pa.scalar(None, field.type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
-        raise SchemaMismatchError(f"{value!r} is not a value of type {field.type}: {error}", table=ctx.name,
-                                  column=field.name) from None
 
 
 def _old(ctx: TableContext, rows: pa.Table) -> pa.Table:

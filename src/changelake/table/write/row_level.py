@@ -108,12 +108,12 @@ def updated(ctx: TableContext, rows: pa.Table, assignments: Mapping[str, Any],
     """``rows`` (the table's columns) with the ``assignments`` applied: to every row, or to
     those ``where`` (a boolean mask) is true."""
     computed = ds.dataset(rows).to_table(columns={
-        name: _new_value(ctx, name, assignments[name]) for name in rows.column_names if name in assignments})
+        name: new_value(ctx, name, assignments[name]) for name in rows.column_names if name in assignments})
     columns = []
     for name in rows.column_names:
         column = rows.column(name)
         if name in assignments:
-            new = _cast(ctx, name, computed.column(name))
+            new = cast_new(ctx, name, computed.column(name))
             column = new if where is None else pc.if_else(where, new, column)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=rows.schema)
@@ -137,8 +137,10 @@ def check_assignments(ctx: TableContext, assignments: Mapping[str, Any]) -> None
             raise SchemaMismatchError(f"is a {role} column: it cannot be updated", table=ctx.name, column=name)
 
 
-def _new_value(ctx: TableContext, name: str, value: Any) -> pc.Expression:
-    """The expression an assignment evaluates to over the old rows."""
+def new_value(ctx: TableContext, name: str, value: Any) -> pc.Expression:
+    """The expression a new value of column ``name`` evaluates to over the old rows: an
+    expression as it is, a plain value cast to the column's type (SchemaMismatchError if it
+    is none of that type's)."""
     if isinstance(value, pc.Expression):
         return value
     field = ctx.arrow_schema.field(name)
@@ -150,7 +152,8 @@ def _new_value(ctx: TableContext, name: str, value: Any) -> pc.Expression:
     return pc.scalar(scalar)
 
 
-def _cast(ctx: TableContext, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
+def cast_new(ctx: TableContext, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """New values of column ``name`` in its type (SchemaMismatchError if they do not cast safely)."""
     field = ctx.arrow_schema.field(name)
     if column.type.equals(field.type):
         return column
