@@ -1,17 +1,21 @@
-"""``Table.merge``: MERGE INTO a primary-key table, built clause by clause as deltalake's
-``TableMerger`` is, and executed as one commit."""
+"""``Table.merge``: MERGE INTO a table, built clause by clause as deltalake's ``TableMerger``
+is, and executed as one commit."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from changelake.table import snapshot_expiry
+from changelake.table.append import merge as append_merge
 from changelake.table.context import TableContext
+from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.write import merge_rows
 from changelake.table.write.merge_rows import Clause
@@ -21,14 +25,16 @@ Condition: TypeAlias = "pc.Expression | str | None"
 
 @dataclass(frozen=True)
 class Merge:
-    """A merge of ``source`` rows into a table by its primary key; the first clause whose
-    condition holds decides each row. Conditions and values see ``source.<column>`` and
-    ``target.<column>`` (``pc.field("source.qty")``, or SQL-like text for conditions). Every
-    method returns a new merge; :meth:`execute` runs it."""
+    """A merge of ``source`` rows into a table, matched by its primary key (an append table's
+    by the columns ``on`` names); the first clause whose condition holds decides each row.
+    Conditions and values see ``source.<column>`` and ``target.<column>``
+    (``pc.field("source.qty")``, or SQL-like text for conditions). Every method returns a new
+    merge; :meth:`execute` runs it."""
 
     context: TableContext
     source: pa.Table
     write: Callable[[pa.Table], Snapshot | None]
+    on: Sequence[str] | None = None
     clauses: tuple[Clause, ...] = ()
 
     def _with(self, clause: Clause) -> Merge:
@@ -55,5 +61,12 @@ class Merge:
 
     def execute(self) -> Snapshot | None:
         """Run the merge as one commit; None when no row changes."""
-        rows = merge_rows.merged_changes(self.context, self.source, self.clauses)
+        ctx = self.context
+        if ctx.kind is TableKind.APPEND:
+            landed = append_merge.merge(ctx, self.source, self.clauses, self.on, str(uuid.uuid4()))
+            if landed is not None:
+                snapshot_expiry.expire_after_commit(ctx)
+            return landed
+        merge_rows.merge_keys(ctx, self.on)
+        rows = merge_rows.merged_changes(ctx, self.source, self.clauses)
         return None if rows is None else self.write(rows)

@@ -359,8 +359,9 @@ class Table:
         commit of -D rows that the merge engine and changelog producer see as any delete
         (OptionError where the merge engine keeps deleted rows: first-row, ``ignore-delete``;
         partial-update and aggregation without ``*.remove-record-on-delete``). On an append
-        table, the files holding matching rows are rewritten without them, as one OVERWRITE
-        snapshot. None when nothing matches."""
+        table, the files holding matching rows are rewritten without them, or with
+        ``deletion-vectors.enabled`` the rows are marked in the files' deletion vectors, as one
+        OVERWRITE snapshot. None when nothing matches."""
         if self._context.kind is TableKind.APPEND:
             return self._landed(append_rows.delete(self._context, predicate, str(uuid.uuid4())))
         rows = row_level.deletions(self._context, predicate)
@@ -371,7 +372,9 @@ class Table:
         table: ``set`` maps a column to a value (cast to its type) or to a ``pyarrow.compute``
         expression over the old row (``{"qty": pc.field("qty") + 1}``). Written as one commit
         of -U (old) and +U (new) rows (+U only under partial-update); on an append table, the
-        files holding matching rows rewritten as one OVERWRITE snapshot. Primary-key and
+        files holding matching rows rewritten (with ``deletion-vectors.enabled``: the old rows
+        marked in deletion vectors and the new ones written as new files) as one OVERWRITE
+        snapshot. Primary-key and
         partition columns cannot be set; aggregation and first-row tables take no update.
         None when nothing matches."""
         if self._context.kind is TableKind.APPEND:
@@ -396,13 +399,17 @@ class Table:
         was nothing to replace."""
         return self._landed(overwrite_rows.overwrite_rows(self._context, data, partitions, str(uuid.uuid4())))
 
-    def merge(self, source: WriteInput) -> Merge:
-        """MERGE INTO this primary-key table from ``source`` (taken as :meth:`write` takes
-        rows), matched by the primary key, built clause by clause as deltalake's merge is:
+    def merge(self, source: WriteInput, *, on: Sequence[str] | None = None) -> Merge:
+        """MERGE INTO this table from ``source`` (taken as :meth:`write` takes rows), built
+        clause by clause as deltalake's merge is:
         ``table.merge(rows).when_matched_update().when_not_matched_insert().execute()`` (see
-        :class:`Merge`). It lands as one commit of -D, -U/+U and +I rows; a source with two
-        rows of one key is a DataError."""
-        return Merge(self._context, conform.to_arrow(source, self.name), self.write)
+        :class:`Merge`). Rows match by the primary key (``on``, if given, must name it); an
+        append table's by the columns ``on`` names (Paimon's ``MERGE INTO ... ON``), which it
+        needs. A primary-key table's merge lands as one commit of -D, -U/+U and +I rows; an
+        append table's as one OVERWRITE snapshot, the files holding changed rows rewritten (or
+        the rows marked in deletion vectors where they are enabled) and inserted rows in new
+        files. A source with two rows of one key is a DataError."""
+        return Merge(self._context, conform.to_arrow(source, self.name), self.write, on=on)
 
     def truncate(self) -> Snapshot | None:
         """Delete every row as one OVERWRITE snapshot (Paimon's ``TRUNCATE TABLE``): the

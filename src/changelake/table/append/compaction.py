@@ -147,8 +147,8 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
     finish."""
     if ctx.options.deletion_vectors_enabled:
         # Their rewrite would have to drop the rows the vectors mark and rewrite the index.
-        raise OptionError("changelake does not compact append tables with deletion vectors (another engine "
-                          "made this one; compact it there)", table=ctx.name, option="deletion-vectors.enabled")
+        raise OptionError("changelake does not compact append tables with deletion vectors (compact it with "
+                          "Paimon)", table=ctx.name, option="deletion-vectors.enabled")
     latest = ctx.latest_snapshot() if snapshot is None else snapshot
     if latest is None:
         return []
@@ -184,7 +184,7 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
 def compact_after_commit(ctx: TableContext, buckets: Collection[tuple[bytes, int]]) -> list[Snapshot]:
     """What a fixed-bucket writer compacts after its commit (Paimon's append writers compact
     their buckets as they write; unaware tables are compacted by ``table.compact()``, and tables
-    with deletion vectors, which another engine made, are not compacted by changelake): the
+    with deletion vectors are not compacted by changelake): the
     COMPACT snapshot of the ``buckets`` whose files a pick takes, or [] (nothing to compact, or
     another writer's compaction of the same files landed first)."""
     if ctx.options.bucket == UNAWARE_BUCKET or ctx.options.deletion_vectors_enabled:

@@ -5,8 +5,7 @@ and no ``full-compaction.delta-commits``; a fixed-bucket one needs a ``bucket-ke
 count is -1 or at least 1; ``changelog-producer`` needs a primary key. changelake also refuses
 every other option that means something only to primary-key tables (merge engines, sequence and
 row-kind fields, lookup, ...), which Paimon would ignore silently, so that a user who forgot the
-primary key learns it at once; and deletion vectors, which changelake does not keep for append
-tables.
+primary key learns it at once.
 """
 
 from __future__ import annotations
@@ -47,9 +46,6 @@ def check(schema: TableSchema, options: TableOptions, *, keys: Collection[str] |
         if key in options.raw and (key in PRIMARY_KEY_ONLY or _PRIMARY_KEY_FIELD_OPTION.match(key)):
             raise OptionError("applies only to tables with a primary key; this is an append table "
                               "(define primary keys to use it)", table=table, option=key)
-    if options.deletion_vectors_enabled:
-        raise OptionError("changelake does not keep deletion vectors for append tables", table=table,
-                          option="deletion-vectors.enabled")
     bucket = options.bucket
     if bucket == UNAWARE_BUCKET:
         if "bucket-key" in options.raw:

@@ -1,8 +1,8 @@
 """Overwrite commits: replace every file of some partitions with new ones as one OVERWRITE
 snapshot (Paimon's ``FileStoreCommitImpl.overwritePartition``), for table operations that
 rewrite partitions (a rescale; an INSERT OVERWRITE); and replace some files with rewritten
-copies (:func:`commit_rewrite`: an append table's row-level delete or update, which Paimon
-commits as OVERWRITE because its delta deletes files).
+copies (:func:`commit_rewrite`: an append table's row-level delete, update or merge, which
+Paimon commits as OVERWRITE because its delta deletes files or changes deletion vectors).
 
 The snapshot deletes every data file the partitions hold at the snapshot it lands on (and
 their deletion-vector index files) and adds the new files. The rows of the new files were
@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
+from changelake.table.append import vectors as append_vectors
+from changelake.table.append.vectors import BucketVectors
 from changelake.table.commit import committer
 from changelake.table.commit.committer import Attempt, Delta
 from changelake.table.commit.message import CommitMessage
@@ -169,11 +171,13 @@ def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: frozens
 
 
 def commit_rewrite(ctx: TableContext, replaced: Sequence[ManifestEntry], messages: Sequence[CommitMessage],
-                   commit_user: str) -> Snapshot:
-    """Land one OVERWRITE snapshot that deletes the ``replaced`` files and adds the
-    ``new_files`` of ``messages`` (their rewritten rows). CommitConflictError, with the new
-    files deleted, when another commit removed one of the replaced files first (a concurrent
-    rewrite or compaction read the same rows: run it again); lost races are retried."""
+                   commit_user: str, *, vectors: Sequence[BucketVectors] = ()) -> Snapshot:
+    """Land one OVERWRITE snapshot that deletes the ``replaced`` files, adds the ``new_files``
+    of ``messages`` (their rewritten rows, and new rows) and lands the deletion-vector changes
+    ``vectors`` (their index files written already). CommitConflictError, with the new files
+    deleted, when another commit removed one of the replaced files or of the files whose vectors
+    change first (a concurrent rewrite or compaction read the same rows), or changed the same
+    vectors: run it again. Lost races are retried."""
     def removed(latest: Snapshot | None, lists: Attempt) -> tuple[list[ManifestEntry], str | None]:
         live = {(e.partition, e.bucket, e.file.file_name)
                 for e in (live_files.live_entries(ctx, latest) if latest is not None else [])}
@@ -182,8 +186,24 @@ def commit_rewrite(ctx: TableContext, replaced: Sequence[ManifestEntry], message
             raise CommitConflictError(f"files {gone[:3]} were rewritten by another commit first; run the "
                                       "operation again", table=ctx.name)
         entries = [ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file) for e in replaced]
-        return entries, latest.index_manifest if latest is not None else None
+        previous = latest.index_manifest if latest is not None else None
+        if not vectors:
+            return entries, previous
+        index_entries = deletion_vectors.index_entries(ctx, latest) if latest is not None else []
+        after = append_vectors.apply(ctx, index_entries, vectors, live)
+        if not after:
+            return entries, None
+        name = index_manifest.write(ctx.file_io, ctx.paths.manifest_dir, after, ctx.options.manifest_compression)
+        lists.written.append(ctx.paths.manifest(name))
+        return entries, name
 
-    landed = _land(ctx, messages, commit_user, BATCH_COMMIT_IDENTIFIER, removed, "rewrite")
+    index_files = [ctx.paths.index(c.added.file_name) for c in vectors if c.added is not None]
+    try:
+        landed = _land(ctx, messages, commit_user, BATCH_COMMIT_IDENTIFIER, removed, "rewrite")
+    except CommitOutcomeUnknownError:
+        raise  # the snapshot may name them
+    except BaseException:
+        ctx.file_io.discard(index_files)
+        raise
     assert landed is not None  # batch commits always land
     return landed

@@ -1,8 +1,10 @@
-"""``MERGE INTO`` a primary-key table, in the shape deltalake users know: source rows are
-matched to the table's rows by the primary key, and the first clause whose condition holds
-decides each row: update or delete a matched row, insert a source row nothing matched, delete
-a table row no source row matched. The outcome is written as one commit of -D, -U/+U and +I
-rows (the merge engine's rules apply, as to any delete or update).
+"""``MERGE INTO`` a table, in the shape deltalake users know: source rows are matched to the
+table's rows by the primary key (an append table's by the columns ``on`` names), and the
+first clause whose condition holds decides each row: update or delete a matched row, insert a
+source row nothing matched, delete a table row no source row matched. On a primary-key table
+the outcome is written as one commit of -D, -U/+U and +I rows (the merge engine's rules apply,
+as to any delete or update); an append table's is carried out by
+:mod:`changelake.table.append.merge` from the decisions made here.
 
 Expressions (conditions and new values) see the joined row: the source's columns as
 ``source.<name>``, the table's as ``target.<name>``; they are ``pyarrow.compute`` expressions
@@ -42,36 +44,84 @@ class Clause:
     values: Mapping[str, Any] | None = None
 
 
-def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause]) -> pa.Table | None:
-    """The rows (``rowkind`` first) that carry out ``clauses`` for ``source``; None when no row
-    changes."""
+def merge_keys(ctx: TableContext, on: Sequence[str] | None) -> list[str]:
+    """The columns a merge matches rows by: ``on`` (a list of column names, as MERGE INTO ...
+    ON), which an append table needs; a primary-key table's primary key, which ``on`` must then
+    name if given. OptionError otherwise."""
     keys = list(ctx.primary_keys)
-    if not keys:
-        raise OptionError("merge works on primary-key tables; this is an append table", table=ctx.name)
-    missing = [k for k in keys if k not in source.column_names]
-    if missing:
-        raise SchemaMismatchError(f"the merge source lacks the primary-key columns {missing}", table=ctx.name)
+    if on is None:
+        if not keys:
+            raise OptionError("a merge into an append table needs the columns to match rows by: "
+                              "merge(source, on=[...])", table=ctx.name)
+        return keys
+    if isinstance(on, str) or not on or not all(isinstance(name, str) for name in on):
+        raise OptionError(f"merge takes on=[column, ...] (a non-empty list of column names), not {on!r}",
+                          table=ctx.name)
+    for name in on:
+        if name not in ctx.arrow_schema.names:
+            raise SchemaMismatchError("is not a column of the table (merge on=...)", table=ctx.name, column=name)
+    if len(set(on)) != len(on):
+        raise OptionError(f"merge on={list(on)} names a column twice", table=ctx.name)
+    if keys and set(on) != set(keys):
+        raise OptionError(f"a primary-key table merges by its primary key {keys}, not on={list(on)}",
+                          table=ctx.name)
+    return keys or list(on)
+
+
+def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause]) -> pa.Table | None:
+    """The rows (``rowkind`` first) that carry out ``clauses`` for ``source`` on a primary-key
+    table; None when no row changes."""
+    keys = merge_keys(ctx, None)
     for operation in ("delete", "update"):
         if any(c.action == operation for c in clauses):
             row_level.check_engine(ctx, operation)
+    check(ctx, source, clauses, keys)
+    # Without a clause on table rows no source row matches, only the source's keys are read:
+    # a filter on each key column prunes partitions and files and drops other rows early.
+    target = _table_rows(ctx, key_filter(ctx, source, clauses, keys))
+    parts: list[pa.Table] = []
+    for clause, rows in decide(ctx, source, target, clauses, keys):
+        parts += _outcome(ctx, clause, rows, source.column_names)
+    if not parts:
+        return None
+    return pa.concat_tables(parts)
+
+
+def check(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause], keys: Sequence[str]) -> None:
+    """SchemaMismatchError for a source without the match columns or an update that sets
+    columns it may not; DataError for a source with two rows of one key."""
+    missing = [k for k in keys if k not in source.column_names]
+    if missing:
+        raise SchemaMismatchError(f"the merge source lacks the columns {missing} it is matched on", table=ctx.name)
     for clause in clauses:
         if clause.action == "update" and clause.values is not None:
             row_level.check_assignments(ctx, clause.values)
-    duplicated = source.group_by(keys).aggregate([([], "count_all")]).filter(pc.field("count_all") > 1)
+    duplicated = source.group_by(list(keys)).aggregate([([], "count_all")]).filter(pc.field("count_all") > 1)
     if duplicated.num_rows:
         first = {k: duplicated.column(k)[0].as_py() for k in keys}
         raise DataError(f"the merge source has {duplicated.num_rows} keys in more than one row (the first: {first})",
                         table=ctx.name)
-    # Without a clause on table rows no source row matches, only the source's keys are read:
-    # a filter on each key column prunes partitions and files and drops other rows early.
-    by_source = any(c.when == "not_matched_by_source" for c in clauses)
-    target = _table_rows(ctx, None if by_source else _keys_of(ctx, source, keys))
-    joined = _join(ctx, source, target, keys)
+
+
+def key_filter(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause],
+               keys: Sequence[str]) -> pc.Expression | None:
+    """The filter the table rows a merge may touch pass: those with a key of ``source``,
+    unless a clause acts on the table rows no source row matches (None: every row)."""
+    if any(c.when == "not_matched_by_source" for c in clauses):
+        return None
+    return _keys_of(ctx, source, keys)
+
+
+def decide(ctx: TableContext, source: pa.Table, target: pa.Table, clauses: Sequence[Clause],
+           keys: Sequence[str]) -> list[tuple[Clause, pa.Table]]:
+    """Each clause with the joined rows (``source.<column>`` and ``target.<column>``) it
+    decides: the first clause whose condition holds decides a row."""
+    joined = _join(ctx, source, target, list(keys))
     in_source, in_target = joined.column(_IN_SOURCE).is_valid(), joined.column(_IN_TARGET).is_valid()
     cases = {"matched": pc.and_(in_source, in_target), "not_matched": pc.and_(in_source, pc.invert(in_target)),
              "not_matched_by_source": pc.and_(pc.invert(in_source), in_target)}
     decided = pa.repeat(pa.scalar(value=False), joined.num_rows)
-    parts: list[pa.Table] = []
+    out = []
     for clause in clauses:
         chosen = pc.and_(cases[clause.when], pc.invert(decided))
         if clause.condition is not None:
@@ -80,10 +130,8 @@ def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause
         decided = pc.or_(decided, chosen)
         rows = joined.filter(chosen)
         if rows.num_rows:
-            parts += _outcome(ctx, clause, rows, source.column_names)
-    if not parts:
-        return None
-    return pa.concat_tables(parts)
+            out.append((clause, rows))
+    return out
 
 
 def _keys_of(ctx: TableContext, source: pa.Table, keys: Sequence[str]) -> pc.Expression:
@@ -127,7 +175,7 @@ def _evaluate(rows: pa.Table, expression: pc.Expression) -> pa.ChunkedArray:
     return ds.dataset(rows).to_table(columns={"value": expression}).column("value")
 
 
-def _values(ctx: TableContext, rows: pa.Table, values: Mapping[str, Any] | None, base: str,
+def new_rows(ctx: TableContext, rows: pa.Table, values: Mapping[str, Any] | None, base: str,
             source_columns: Sequence[str], *, fallback: str | None) -> pa.Table:
     """The new rows in the table's columns: ``values`` where given (an expression over the
     joined row, or a value), else ``base``'s column (``source`` or ``target``); a column the
@@ -146,7 +194,7 @@ def _values(ctx: TableContext, rows: pa.Table, values: Mapping[str, Any] | None,
     return pa.Table.from_arrays(columns, schema=ctx.arrow_schema)
 
 
-def _old(ctx: TableContext, rows: pa.Table) -> pa.Table:
+def old_rows(ctx: TableContext, rows: pa.Table) -> pa.Table:
     return pa.Table.from_arrays([rows.column(f"{TARGET}.{n}") for n in ctx.arrow_schema.names],
                                 schema=ctx.arrow_schema)
 
@@ -158,11 +206,11 @@ def _kind(rows: pa.Table, symbol: str) -> pa.Table:
 def _outcome(ctx: TableContext, clause: Clause, rows: pa.Table, source_columns: Sequence[str]) -> list[pa.Table]:
     """The rows that carry out ``clause`` on the joined ``rows`` it decides."""
     if clause.action == "delete":
-        return [_kind(_old(ctx, rows), "-D")]
+        return [_kind(old_rows(ctx, rows), "-D")]
     if clause.action == "insert":
-        return [_kind(_values(ctx, rows, clause.values, SOURCE, source_columns, fallback=None), "+I")]
+        return [_kind(new_rows(ctx, rows, clause.values, SOURCE, source_columns, fallback=None), "+I")]
     base = TARGET if clause.values is not None else SOURCE
-    after = _kind(_values(ctx, rows, clause.values, base, source_columns, fallback=TARGET), "+U")
+    after = _kind(new_rows(ctx, rows, clause.values, base, source_columns, fallback=TARGET), "+U")
     if row_level.only_after(ctx):
         return [after]
-    return [_kind(_old(ctx, rows), "-U"), after]
+    return [_kind(old_rows(ctx, rows), "-U"), after]
