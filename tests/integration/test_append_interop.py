@@ -113,8 +113,8 @@ def test_java_paimon_and_changelake_share_append_tables(tmp_path: Any, java: Jav
 @pytest.mark.parametrize("options", KINDS)
 def test_changelake_reads_java_paimon_append_tables_with_deletion_vectors(tmp_path: Any, java: JavaPaimon,
                                                                           options: dict[str, str]) -> None:
-    """Java Paimon makes append tables with deletion vectors (changelake does not): their files
-    are all read (level 0 too) and appended to, but changelake does not compact them."""
+    """Java Paimon makes append tables with deletion vectors: their files are all read (level 0
+    too) and appended to, but changelake does not compact them."""
     warehouse = str(tmp_path)
     java.create_table(warehouse, "db.t", [("id", "BIGINT"), ("name", "STRING"), ("dt", "STRING")],
                       primary_keys=[], partition_keys=["dt"], options={**options, "deletion-vectors.enabled": "true"})

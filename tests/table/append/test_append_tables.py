@@ -163,7 +163,6 @@ def test_maintenance_and_schema_evolution(catalog: cl.Catalog) -> None:
     ({"bucket-key": "id"}, "bucket-key"),
     ({"bucket": "0"}, "bucket"),
     ({"full-compaction.delta-commits": "2"}, "full-compaction.delta-commits"),
-    ({"deletion-vectors.enabled": "true"}, "deletion-vectors.enabled"),
 ])
 def test_definitions_only_primary_key_tables_take_are_refused(catalog: cl.Catalog, options: dict[str, str],
                                                              option: str) -> None:

@@ -5,7 +5,6 @@ matching rows rewritten in one OVERWRITE snapshot, row order kept."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -155,16 +154,6 @@ def test_append_tables_rewrite_the_files_that_hold_matching_rows(tmp_path: Path,
     # appends go on after the rewrites, numbered after them
     log.write(pa.table({"dt": ["d1"], "id": [7], "v": [7], "name": ["late"]}, schema=SCHEMA))
     assert rows() == [("d1", 7, 7, "late")]
-
-    # An append table with deletion vectors, as Paimon makes them (changelake does not create one).
-    vectors = cl.Catalog(str(tmp_path)).create_table("db.dv", SCHEMA)
-    schema_file = Path(vectors.location, "schema", "schema-0")
-    schema = json.loads(schema_file.read_text())
-    schema["options"]["deletion-vectors.enabled"] = "true"
-    schema_file.write_text(json.dumps(schema))
-    with pytest.raises(OptionError, match="deletion vectors") as info:
-        cl.open_table(vectors.location).delete("id = 1")
-    assert info.value.option == "deletion-vectors.enabled"
 
 
 def live_entries(table: cl.Table) -> list[Any]:

@@ -15,7 +15,8 @@ merged, rows kept).
 
 ``target-file-size`` of an append table defaults to 256 MB, as Paimon's. The files of a pick
 are rewritten in write order, numbered from the pick's first sequence number; the result is one
-COMPACT snapshot.
+COMPACT snapshot. With deletion vectors, the rewritten files' deleted rows are left out and their
+vectors dropped, in the same snapshot (Paimon's ``AppendDeleteFileMaintainer``).
 """
 
 from __future__ import annotations
@@ -28,20 +29,22 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+from pyroaring import BitMap
 
-from changelake.errors import CommitConflictError, OptionError
+from changelake.errors import CommitConflictError
+from changelake.table.append import vectors as append_vectors
 from changelake.table.append.definition import UNAWARE_BUCKET
 from changelake.table.commit import committer
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
-from changelake.table.format import data_file
+from changelake.table.format import data_file, deletion_vector
 from changelake.table.format.data_file import FileSettings
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
-from changelake.table.read import live_files
+from changelake.table.read import deletion_vectors, live_files
 
 APPEND_TARGET_FILE_SIZE = 256 * 1024 * 1024
 _UNAWARE_MAX_FILE_NUM = 50
@@ -118,15 +121,24 @@ def _pick_bucketed_full(ctx: TableContext, files: Sequence[DataFileMeta]) -> lis
     return None
 
 
-def rewrite(ctx: TableContext, partition: bytes, bucket: int, files: Sequence[DataFileMeta]) -> list[DataFileMeta]:
+def rewrite(ctx: TableContext, partition: bytes, bucket: int, files: Sequence[DataFileMeta],
+            vectors: Mapping[str, BitMap] | None = None) -> list[DataFileMeta]:
     """The rows of ``files`` (in write order) as new level-0 files, numbered from the first
-    file's first sequence number; a failure deletes what it wrote."""
+    file's first sequence number, without the rows their deletion ``vectors`` mark; a failure
+    deletes what it wrote."""
     bucket_dir = ctx.bucket_dir(partition, bucket)
     columns = list(ctx.arrow_schema.names)
 
     def chunks() -> Iterator[pa.Table]:
         for f in files:
-            yield from ctx.read_file_batches(bucket_dir, f, columns, _BATCH_ROWS)
+            vector = None if vectors is None else vectors.get(f.file_name)
+            position = 0
+            for batch in ctx.read_file_batches(bucket_dir, f, columns, _BATCH_ROWS):
+                keep = deletion_vector.keep_mask(vector, batch.num_rows, position)
+                position += batch.num_rows
+                live = batch if keep is None else batch.filter(keep)
+                if live.num_rows:
+                    yield live
 
     written = data_file.write(ctx.file_io, bucket_dir, chunks(), file_settings(ctx), level=0,
                               file_source=FileSource.COMPACT, first_sequence=files[0].min_sequence_number)
@@ -144,11 +156,8 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
                   snapshot: Snapshot | None = None) -> list[CommitMessage]:
     """Compaction results of every bucket of the latest snapshot, or of ``snapshot`` (of the
     given partitions, or only ``buckets``); ``progress`` gets (buckets done, buckets) as they
-    finish."""
-    if ctx.options.deletion_vectors_enabled:
-        # Their rewrite would have to drop the rows the vectors mark and rewrite the index.
-        raise OptionError("changelake does not compact append tables with deletion vectors (compact it with "
-                          "Paimon)", table=ctx.name, option="deletion-vectors.enabled")
+    finish. With deletion vectors, the rows they mark are left out and the vectors of the
+    compacted files dropped (their index files replaced)."""
     latest = ctx.latest_snapshot() if snapshot is None else snapshot
     if latest is None:
         return []
@@ -156,6 +165,7 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
     entries = live_files.live_entries(ctx, latest)
     total_buckets = {(e.partition, e.bucket): e.total_buckets for e in entries}
     by_bucket = live_files.files_by_bucket(entries)
+    index_files = deletion_vectors.snapshot_vectors(ctx, latest) if ctx.options.deletion_vectors_enabled else {}
     items = sorted((where, files) for where, files in by_bucket.items()
                    if (wanted is None or ctx.partition_values(where[0]) in wanted)
                    and (buckets is None or where in buckets))
@@ -163,19 +173,22 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
     def run(item: tuple[tuple[bytes, int], list[DataFileMeta]]) -> CommitMessage | None:
         (partition, bucket), files = item
         picks = pick(ctx, total_buckets[(partition, bucket)], files, full=full)
+        bucket_index = index_files.get((partition, bucket), [])
+        vectors = deletion_vectors.bucket_vectors(ctx, bucket_index) if bucket_index else None
         before: list[DataFileMeta] = []
         after: list[DataFileMeta] = []
         try:
             for group in picks:
-                after += rewrite(ctx, partition, bucket, group)
+                after += rewrite(ctx, partition, bucket, group, vectors)
                 before += group
+            added, deleted = append_vectors.compacted(ctx, bucket_index, {f.file_name for f in before})
         except BaseException:
             ctx.file_io.discard(f"{ctx.bucket_dir(partition, bucket)}/{f.file_name}" for f in after)
             raise
         if not before:
             return None
         return CommitMessage(partition, bucket, total_buckets[(partition, bucket)], compact_before=tuple(before),
-                             compact_after=tuple(after))
+                             compact_after=tuple(after), index_added=added, index_deleted=deleted)
 
     results = map_all(run, items, progress=progress)
     return [m for m in results if m is not None]
@@ -183,11 +196,10 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
 
 def compact_after_commit(ctx: TableContext, buckets: Collection[tuple[bytes, int]]) -> list[Snapshot]:
     """What a fixed-bucket writer compacts after its commit (Paimon's append writers compact
-    their buckets as they write; unaware tables are compacted by ``table.compact()``, and tables
-    with deletion vectors are not compacted by changelake): the
+    their buckets as they write; unaware tables are compacted by ``table.compact()``): the
     COMPACT snapshot of the ``buckets`` whose files a pick takes, or [] (nothing to compact, or
     another writer's compaction of the same files landed first)."""
-    if ctx.options.bucket == UNAWARE_BUCKET or ctx.options.deletion_vectors_enabled:
+    if ctx.options.bucket == UNAWARE_BUCKET:
         return []
     messages = compact_table(ctx, full=False, partitions=None, buckets=buckets)
     if not messages:

@@ -1,14 +1,16 @@
-"""Deletion vectors of an append table's rows removed by a DELETE, UPDATE or MERGE (Paimon's
+"""Deletion vectors of an append table: rows removed by a DELETE, UPDATE or MERGE (Paimon's
 ``AppendDeleteFileMaintainer`` and ``BucketedAppendDeleteFileMaintainer``): the removed rows'
 positions are merged into their files' vectors, and each index file of the bucket that held one
 of those files' vectors is replaced by a new one holding its other vectors and the merged ones.
 A fixed bucket's vectors live in one index file, so that file is rewritten whole; an unaware
 partition's (bucket 0) may be spread over several, of which only the touched ones are replaced.
+A compaction drops the vectors of the files it rewrites (their deleted rows left out) the same
+way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyroaring import BitMap
@@ -69,8 +71,33 @@ def apply(ctx: TableContext, entries: Sequence[IndexManifestEntry], changes: Seq
     marked = {(c.partition, c.bucket, name) for c in changes for name in c.changed}
     for e in after:
         if any((e.partition, e.bucket, r.data_file) in marked for r in e.file.ranges or ()):
-            raise CommitConflictError(f"another commit marked rows of data file deleted in index file "
-                                      f"{e.file.file_name} since this one read them; run the operation again",
+            raise CommitConflictError(f"another commit marked rows deleted in the files this one changes (index "
+                                      f"file {e.file.file_name}) since it read them; run the operation again",
                                       table=ctx.name)
     return after + [IndexManifestEntry(FileKind.ADD, c.partition, c.bucket, c.added)
                     for c in changes if c.added is not None]
+
+
+def compacted(ctx: TableContext, index_files: Sequence[IndexFileMeta],
+              removed: Collection[str]) -> tuple[tuple[IndexFileMeta, ...], tuple[IndexFileMeta, ...]]:
+    """The index files a compaction adds and deletes in a bucket whose deletion-vector index
+    files are ``index_files`` when it rewrites the data files named ``removed`` (their rows
+    read without the deleted ones): each index file holding a vector of one of them is replaced
+    by one holding its other vectors (Paimon's ``notifyRemovedDeletionVector``)."""
+    touched = tuple(f for f in index_files if any(r.data_file in removed for r in f.ranges or ()))
+    if not touched:
+        return (), ()
+    kept = {name: v for name, v in deletion_vectors.bucket_vectors(ctx, touched).items() if name not in removed}
+    added = write_vectors.write_index_file(ctx, kept)
+    return (() if added is None else (added,)), touched
+
+
+def check_compacted(ctx: TableContext, entries: Sequence[IndexManifestEntry],
+                    removed: Collection[tuple[bytes, int, str]]) -> None:
+    """CommitConflictError when an index file left after a compaction holds a vector of a data
+    file it removes ((partition, bucket, name)): a delete marked rows of it after the
+    compaction read it, and the compaction's output still holds them."""
+    for e in entries:
+        if any((e.partition, e.bucket, r.data_file) in removed for r in e.file.ranges or ()):
+            raise CommitConflictError(f"a concurrent delete marked rows of files bucket {e.bucket} compacts; this "
+                                      "commit's compaction is void", table=ctx.name)

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from changelake.errors import CommitConflictError, CommitOutcomeUnknownError, SnapshotNotFoundError
 from changelake.option_values import POSTPONE_BUCKET
 from changelake.table import metadata
+from changelake.table.append import vectors as append_vectors
 from changelake.table.commit import hash_indexes, key_placement, last_commits, manifest_merge, renumber
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, index_manifest, manifest, snapshot
 from changelake.table.format.index_manifest import IndexManifestEntry
 from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
@@ -258,7 +260,13 @@ def _index_manifest(ctx: TableContext, latest: Snapshot | None, messages: Sequen
     compaction of the bucket landed first: the compaction is void."""
     previous = latest.index_manifest if latest is not None else None
     compact = kind is CommitKind.COMPACT
+    # An append table's compaction left out the rows deleted when it read its files: rows
+    # marked since are in its output.
+    compacted = {(m.partition, m.bucket, f.file_name) for m in messages for f in m.compact_before} \
+        if compact and ctx.kind is TableKind.APPEND else set()
     if not any(m.index_added or m.index_deleted if compact else m.hash_index for m in messages):
+        if compacted and latest is not None:
+            append_vectors.check_compacted(ctx, deletion_vectors.index_entries(ctx, latest), compacted)
         return previous
     entries = deletion_vectors.index_entries(ctx, latest) if latest is not None else []
     live = {(e.partition, e.bucket, e.file.file_name) for e in entries}
@@ -270,6 +278,7 @@ def _index_manifest(ctx: TableContext, latest: Snapshot | None, messages: Sequen
     after += [IndexManifestEntry(FileKind.ADD, m.partition, m.bucket, f)
               for m in messages if compact for f in m.index_added]
     after = after if compact else hash_indexes.replace(ctx, after, messages)
+    append_vectors.check_compacted(ctx, after, compacted)
     if not after:
         return None
     name = index_manifest.write(ctx.file_io, ctx.paths.manifest_dir, after, ctx.options.manifest_compression)
