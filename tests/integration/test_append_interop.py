@@ -14,7 +14,8 @@ import pytest
 from java_paimon import JavaPaimon
 
 import changelake as cl
-from changelake.errors import OptionError
+from changelake.errors import CommitConflictError
+from changelake.table.commit import overwrite
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("dt", pa.string())])
 KINDS = [
@@ -111,10 +112,11 @@ def test_java_paimon_and_changelake_share_append_tables(tmp_path: Any, java: Jav
 
 
 @pytest.mark.parametrize("options", KINDS)
-def test_changelake_reads_java_paimon_append_tables_with_deletion_vectors(tmp_path: Any, java: JavaPaimon,
-                                                                          options: dict[str, str]) -> None:
-    """Java Paimon makes append tables with deletion vectors: their files are all read (level 0
-    too) and appended to, but changelake does not compact them."""
+def test_changelake_reads_deletes_from_and_compacts_java_paimon_append_tables_with_deletion_vectors(
+        tmp_path: Any, java: JavaPaimon, options: dict[str, str]) -> None:
+    """Java Paimon makes append tables with deletion vectors: changelake reads their files (level
+    0 too), appends to them, deletes and updates rows by their vectors, and compacts them; Java
+    reads every snapshot as changelake does."""
     warehouse = str(tmp_path)
     java.create_table(warehouse, "db.t", [("id", "BIGINT"), ("name", "STRING"), ("dt", "STRING")],
                       primary_keys=[], partition_keys=["dt"], options={**options, "deletion-vectors.enabled": "true"})
@@ -125,8 +127,95 @@ def test_changelake_reads_java_paimon_append_tables_with_deletion_vectors(tmp_pa
         assert _ours(table, snapshot.id) == _java_rows(java, warehouse, snapshot.id)
     table.write(_batch(18, 6))
     assert _java_rows(java, warehouse) == _ours(table) == _sorted(_batch(0, 24).to_pylist())
-    with pytest.raises(OptionError, match=r"deletion-vectors\.enabled"):
-        table.compact()
+    table.delete("id < 3 OR id = 20")
+    table.update("id >= 21", set={"name": "updated"})
+    table.compact(full=True)
+    table.delete("id = 12")
+    expected = [(i, "updated" if i >= 21 else f"n{i}", "a" if i % 3 else "b") for i in range(24)
+                if i >= 3 and i not in (12, 20)]
+    assert _ours(table) == sorted(expected)
+    for snapshot in table.snapshots():
+        assert _java_rows(java, warehouse, snapshot.id) == _ours(table, snapshot.id)
+
+
+def test_a_delete_racing_a_java_paimon_compaction_is_void(tmp_path: Any, java: JavaPaimon,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """changelake marks rows of files that Java Paimon compacts away before the delete commits:
+    the delete fails and changes nothing; run again, it lands and Java reads it."""
+    warehouse = str(tmp_path)
+    java.create_table(warehouse, "db.t", [("id", "BIGINT"), ("name", "STRING"), ("dt", "STRING")],
+                      primary_keys=[], partition_keys=["dt"],
+                      options={"bucket": "1", "bucket-key": "id", "deletion-vectors.enabled": "true"})
+    for start in range(0, 12, 4):
+        java.write(warehouse, "db.t", [("+I", row) for row in _batch(start, 4).to_pylist()])
+    table = cl.Catalog(warehouse).get_table("db.t")
+    real = overwrite.commit_rewrite
+
+    def raced(*args: Any, **kwargs: Any) -> Any:
+        java.compact(warehouse, "db.t", [({"dt": "a"}, 0), ({"dt": "b"}, 0)])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(overwrite, "commit_rewrite", raced)
+    with pytest.raises(CommitConflictError, match="compacted or rewritten by another commit"):
+        table.delete("id = 4")
+    monkeypatch.setattr(overwrite, "commit_rewrite", real)
+    latest = table.latest_snapshot()
+    assert latest is not None and latest.commit_kind is cl.CommitKind.COMPACT
+    assert _ours(table) == _java_rows(java, warehouse) == _sorted(_batch(0, 12).to_pylist())
+    table.delete("id = 4")
+    assert _java_rows(java, warehouse) == _ours(table) == _sorted(r for r in _batch(0, 12).to_pylist()
+                                                                  if r["id"] != 4)
+
+
+ROW_LEVEL_KINDS = [*KINDS, pytest.param({"deletion-vectors.enabled": "true"}, id="unaware, deletion vectors"),
+                   pytest.param({"bucket": "3", "bucket-key": "id", "deletion-vectors.enabled": "true"},
+                                id="fixed-buckets, deletion vectors")]
+
+
+def _deleted_updated_and_merged(warehouse: str, options: dict[str, str]) -> cl.Table:
+    """A changelake append table after deletes, updates, merges and a compaction (write-only:
+    the compaction is the explicit one)."""
+    table = cl.Catalog(warehouse).create_table("db.t", SCHEMA, partition_keys=["dt"],
+                                               options={**options, "write-only": "true"})
+    for start in range(0, 36, 6):
+        table.write(_batch(start, 6))
+    table.delete("id < 4 OR id = 20")
+    table.update("id >= 30", set={"name": "updated"})
+    source = pa.table({"id": [5, 6, 40], "name": ["m5", None, "m40"], "dt": ["a", "b", "a"]}, schema=SCHEMA)
+    (table.merge(source, on=["id"])
+     .when_matched_delete(condition=pa.compute.field("source.name").is_null())
+     .when_matched_update()
+     .when_not_matched_insert()
+     .when_not_matched_by_source_delete(condition="target.id = 7")
+     .execute())
+    table.delete("id = 8")
+    table.compact(full=True)
+    table.delete("id = 9")
+    expected = [(i, "m5" if i == 5 else "updated" if i >= 30 else f"n{i}", "a" if i % 3 else "b")
+                for i in range(36) if i >= 4 and i not in (6, 7, 8, 9, 20)] + [(40, "m40", "a")]
+    assert _ours(table) == sorted(expected)
+    return table
+
+
+@pytest.mark.parametrize("options", ROW_LEVEL_KINDS)
+def test_pypaimon_reads_changelake_deletes_updates_and_merges_of_append_tables(tmp_path: Any, pypaimon: Any,
+                                                                              options: dict[str, str]) -> None:
+    warehouse = str(tmp_path)
+    table = _deleted_updated_and_merged(warehouse, options)
+    for snapshot in table.snapshots():
+        theirs = _sorted(pypaimon.read(warehouse, "db.t", {"scan.snapshot-id": str(snapshot.id)}).to_pylist())
+        assert theirs == _ours(table, snapshot.id), f"snapshot {snapshot.id}"
+
+
+@pytest.mark.parametrize("options", ROW_LEVEL_KINDS)
+def test_java_paimon_reads_changelake_deletes_updates_and_merges_of_append_tables(tmp_path: Any, java: JavaPaimon,
+                                                                                 options: dict[str, str]) -> None:
+    warehouse = str(tmp_path)
+    table = _deleted_updated_and_merged(warehouse, options)
+    for snapshot in table.snapshots():
+        assert _java_rows(java, warehouse, snapshot.id) == _ours(table, snapshot.id), f"snapshot {snapshot.id}"
+    java.write(warehouse, "db.t", [("+I", row) for row in _batch(50, 3).to_pylist()])
+    assert _ours(table) == _java_rows(java, warehouse)
 
 
 def _rust_rows(warehouse: str, snapshot_id: int | None = None) -> list[tuple[Any, ...]]:
