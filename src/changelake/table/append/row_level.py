@@ -115,6 +115,8 @@ def delete(ctx: TableContext, predicate: pc.Expression | str, commit_user: str) 
     if latest is None:
         return None
     targets = target_files(ctx, latest, row_filter)
+    if not ctx.options.deletion_vectors_enabled:
+        return _rewrite_matching(ctx, targets, row_filter, None, commit_user)
     return commit_edits(ctx, latest, targets, Edits(removed=[indexed_rows(ctx, targets, row_filter)]), commit_user)
 
 
@@ -127,6 +129,8 @@ def update(ctx: TableContext, predicate: pc.Expression | str, assignments: Mappi
     if latest is None:
         return None
     targets = target_files(ctx, latest, row_filter)
+    if not ctx.options.deletion_vectors_enabled:
+        return _rewrite_matching(ctx, targets, row_filter, assignments, commit_user)
     old = indexed_rows(ctx, targets, row_filter)
     new = row_level.updated(ctx, old.select(ctx.arrow_schema.names), assignments)
     return commit_edits(ctx, latest, targets, Edits(replaced=[(old, new)]), commit_user)
@@ -142,16 +146,28 @@ def commit_edits(ctx: TableContext, base: Snapshot | None, targets: list[TargetF
     replaced = [(old, new) for old, new in edits.replaced if old.num_rows]
     inserted = [t for t in edits.inserted if t.num_rows]
     written: list[str] = []
+    try:
+        if ctx.options.deletion_vectors_enabled:
+            changes = _mark_deleted(ctx, base, targets, [*removed, *(old for old, _ in replaced)], written)
+            rewritten: list[tuple[ManifestEntry, CommitMessage]] = []
+            inserted += [new for _, new in replaced]
+        else:
+            changes = []
+            rewritten, moved = _rewrite_files(ctx, targets, removed, replaced, written)
+            inserted += moved
+    except BaseException:
+        ctx.file_io.discard(written)
+        raise
+    return _land(ctx, rewritten, changes, inserted, written, commit_user)
+
+
+def _land(ctx: TableContext, rewritten: list[tuple[ManifestEntry, CommitMessage]], changes: list[BucketVectors],
+          inserted: list[pa.Table], written: list[str], commit_user: str) -> Snapshot:
+    """Write the ``inserted`` rows as new files and land them with the ``rewritten`` files
+    (the files replaced, and the messages of their copies) and the deletion-vector ``changes``
+    (``written``: the files these wrote, deleted if it fails)."""
     with AppendWrite(ctx, commit_user) as writer:
         try:
-            if ctx.options.deletion_vectors_enabled:
-                changes = _mark_deleted(ctx, base, targets, [*removed, *(old for old, _ in replaced)], written)
-                rewritten: list[tuple[ManifestEntry, CommitMessage]] = []
-                inserted += [new for _, new in replaced]
-            else:
-                changes = []
-                rewritten, moved = _rewrite_files(ctx, targets, removed, replaced, written)
-                inserted += moved
             for rows in inserted:
                 writer.write(rows)
             messages = [m for _, m in rewritten] + writer.prepare()
@@ -160,6 +176,41 @@ def commit_edits(ctx: TableContext, base: Snapshot | None, targets: list[TargetF
             raise
         return overwrite.commit_rewrite(ctx, [entry for entry, _ in rewritten], messages, commit_user,
                                         vectors=changes)
+
+
+def _rewrite_matching(ctx: TableContext, targets: list[TargetFile], row_filter: pc.Expression,
+                      assignments: Mapping[str, Any] | None, commit_user: str) -> Snapshot | None:
+    """Rewrite each of ``targets`` that holds a row ``row_filter`` matches, without those rows
+    (``assignments`` None) or with the ``assignments`` set on them, each file read once; None
+    when no row matches."""
+    written: list[str] = []
+    moved: list[pa.Table] = []
+
+    def rewrite(target: TargetFile) -> tuple[ManifestEntry, CommitMessage] | None:
+        stored, live = target.rows(ctx)
+        matched = ds.dataset(stored).to_table(columns={"m": row_filter}).column("m").fill_null(fill_value=False)
+        mask = np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool)
+        positions = np.flatnonzero(mask if live is None else mask & live)
+        if not len(positions):
+            return None
+        entry = target.entry
+        if assignments is None:
+            return _rewrite_file(ctx, entry, stored, positions, positions[:0], None, written)
+        old = stored.take(positions)
+        new = row_level.updated(ctx, old, assignments)
+        stays = _stays(ctx, old, new, np.full(len(positions), entry.bucket), np.full(len(positions),
+                                                                                     entry.total_buckets))
+        moved.append(new.filter(~stays))
+        return _rewrite_file(ctx, entry, stored, positions, positions[stays], new.filter(stays), written)
+
+    try:
+        done = [r for r in map_all(rewrite, targets) if r is not None]
+    except BaseException:
+        ctx.file_io.discard(written)
+        raise
+    if not done:
+        return None
+    return _land(ctx, done, [], moved, written, commit_user)
 
 
 def _groups(files: np.ndarray) -> dict[int, np.ndarray]:
@@ -212,42 +263,53 @@ def _rewrite_files(ctx: TableContext, targets: list[TargetFile], removed: list[p
     here: dict[int, np.ndarray] = {}
     moved = []
     if old is not None and new is not None:
-        stays = _stays(ctx, targets, old, new)
-        moved.append(new.filter(pc.invert(stays)))
+        files = old.column(FILE_COLUMN).to_numpy()
+        stays = _stays(ctx, old, new, np.array([t.entry.bucket for t in targets], dtype=np.int64)[files],
+                       np.array([t.entry.total_buckets for t in targets], dtype=np.int64)[files])
+        moved.append(new.filter(~stays))
         staying = np.flatnonzero(stays)
-        here = {index: staying[at] for index, at in _groups(old.column(FILE_COLUMN).to_numpy()[staying]).items()}
+        here = {index: staying[at] for index, at in _groups(files[staying]).items()}
 
     def rewrite(index: int) -> tuple[ManifestEntry, CommitMessage]:
-        entry = targets[index].entry
         stored, _ = targets[index].rows(ctx)
-        keep = np.ones(stored.num_rows, dtype=bool)
-        keep[gone[index]] = False
-        rows = stored.filter(keep)
         if index in here and old is not None and new is not None:
-            # the new values take their old rows' places: sorted back into file order
-            at = np.concatenate([np.flatnonzero(keep), old.column(POSITION_COLUMN).to_numpy()[here[index]]])
-            rows = pa.concat_tables([rows, new.take(here[index])]).take(np.argsort(at, kind="stable"))
-        bucket_dir = ctx.bucket_dir(entry.partition, entry.bucket)
-        files = data_file.write(ctx.file_io, bucket_dir, [rows] if rows.num_rows else [], ctx.file_settings,
-                                entry.file.level, first_sequence=entry.file.min_sequence_number)
-        written.extend(f"{bucket_dir}/{f.file_name}" for f in files)
-        return entry, CommitMessage(entry.partition, entry.bucket, entry.total_buckets, new_files=tuple(files))
+            at = old.column(POSITION_COLUMN).to_numpy()[here[index]]
+            return _rewrite_file(ctx, targets[index].entry, stored, gone[index], at, new.take(here[index]), written)
+        return _rewrite_file(ctx, targets[index].entry, stored, gone[index], gone[index][:0], None, written)
 
     return map_all(rewrite, sorted(gone)), moved
 
 
-def _stays(ctx: TableContext, targets: list[TargetFile], old: pa.Table, new: pa.Table) -> pa.ChunkedArray:
-    """Which new values still belong to their old row's file: same partition, and in a
-    fixed-bucket table the same bucket."""
-    stays = pa.chunked_array([pa.array(np.ones(new.num_rows, dtype=bool))])
+def _rewrite_file(ctx: TableContext, entry: ManifestEntry, stored: pa.Table, gone: np.ndarray, at: np.ndarray,
+                  new: pa.Table | None, written: list[str]) -> tuple[ManifestEntry, CommitMessage]:
+    """A file's rows (``stored``) rewritten into its bucket without the rows at positions
+    ``gone``, and with the ``new`` rows at positions ``at``, keeping the file's level and
+    first sequence number: the file and the message of its copy."""
+    keep = np.ones(stored.num_rows, dtype=bool)
+    keep[gone] = False
+    rows = stored.filter(keep)
+    if new is not None and new.num_rows:
+        # the new values take their old rows' places: sorted back into file order
+        order = np.argsort(np.concatenate([np.flatnonzero(keep), at]), kind="stable")
+        rows = pa.concat_tables([rows, new]).take(order)
+    bucket_dir = ctx.bucket_dir(entry.partition, entry.bucket)
+    files = data_file.write(ctx.file_io, bucket_dir, [rows] if rows.num_rows else [], ctx.file_settings,
+                            entry.file.level, first_sequence=entry.file.min_sequence_number)
+    written.extend(f"{bucket_dir}/{f.file_name}" for f in files)
+    return entry, CommitMessage(entry.partition, entry.bucket, entry.total_buckets, new_files=tuple(files))
+
+
+def _stays(ctx: TableContext, old: pa.Table, new: pa.Table, buckets: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Which ``new`` values still belong to the file of their ``old`` row (in bucket
+    ``buckets`` of ``totals``): same partition, and in a fixed-bucket partition the same
+    bucket (unaware partitions keep every row in bucket 0)."""
+    stays = np.ones(new.num_rows, dtype=bool)
     for name in ctx.partition_keys:
         before, after = old.column(name), new.column(name)
         same = pc.or_(pc.equal(before, after).fill_null(fill_value=False), pc.and_(before.is_null(), after.is_null()))
-        stays = pc.and_(stays, same)
-    files = old.column(FILE_COLUMN).to_numpy()
-    totals = np.array([t.entry.total_buckets for t in targets], dtype=np.int64)[files]
-    was = np.array([t.entry.bucket for t in targets], dtype=np.int64)[files]
-    if (totals <= 0).all():  # unaware: every row of a partition is in bucket 0
+        stays &= np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+    if (totals <= 0).all():
         return stays
     now = bucket.buckets([new.column(k) for k in ctx.bucket_key], np.maximum(totals, 1))
-    return pc.and_(stays, pa.array((totals <= 0) | (now == was)))
+    stays &= (totals <= 0) | (now == buckets)
+    return stays
