@@ -169,6 +169,28 @@ class CrashAfterCommit:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class MergeBatches:
+    """A ``foreachBatch`` function that upserts each micro-batch into ``table`` with
+    ``streaming.merge`` (rows whose ``v`` is negative delete their key), exactly once per batch
+    id; then, once, SIGKILL of its process right after batch ``crash_after`` landed while file
+    ``marker`` exists, as :class:`CrashAfterCommit`. Unpickled by reference by a Connect server."""
+
+    def __init__(self, table: str, checkpoint: str, *, crash_after: int = -1, marker: str = "") -> None:
+        self.table = table
+        self.checkpoint = checkpoint
+        self.crash_after = crash_after
+        self.marker = marker
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        (streaming.merge(df, self.table, batch_id=batch_id, checkpoint_location=self.checkpoint)
+         .when_matched_delete("source.v < 0").when_matched_update()
+         .when_not_matched_insert(condition="source.v >= 0")
+         .execute())
+        if batch_id == self.crash_after and os.path.exists(self.marker):
+            os.unlink(self.marker)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # short-lived JVMs on a small shared machine
 
 

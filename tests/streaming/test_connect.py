@@ -21,7 +21,7 @@ import changelake as cl
 from changelake import streaming
 from changelake.errors import StreamingError
 from changelake.streaming import cdc
-from spark_support import CrashAfterCommit
+from spark_support import CrashAfterCommit, MergeBatches
 
 
 def add_file(folder: Path, name: str, lines: list[str], order: int) -> None:
@@ -154,3 +154,53 @@ def test_batch_writes_and_reads_over_connect_and_what_connect_cannot_do(connect:
         streaming.ForeachBatchSink(table, checkpoint_location=str(tmp_path / "nowhere"))(
             connect.createDataFrame(events(2), SPARK_SCHEMA), 5)
     assert table.latest_snapshot() == before
+
+
+def test_table_operations_over_connect_and_a_merge_per_batch_across_a_crash(connect: SparkSession,
+                                                                           tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"changelog-producer": "lookup"})
+    source = tmp_path / "in"
+    checkpoint = str(tmp_path / "checkpoint")
+    marker = tmp_path / "crash-once"
+    marker.touch()
+    schema = "dt string, id long, v int, name string"
+
+    def upserts(b: int) -> list[str]:  # new keys, and batch 0's keys updated (v > 0) or deleted (v < 0)
+        return [json.dumps({"dt": f"d{i % 3}", "id": i, "v": (b * 10 + i) * (-1 if b and i % 3 == 0 else 1),
+                            "name": f"b{b}"}) for i in range(b * 5, b * 5 + 10)]
+
+    def run() -> Any:
+        df = connect.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
+        merge = MergeBatches(table.location, checkpoint, crash_after=1, marker=str(marker))
+        query = (df.writeStream.foreachBatch(merge).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        with contextlib.suppress(StreamingQueryException):
+            query.awaitTermination()
+        return query
+
+    expected: dict[tuple[str, int], tuple[Any, Any]] = {}
+    for b in range(3):
+        add_file(source, f"batch-{b}.json", upserts(b), b)
+        for row in map(json.loads, upserts(b)):
+            if row["v"] < 0:
+                expected.pop((row["dt"], row["id"]), None)
+            else:
+                expected[(row["dt"], row["id"])] = (row["v"], row["name"])
+    crashed = run()
+    assert not marker.exists() and crashed.exception() is not None
+    restarted = run()  # replays batch 1 (its merge landed: nothing lands again), then batch 2
+    assert restarted.id == crashed.id and restarted.exception() is None
+    appends = [s for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
+    assert [s.commit_identifier for s in appends] == [0, 1, 2] and {s.commit_user for s in appends} == {crashed.id}
+    assert rows_of(table) == expected
+
+    # delete, update and overwrite, on the Connect server's executors
+    assert streaming.delete(connect, table, "name = 'b2' and v > 25") is not None
+    expected = {k: v for k, v in expected.items() if not (v[1] == "b2" and v[0] > 25)}
+    assert streaming.update(connect, table, "name = 'b0'", set={"v": 0}) is not None
+    expected = {k: (0, n) if n == "b0" else (v, n) for k, (v, n) in expected.items()}
+    assert rows_of(table) == expected
+    over = streaming.overwrite(connect.createDataFrame([("d1", 77, 1, "o")], schema), table)
+    assert over is not None and over.commit_kind is cl.CommitKind.OVERWRITE
+    expected = {k: v for k, v in expected.items() if k[0] != "d1"} | {("d1", 77): (1, "o")}
+    assert rows_of(table) == expected

@@ -1,23 +1,16 @@
-"""``Table.merge``: MERGE INTO a table, built clause by clause as deltalake's ``TableMerger``
-is, and executed as one commit."""
+"""MERGE INTO a table, built clause by clause as deltalake's ``TableMerger`` is, and executed
+as one commit: in one process (``Table.merge``) or on Spark (``streaming.merge``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.table import snapshot_expiry
-from changelake.table.append import merge as append_merge
-from changelake.table.context import TableContext
-from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
-from changelake.table.write import merge_rows
 from changelake.table.write.merge_rows import Clause
 
 Condition: TypeAlias = "pc.Expression | str | None"
@@ -31,10 +24,8 @@ class Merge:
     (``pc.field("source.qty")``, or SQL-like text for conditions). Every method returns a new
     merge; :meth:`execute` runs it."""
 
-    context: TableContext
-    source: pa.Table
-    write: Callable[[pa.Table], Snapshot | None]
-    on: Sequence[str] | None = None
+    # Carries out the clauses (in one process or on Spark): the snapshot, None when no row changes.
+    run: Callable[[tuple[Clause, ...]], Snapshot | None]
     clauses: tuple[Clause, ...] = ()
 
     def _with(self, clause: Clause) -> Merge:
@@ -61,12 +52,4 @@ class Merge:
 
     def execute(self) -> Snapshot | None:
         """Run the merge as one commit; None when no row changes."""
-        ctx = self.context
-        if ctx.kind is TableKind.APPEND:
-            landed = append_merge.merge(ctx, self.source, self.clauses, self.on, str(uuid.uuid4()))
-            if landed is not None:
-                snapshot_expiry.expire_after_commit(ctx)
-            return landed
-        merge_rows.merge_keys(ctx, self.on)
-        rows = merge_rows.merged_changes(ctx, self.source, self.clauses)
-        return None if rows is None else self.write(rows)
+        return self.run(self.clauses)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -21,6 +22,7 @@ from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import LookupCompactMode, ScanMode
 from changelake.table import metadata, partition_drops, partition_expiry, schema_update, snapshot_expiry
 from changelake.table.append import compaction as append_compaction
+from changelake.table.append import merge as append_merge
 from changelake.table.append import row_level as append_rows
 from changelake.table.commit import committer
 from changelake.table.context import TableContext
@@ -30,7 +32,8 @@ from changelake.table.lsm import compactor, inspection
 from changelake.table.lsm.inspection import TableInspection
 from changelake.table.maintenance import orphans, rescale, rollback
 from changelake.table.snapshot_expiry import ExpireResult, Retention
-from changelake.table.write import conform, overwrite_rows, postpone, postpone_compaction, row_level
+from changelake.table.write import conform, merge_rows, overwrite_rows, postpone, postpone_compaction, row_level
+from changelake.table.write.merge_rows import Clause
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
@@ -409,7 +412,15 @@ class Table:
         append table's as one OVERWRITE snapshot, the files holding changed rows rewritten (or
         the rows marked in deletion vectors where they are enabled) and inserted rows in new
         files. A source with two rows of one key is a DataError."""
-        return Merge(self._context, conform.to_arrow(source, self.name), self.write, on=on)
+        return Merge(functools.partial(self._merge, conform.to_arrow(source, self.name), on))
+
+    def _merge(self, source: pa.Table, on: Sequence[str] | None, clauses: tuple[Clause, ...]) -> Snapshot | None:
+        ctx = self._context
+        if ctx.kind is TableKind.APPEND:
+            return self._landed(append_merge.merge(ctx, source, clauses, on, str(uuid.uuid4())))
+        merge_rows.merge_keys(ctx, on)
+        rows = merge_rows.merged_changes(ctx, source, clauses)
+        return None if rows is None else self.write(rows)
 
     def truncate(self) -> Snapshot | None:
         """Delete every row as one OVERWRITE snapshot (Paimon's ``TRUNCATE TABLE``): the

@@ -75,21 +75,23 @@ class ForeachBatchSink:
         self.checkpoint_location = checkpoint_location
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        user = self.commit_user or self._query_id(batch_df.sparkSession)
+        user = self.commit_user or query_id(batch_df.sparkSession, self.table, self.checkpoint_location)
         commit_batch(batch_df, self.table, user, batch_id)
 
-    def _query_id(self, session: SparkSession) -> str:
-        """The id of the streaming query running this batch."""
-        if not is_connect(session):
-            user = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-            if not user:
-                raise StreamingError("not called by a streaming query (no query id): pass commit_user",
-                                     table=self.table.name)
-            return str(user)
-        if self.checkpoint_location is None:
-            raise StreamingError("on Spark Connect the query id is read from the query's checkpoint: pass "
-                                 "checkpoint_location (its checkpointLocation) or commit_user", table=self.table.name)
-        return checkpoint_query_id(self.checkpoint_location, self.table.context.file_io)
+
+def query_id(session: SparkSession, table: Table, checkpoint_location: str | None) -> str:
+    """The id of the streaming query running the batch being written into ``table`` (from
+    inside its ``foreachBatch``): Spark's local property on classic Spark; over Spark Connect,
+    read from the query's checkpoint at ``checkpoint_location``."""
+    if not is_connect(session):
+        user = session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not user:
+            raise StreamingError("not called by a streaming query (no query id): pass commit_user", table=table.name)
+        return str(user)
+    if checkpoint_location is None:
+        raise StreamingError("on Spark Connect the query id is read from the query's checkpoint: pass "
+                             "checkpoint_location (its checkpointLocation) or commit_user", table=table.name)
+    return checkpoint_query_id(checkpoint_location, table.context.file_io)
 
 
 def is_connect(session: SparkSession) -> bool:
@@ -168,7 +170,7 @@ def _commit_fixed_buckets(df: DataFrame, table: Table, commit_user: str, identif
     grouped = tagged.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
     written = grouped.mapInArrow(functools.partial(write_tasks.write_planned, ctx, commit_user),
                                  f"{MESSAGE_COLUMN} binary")
-    return _land(ctx, producers.for_table(ctx), written, commit_user, identifier)
+    return land_written(ctx, producers.for_table(ctx), written, commit_user, identifier)
 
 
 def as_table_timestamps(df: DataFrame, ctx: TableContext) -> DataFrame:
@@ -212,12 +214,13 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
         by = [] if ctx.cross_partition else [F.col(k) for k in ctx.partition_keys]
         grouped = bucketed.repartition(*by, F.col(BUCKET_COLUMN))
         written = grouped.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary")
-    return _land(ctx, changelog, written, commit_user, identifier)
+    return land_written(ctx, changelog, written, commit_user, identifier)
 
 
-def _land(ctx: TableContext, changelog: ChangelogHook, written: DataFrame, commit_user: str,
+def land_written(ctx: TableContext, changelog: ChangelogHook, written: DataFrame, commit_user: str,
           identifier: int) -> list[Snapshot]:
-    """Run the write job whose rows are the tasks' results and commit their messages as one."""
+    """Run the write job whose rows are the tasks' results (:class:`write_tasks.TaskResult`)
+    and commit their messages as one, as (``commit_user``, ``identifier``)."""
     results = [write_tasks.task_result(row[MESSAGE_COLUMN]) for row in written.collect()]
     killpoints.reached(KillPoint.SINK_WRITTEN)
     messages = [m for r in results for m in r.messages]

@@ -59,7 +59,7 @@ def add_bucket(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator
     assigner = assigners.for_table(ctx)
     names = ctx.primary_keys if ctx.cross_partition else ctx.bucket_key
     for batch in batches:
-        keys = [_as_table_type(ctx, batch, name) for name in names]
+        keys = [as_table_type(ctx, batch, name) for name in names]
         yield batch.append_column(BUCKET_COLUMN, pa.array(assigner.route(keys), pa.int32()))
 
 
@@ -69,7 +69,7 @@ def partition_sizes(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Ite
     totals: dict[bytes, tuple[int, int]] = {}
     for batch in batches:
         if batch.num_rows:
-            groups = partition_groups(ctx, _partition_columns(ctx, batch))
+            groups = partition_groups(ctx, partition_columns(ctx, batch))
             for partition, (rows, size) in postpone.partition_sizes(batch, groups).items():
                 before = totals.get(partition, (0, 0))
                 totals[partition] = (before[0] + rows, before[1] + size)
@@ -84,9 +84,9 @@ def add_planned_bucket(ctx: TableContext, plan: Mapping[bytes, int],
     (Paimon's hash of the bucket key modulo the partition's buckets in ``plan``) and that
     number of buckets, as last columns ``_changelake_bucket`` and ``_changelake_buckets``."""
     for batch in batches:
-        groups = partition_groups(ctx, _partition_columns(ctx, batch))
+        groups = partition_groups(ctx, partition_columns(ctx, batch))
         counts = np.array([plan[p] for p in groups.partitions], dtype=np.int64)[groups.codes]
-        buckets = bucket.buckets([_as_table_type(ctx, batch, k) for k in ctx.bucket_key], counts)
+        buckets = bucket.buckets([as_table_type(ctx, batch, k) for k in ctx.bucket_key], counts)
         yield batch.append_column(BUCKET_COLUMN, pa.array(buckets, pa.int32())).append_column(
             BUCKETS_COLUMN, pa.array(counts, pa.int32()))
 
@@ -115,16 +115,18 @@ def write_planned(ctx: TableContext, commit_user: str, batches: Iterator[pa.Reco
     yield pa.RecordBatch.from_pylist([{MESSAGE_COLUMN: pickle.dumps(result)}], schema=_MESSAGE_SCHEMA)
 
 
-def _partition_columns(ctx: TableContext, batch: pa.RecordBatch) -> pa.Table:
+def partition_columns(ctx: TableContext, batch: pa.RecordBatch) -> pa.Table:
     """The batch's partition columns in the table's types (no column, but the rows, when the
     table has no partition)."""
     columns = pa.Table.from_batches([batch]).select(ctx.partition_keys)
     for i, name in enumerate(ctx.partition_keys):
-        columns = columns.set_column(i, name, _as_table_type(ctx, batch, name))
+        columns = columns.set_column(i, name, as_table_type(ctx, batch, name))
     return columns
 
 
-def _as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Array:
+def as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Array:
+    """Column ``name`` of the batch in the table's type (SchemaMismatchError if it does not
+    cast safely)."""
     target = ctx.arrow_schema.field(name).type
     column = batch.column(name)
     try:

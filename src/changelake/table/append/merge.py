@@ -24,7 +24,8 @@ def merge(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause], on: Se
     """Carry out ``clauses`` for ``source`` matched on the columns ``on``; None when no row
     changes."""
     keys = merge_rows.merge_keys(ctx, on)
-    merge_rows.check(ctx, source, clauses, keys)
+    merge_rows.check(ctx, source.column_names, clauses, keys)
+    merge_rows.check_unique(ctx, source, keys)
     latest = ctx.latest_snapshot()
     row_filter = merge_rows.key_filter(ctx, source, clauses, keys)
     targets = [] if latest is None else row_level.target_files(ctx, latest, row_filter)

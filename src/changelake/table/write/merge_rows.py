@@ -72,44 +72,62 @@ def merged_changes(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause
     """The rows (``rowkind`` first) that carry out ``clauses`` for ``source`` on a primary-key
     table; None when no row changes."""
     keys = merge_keys(ctx, None)
-    for operation in ("delete", "update"):
-        if any(c.action == operation for c in clauses):
-            row_level.check_engine(ctx, operation)
-    check(ctx, source, clauses, keys)
+    check(ctx, source.column_names, clauses, keys)
+    check_unique(ctx, source, keys)
     # Without a clause on table rows no source row matches, only the source's keys are read:
     # a filter on each key column prunes partitions and files and drops other rows early.
-    target = _table_rows(ctx, key_filter(ctx, source, clauses, keys))
-    parts: list[pa.Table] = []
-    for clause, rows in decide(ctx, source, target, clauses, keys):
-        parts += _outcome(ctx, clause, rows, source.column_names)
-    if not parts:
-        return None
-    return pa.concat_tables(parts)
+    return changes(ctx, source, _table_rows(ctx, key_filter(ctx, source, clauses, keys)), clauses)
 
 
-def check(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause], keys: Sequence[str]) -> None:
+def check(ctx: TableContext, source_columns: Sequence[str], clauses: Sequence[Clause], keys: Sequence[str]) -> None:
     """SchemaMismatchError for a source without the match columns or an update that sets
-    columns it may not; DataError for a source with two rows of one key."""
-    missing = [k for k in keys if k not in source.column_names]
+    columns it may not; on a primary-key table, OptionError for a clause its merge engine
+    refuses."""
+    if ctx.primary_keys:
+        for operation in ("delete", "update"):
+            if any(c.action == operation for c in clauses):
+                row_level.check_engine(ctx, operation)
+    missing = [k for k in keys if k not in source_columns]
     if missing:
         raise SchemaMismatchError(f"the merge source lacks the columns {missing} it is matched on", table=ctx.name)
     for clause in clauses:
         if clause.action == "update" and clause.values is not None:
             row_level.check_assignments(ctx, clause.values)
+
+
+def check_unique(ctx: TableContext, source: pa.Table, keys: Sequence[str]) -> None:
+    """DataError for a source with two rows of one key, as in Delta."""
     duplicated = source.group_by(list(keys)).aggregate([([], "count_all")]).filter(pc.field("count_all") > 1)
     if duplicated.num_rows:
-        first = {k: duplicated.column(k)[0].as_py() for k in keys}
-        raise DataError(f"the merge source has {duplicated.num_rows} keys in more than one row (the first: {first})",
-                        table=ctx.name)
+        raise duplicate_keys(ctx, duplicated.num_rows, {k: duplicated.column(k)[0].as_py() for k in keys})
+
+
+def duplicate_keys(ctx: TableContext, count: int, first: Mapping[str, Any]) -> DataError:
+    """The error of a source with ``count`` keys in more than one row, the first ``first``."""
+    return DataError(f"the merge source has {count} keys in more than one row (the first: {dict(first)})",
+                     table=ctx.name)
+
+
+def reads_unmatched(clauses: Sequence[Clause]) -> bool:
+    """Whether a clause acts on table rows no source row matches (so every row is read)."""
+    return any(c.when == "not_matched_by_source" for c in clauses)
 
 
 def key_filter(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause],
                keys: Sequence[str]) -> pc.Expression | None:
     """The filter the table rows a merge may touch pass: those with a key of ``source``,
     unless a clause acts on the table rows no source row matches (None: every row)."""
-    if any(c.when == "not_matched_by_source" for c in clauses):
-        return None
-    return _keys_of(ctx, source, keys)
+    return None if reads_unmatched(clauses) else _keys_of(ctx, source, keys)
+
+
+def changes(ctx: TableContext, source: pa.Table, target: pa.Table, clauses: Sequence[Clause]) -> pa.Table | None:
+    """The rows (``rowkind`` first) that carry out ``clauses`` for ``source`` on the rows
+    ``target`` of a primary-key table (every table row a source key or a clause on unmatched
+    rows may need); None when no row changes."""
+    parts: list[pa.Table] = []
+    for clause, rows in decide(ctx, source, target, clauses, ctx.primary_keys):
+        parts += _outcome(ctx, clause, rows, source.column_names)
+    return pa.concat_tables(parts) if parts else None
 
 
 def decide(ctx: TableContext, source: pa.Table, target: pa.Table, clauses: Sequence[Clause],

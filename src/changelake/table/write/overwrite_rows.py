@@ -42,35 +42,37 @@ def overwrite_rows(ctx: TableContext, data: conform.WriteInput, partitions: Mapp
                    commit_user: str) -> Snapshot | None:
     """Replace the partitions the rules above pick with the rows of ``data``; the snapshot, or
     None when there was nothing to replace and nothing to write."""
-    _check_mode(ctx)
-    if partitions is not None and not isinstance(partitions, Mapping):
-        raise OptionError("partitions of an overwrite is one dict of partition values (a static partition)",
-                          table=ctx.name)
+    check(ctx, partitions)
     tables = list(conform.input_tables(data, ctx.name))
     rows = pa.concat_tables(tables) if tables else ctx.arrow_schema.empty_table()
     written: list[str] = []
     try:
-        messages, in_data = _write(ctx, rows, written)
-        targets = _targets(ctx, in_data, partitions)
-        if not targets:
+        messages, in_data = write_files(ctx, rows, written)
+        chosen = targets(ctx, in_data, partitions)
+        if not chosen:
             return None
-        return overwrite.commit_overwrite(ctx, targets, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
+        return overwrite.commit_overwrite(ctx, chosen, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
     except BaseException:
         ctx.file_io.discard(written)
         raise
 
 
-def _check_mode(ctx: TableContext) -> None:
+def check(ctx: TableContext, partitions: Mapping[str, Any] | None) -> None:
+    """OptionError for a table whose bucket mode changelake cannot overwrite yet, or a
+    ``partitions`` that is not one dict of partition values."""
     bucket = ctx.options.bucket
-    if bucket >= 1 or (ctx.kind is TableKind.APPEND and bucket == UNAWARE_BUCKET):
-        return
-    raise OptionError(f"changelake overwrites tables of fixed buckets (and unaware append tables) so far; this "
-                      f"table has bucket={bucket}: delete_partitions() then write() replaces rows in two commits",
-                      table=ctx.name, option="bucket")
+    if not (bucket >= 1 or (ctx.kind is TableKind.APPEND and bucket == UNAWARE_BUCKET)):
+        raise OptionError(f"changelake overwrites tables of fixed buckets (and unaware append tables) so far; "
+                          f"this table has bucket={bucket}: delete_partitions() then write() replaces rows in two "
+                          "commits", table=ctx.name, option="bucket")
+    if partitions is not None and not isinstance(partitions, Mapping):
+        raise OptionError("partitions of an overwrite is one dict of partition values (a static partition)",
+                          table=ctx.name)
 
 
-def _write(ctx: TableContext, data: pa.Table, written: list[str]) -> tuple[list[CommitMessage], set[bytes]]:
-    """The rows written as new files: the commit messages, and the partitions the rows are in."""
+def write_files(ctx: TableContext, data: pa.Table, written: list[str]) -> tuple[list[CommitMessage], set[bytes]]:
+    """The rows (every row of each of their buckets) written as new files, their paths added
+    to ``written`` as they land: the commit messages, and the partitions the rows are in."""
     if ctx.kind is TableKind.APPEND:
         rows = append_writer.inserts(ctx, data)
         if not rows.num_rows:
@@ -104,7 +106,7 @@ def _write(ctx: TableContext, data: pa.Table, written: list[str]) -> tuple[list[
     return messages, set(groups.partitions)
 
 
-def _targets(ctx: TableContext, in_data: set[bytes], partitions: Mapping[str, Any] | None) -> frozenset[bytes]:
+def targets(ctx: TableContext, in_data: set[bytes], partitions: Mapping[str, Any] | None) -> frozenset[bytes]:
     """The serialized partitions the overwrite replaces; DataError for rows outside a static
     partition."""
     latest = ctx.latest_snapshot()

@@ -14,7 +14,7 @@ tables and ``ignore-delete`` refuse both; primary-key and partition columns cann
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +26,7 @@ from changelake.option_values import MergeEngineKind
 from changelake.table.context import TableContext
 from changelake.table.format.schema import TableKind
 from changelake.table.read import planner, reader, sql_filter
+from changelake.table.read.planner import Split
 from changelake.table.write.conform import ROWKIND_COLUMN
 
 
@@ -34,9 +35,7 @@ def deletions(ctx: TableContext, predicate: pc.Expression | str) -> pa.Table | N
     when it matches nothing."""
     check_engine(ctx, "delete")
     rows = _matching(ctx, predicate)
-    if rows is None:
-        return None
-    return rows.add_column(0, ROWKIND_COLUMN, pa.repeat(pa.scalar("-D"), rows.num_rows))
+    return None if rows is None else delete_rows(rows)
 
 
 def updates(ctx: TableContext, predicate: pc.Expression | str, assignments: Mapping[str, Any]) -> pa.Table | None:
@@ -47,8 +46,17 @@ def updates(ctx: TableContext, predicate: pc.Expression | str, assignments: Mapp
     check_engine(ctx, "update")
     check_assignments(ctx, assignments)
     old = _matching(ctx, predicate)
-    if old is None:
-        return None
+    return None if old is None else update_rows(ctx, old, assignments)
+
+
+def delete_rows(rows: pa.Table) -> pa.Table:
+    """The -D rows (a ``rowkind`` column first) that delete ``rows``."""
+    return rows.add_column(0, ROWKIND_COLUMN, pa.repeat(pa.scalar("-D"), rows.num_rows))
+
+
+def update_rows(ctx: TableContext, old: pa.Table, assignments: Mapping[str, Any]) -> pa.Table:
+    """The -U/+U rows (a ``rowkind`` column first; +U only under partial-update) that set the
+    ``assignments`` on the ``old`` rows."""
     new = updated(ctx, old, assignments)
     after = new.add_column(0, ROWKIND_COLUMN, pa.repeat(pa.scalar("+U"), new.num_rows))
     if only_after(ctx):
@@ -63,9 +71,12 @@ def _matching(ctx: TableContext, predicate: pc.Expression | str) -> pa.Table | N
     snapshot = ctx.latest_snapshot()
     if snapshot is None:
         return None
-    splits = planner.plan(ctx, snapshot, row_filter, planner.batch_levels(ctx))
-    names = ctx.arrow_schema.names
-    parts = list(reader.read_splits(ctx, splits, names, row_filter))
+    return matching_rows(ctx, planner.plan(ctx, snapshot, row_filter, planner.batch_levels(ctx)), row_filter)
+
+
+def matching_rows(ctx: TableContext, splits: Sequence[Split], row_filter: pc.Expression) -> pa.Table | None:
+    """Every column of the merged rows of ``splits`` that ``row_filter`` matches; None for none."""
+    parts = list(reader.read_splits(ctx, splits, ctx.arrow_schema.names, row_filter))
     rows = pa.concat_tables(parts).cast(ctx.arrow_schema) if parts else None
     return rows if rows is not None and rows.num_rows else None
 

@@ -1,0 +1,238 @@
+"""Paimon's table operations on Spark's executors (``streaming.delete``, ``update``, ``merge``,
+``overwrite``): each lands the snapshot its one-process twin (``Table.delete`` ...) lands on a
+copy of the table, in every bucket mode; bad input fails before anything is written; inside
+``foreachBatch`` a merge lands once per batch across a crash and a restart."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from pyspark.sql import SparkSession
+from test_connect import add_file
+from test_sink import events, make_table, rows_of
+
+import changelake as cl
+from changelake import streaming
+from changelake.errors import DataError, FilterError, OptionError, SchemaMismatchError
+from changelake.table.read.live_files import live_entries
+from spark_support import MergeBatches
+
+MODES = {
+    "fixed-lookup": {"bucket": "2", "changelog-producer": "lookup"},
+    "dynamic": {"bucket": "-1", "dynamic-bucket.target-row-num": "10"},
+    "cross-partition": {"bucket": "-1"},
+}
+SOURCE_SCHEMA = "dt string, id long, v int, name string"
+
+
+def table_of(tmp_path: Path, mode: str) -> cl.Table:
+    """A table of three batches of changes, in bucket mode ``mode``."""
+    if mode == "cross-partition":  # the primary key lacks the partition column
+        table = cl.Catalog(str(tmp_path / "warehouse")).create_table(
+            "db.t", pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("id", pa.int64(), nullable=False),
+                               pa.field("v", pa.int32()), pa.field("name", pa.string())]),
+            primary_keys=["id"], partition_keys=["dt"], options=MODES[mode])
+    else:
+        table = make_table(tmp_path, **MODES[mode])
+    for b in range(3):
+        table.write(pa.Table.from_pylist(events(b)))
+    return table
+
+
+def twin(table: cl.Table, tmp_path: Path) -> cl.Table:
+    """A copy of ``table`` for the one-process operation."""
+    shutil.copytree(table.location, tmp_path / "twin")
+    return cl.open_table(str(tmp_path / "twin"))
+
+
+def sorted_changes(table: cl.Table, start: int) -> list[dict[str, Any]]:
+    latest = table.latest_snapshot()
+    assert latest is not None
+    rows = table.changes(start, latest.id).to_arrow()
+    return rows.sort_by([(n, "ascending") for n in ("rowkind", "dt", "id")]).to_pylist()
+
+
+def one_key_one_bucket(table: cl.Table) -> None:
+    """No key is read twice (each in one bucket of one partition)."""
+    rows = table.scan().to_arrow()
+    keys = rows.select(table.primary_keys)
+    assert keys.group_by(table.primary_keys).aggregate([([], "count_all")]).num_rows == rows.num_rows
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_spark_delete_and_update_land_what_the_table_operations_land(spark: SparkSession, tmp_path: Path,
+                                                                    mode: str) -> None:
+    table = table_of(tmp_path, mode)
+    local = twin(table, tmp_path)
+    start = table.latest_snapshot().id  # type: ignore[union-attr]
+
+    deleted = streaming.delete(spark, table, "v = 1 and name <> 'n3'")
+    assert deleted is not None and deleted.commit_kind is cl.CommitKind.APPEND and deleted.id == start + 1
+    local.delete("v = 1 and name <> 'n3'")
+    assert rows_of(table) == rows_of(local)
+    assert not any(v == 1 and name != "n3" for v, name in rows_of(table).values())
+
+    updated = streaming.update(spark, table, pc.field("v") == 2, set={"name": "renamed", "v": pc.field("v") + 10})
+    assert updated is not None
+    local.update(pc.field("v") == 2, set={"name": "renamed", "v": pc.field("v") + 10})
+    assert rows_of(table) == rows_of(local)
+    assert sum(1 for v, name in rows_of(table).values() if (v, name) == (12, "renamed")) > 10
+    one_key_one_bucket(table)
+    if mode == "fixed-lookup":  # the lookup producer's changelog, made on the executors, is the same
+        assert sorted_changes(table, start) == sorted_changes(local, start)
+    assert streaming.delete(spark, table, "v = 1 and name <> 'n3'") is None  # nothing matches now
+
+
+def test_spark_row_operations_refuse_bad_input_before_writing(spark: SparkSession, tmp_path: Path) -> None:
+    table = table_of(tmp_path, "fixed-lookup")
+    before = table.latest_snapshot()
+    files = {p.name for p in Path(table.location).rglob("*.parquet")}
+    with pytest.raises(FilterError, match="nope"):
+        streaming.delete(spark, table, "nope = 1")
+    with pytest.raises(SchemaMismatchError, match="primary-key"):
+        streaming.update(spark, table, "v = 1", set={"id": 3})
+    with pytest.raises(SchemaMismatchError, match="not a value of type"):
+        streaming.update(spark, table, "v = 1", set={"v": "many"})
+    with pytest.raises(DataError, match="2 keys in more than one row"):
+        source = spark.createDataFrame([("d0", 1, 5, "a"), ("d0", 1, 6, "b"), ("d1", 2, 5, "a"), ("d1", 2, 5, "a")],
+                                       SOURCE_SCHEMA)
+        streaming.merge(source, table).when_matched_update().execute()
+    with pytest.raises(DataError, match="outside the partition"):
+        streaming.overwrite(spark.createDataFrame([("d1", 1, 5, "a")], SOURCE_SCHEMA), table, partitions={"dt": "d0"})
+    first_row = make_table(tmp_path / "first", **{"merge-engine": "first-row"})
+    with pytest.raises(OptionError, match="first-row"):
+        streaming.delete(spark, first_row, "v = 1")
+    with pytest.raises(OptionError, match="bucket=-1"):
+        dynamic = table_of(tmp_path / "d", "dynamic")
+        streaming.overwrite(spark.createDataFrame([("d1", 1, 5, "a")], SOURCE_SCHEMA), dynamic)
+    assert table.latest_snapshot() == before
+    # the overwrite refused for rows outside its partition left no file behind
+    assert {p.name for p in Path(table.location).rglob("*.parquet")} == files
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_spark_merge_lands_what_table_merge_lands(spark: SparkSession, tmp_path: Path, mode: str) -> None:
+    table = table_of(tmp_path, mode)
+    local = twin(table, tmp_path)
+    start = table.latest_snapshot().id  # type: ignore[union-attr]
+    # Updates of existing keys (batch 2's), deletes (v < 0), new keys, and one partition the table lacks.
+    rows = [(f"d{i % 3}", 200 + i, -1 if i % 5 == 0 else 7, f"m{i}") for i in range(0, 40, 2)]
+    rows += [(f"d{i % 3}", 900 + i, 8, "new") for i in range(6)] + [("d9", 5000, 9, "other")]
+    source = spark.createDataFrame(rows, SOURCE_SCHEMA).repartition(3)
+
+    def clauses(merge: cl.Merge) -> cl.Merge:
+        return (merge.when_matched_delete(condition="source.v < 0")
+                .when_matched_update(set={"v": pc.field("source.v") + pc.field("target.v"), "name": "source.name"})
+                .when_not_matched_insert(condition="source.v > 7"))
+
+    landed = clauses(streaming.merge(source, table)).execute()
+    assert landed is not None
+    clauses(local.merge(pa.Table.from_pylist([dict(zip(["dt", "id", "v", "name"], r, strict=True)) for r in rows],
+                                             schema=table.schema))).execute()
+    assert rows_of(table) == rows_of(local)
+    assert rows_of(table)[("d9", 5000)] == (9, "other") and ("d0", 200) not in rows_of(table)
+    one_key_one_bucket(table)
+    if mode == "fixed-lookup":
+        assert sorted_changes(table, start) == sorted_changes(local, start)
+
+    # A clause on rows the source lacks reads the whole table.
+    start = table.latest_snapshot().id  # type: ignore[union-attr]
+    little = spark.createDataFrame([("d1", 201, 1, "x")], SOURCE_SCHEMA)
+    swept = (streaming.merge(little, table).when_matched_update()
+             .when_not_matched_by_source_delete(condition="target.dt = 'd2'").execute())
+    assert swept is not None
+    assert not any(dt == "d2" for dt, _ in rows_of(table)) and rows_of(table)[("d1", 201)] == (1, "x")
+    assert any(dt == "d0" for dt, _ in rows_of(table))
+
+
+def test_spark_overwrite_lands_what_table_overwrite_lands(spark: SparkSession, tmp_path: Path) -> None:
+    table = table_of(tmp_path, "fixed-lookup")
+    local = twin(table, tmp_path)
+    rows = [("d1", i, i, "over") for i in range(30)] + [("d1", 3, 99, "later")]  # two rows of key 3: merged
+    data = spark.createDataFrame(rows, SOURCE_SCHEMA)
+    arrow = pa.Table.from_pylist([dict(zip(["dt", "id", "v", "name"], r, strict=True)) for r in rows],
+                                 schema=table.schema)
+
+    dynamic = streaming.overwrite(data, table)  # dynamic-partition-overwrite: d1 only
+    assert dynamic is not None and dynamic.commit_kind is cl.CommitKind.OVERWRITE
+    local.overwrite(arrow)
+    assert rows_of(table) == rows_of(local)
+    assert rows_of(table)[("d1", 3)] == (99, "later") and any(dt == "d0" for dt, _ in rows_of(table))
+    top = table.context.options.num_levels - 1
+    assert {e.file.level for e in live_entries(table.context, dynamic)
+            if table.context.describe_partition(e.partition) == "partition {dt=d1}"} == {top}
+
+    static = streaming.overwrite(data.limit(0), table, partitions={"dt": "d0"})  # no rows: d0 emptied
+    local.overwrite(arrow.slice(0, 0), partitions={"dt": "d0"})
+    assert static is not None and rows_of(table) == rows_of(local) and not any(dt == "d0" for dt, _ in rows_of(table))
+
+    table.set_options({"dynamic-partition-overwrite": "false"})
+    assert streaming.overwrite(data.where("id < 5"), table) is not None  # the whole table
+    assert set(rows_of(table)) == {("d1", i) for i in range(5)}
+
+    appends = cl.Catalog(str(tmp_path / "warehouse")).create_table(
+        "db.log", pa.schema([("dt", pa.string()), ("n", pa.int64())]), partition_keys=["dt"])
+    appends.write(pa.table({"dt": ["a", "b", "b"], "n": [1, 2, 3]}))
+    replacing = spark.createDataFrame([("b", 7), ("b", 8), ("c", 9)], "dt string, n long").repartition(2)
+    streaming.overwrite(replacing, appends)
+    assert sorted(appends.scan().to_arrow().to_pylist(), key=lambda r: r["n"]) == [
+        {"dt": "a", "n": 1}, {"dt": "b", "n": 7}, {"dt": "b", "n": 8}, {"dt": "c", "n": 9}]
+
+
+def test_a_merge_in_foreach_batch_lands_each_batch_once_across_restarts(spark: SparkSession, tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"changelog-producer": "lookup"})
+    source = tmp_path / "in"
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def batch(b: int) -> list[str]:  # new keys, then updates and deletes (v < 0) of the last batch's
+        rows = [{"dt": f"d{i % 3}", "id": b * 100 + i, "v": b, "name": f"n{i}"} for i in range(20)]
+        if b:
+            rows += [{"dt": f"d{i % 3}", "id": (b - 1) * 100 + i, "v": -1 if i % 4 == 0 else 50 + b, "name": "u"}
+                     for i in range(0, 20, 2)]
+        return [json.dumps(r) for r in rows]
+
+    def expected(batches: int) -> dict[tuple[str, int], tuple[Any, Any]]:
+        state: dict[tuple[str, int], tuple[Any, Any]] = {}
+        for b in range(batches):
+            for r in map(json.loads, batch(b)):
+                key = (r["dt"], r["id"])
+                if r["v"] < 0:
+                    state.pop(key, None)
+                elif key in state or r["v"] >= 0:
+                    state[key] = (r["v"], r["name"])
+        return state
+
+    def run() -> Any:
+        df = spark.readStream.schema(SOURCE_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+        query = (df.writeStream.foreachBatch(MergeBatches(table.location, checkpoint))
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        return query
+
+    for b in range(3):
+        add_file(source, f"batch-{b}.json", batch(b), b)
+    first = run()
+    assert rows_of(table) == expected(3)
+    users = {s.commit_user for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND}
+    assert users == {first.id}
+    # Spark replays a batch whose commit landed but was not logged: the merge skips it.
+    again = MergeBatches(table.location, checkpoint)
+    latest = table.latest_snapshot()
+    streaming_batch = spark.read.schema(SOURCE_SCHEMA).json(str(source / "batch-2.json"))
+    spark.sparkContext.setLocalProperty("sql.streaming.queryId", first.id)
+    try:
+        again(streaming_batch, 2)
+    finally:
+        spark.sparkContext.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
+    assert table.latest_snapshot() == latest
+    add_file(source, "batch-3.json", batch(3), 3)
+    second = run()
+    assert second.id == first.id and rows_of(table) == expected(4)
+    identifiers = [s.commit_identifier for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
+    assert identifiers == [0, 1, 2, 3]
