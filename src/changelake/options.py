@@ -356,6 +356,11 @@ class TableOptions(BucketOptions, OperationOptions):
         "Spark reads: a `rowkind` column (+I, -U, +U, -D) first and every change row; without it, streams "
         "carry the upserted rows (+I, +U) only.",
     )
+    read_commit_metadata: bool = declare(
+        "read.commit-metadata", values.parse_bool, "false",
+        "Spark reads: `_commit_snapshot` and `_commit_timestamp` columns last, the snapshot each change was "
+        "committed in and its commit time (a batch read's: the snapshot read), as Delta's change feed carries.",
+    )
     read_stream_max_files: int | None = declare(
         "read.stream.maxFilesPerTrigger", values.positive_int, None,
         "Spark streaming reads: files a micro-batch reads at most.",

@@ -184,6 +184,35 @@ def test_stream_reader_micro_batches_cover_the_changes_exactly(tmp_path: Path) -
     assert source.streamReader(source.schema()).initialOffset()["snapshotId"] == latest.id + 1
 
 
+def test_reads_with_commit_metadata_carry_each_changes_snapshot_and_time(tmp_path: Path) -> None:
+    table = _lookup_table(tmp_path)
+    times = {s.id: s.time_millis for s in table.snapshots()}
+    source = _source(table, **{"read.changelog": "true", "read.commit-metadata": "true",
+                               "scan.mode": "from-snapshot", "scan.snapshot-id": "1"})
+    schema = source.schema()
+    assert schema.names[-2:] == ["_commit_snapshot", "_commit_timestamp"]
+    reader = source.streamReader(schema)
+    rows = [r for batch in _read_stream(reader, reader.getDefaultReadLimit()) for r in batch]
+    # every change row, each with the snapshot that committed it (the lookup changelog's COMPACT
+    # snapshots carry it) and that snapshot's time (UTC, microseconds in Spark)
+    assert sorted(r[:-2] for r in rows) == _changes(table)
+    assert {r[-2] for r in rows} <= set(times) and len({r[-2] for r in rows}) >= 3
+    assert all(r[-1] == dt.datetime.fromtimestamp(times[r[-2]] / 1000, dt.UTC) for r in rows)
+    # a batch read: the snapshot read, for every row
+    batch = _source(table, **{"read.commit-metadata": "true", "scan.snapshot-id": "2"})
+    batch_reader = batch.reader(batch.schema())
+    got = pa.Table.from_batches([b for p in batch_reader.partitions() for b in batch_reader.read(p)],
+                                batch_reader.output.schema)
+    assert set(got.column("_commit_snapshot").to_pylist()) == {2}
+    assert got.num_rows == table.scan(snapshot_id=2).to_arrow().num_rows
+    # a table with such a column cannot take them
+    clash = cl.Catalog(str(tmp_path / "wh")).create_table(
+        "db.clash", pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("_commit_snapshot", pa.int64())]),
+        primary_keys=["k"])
+    with pytest.raises(SchemaError, match=r"read\.commit-metadata adds a '_commit_snapshot' column"):
+        _source(clash, **{"read.commit-metadata": "true"}).schema()
+
+
 def test_stream_reader_modes_upserts_min_rows_and_available_now(tmp_path: Path) -> None:
     table = _lookup_table(tmp_path)
     # Default mode (latest-full) without read.changelog: the latest rows, no rowkind column.
@@ -292,6 +321,13 @@ def test_spark_batch_reads(spark: Any, tmp_path: Path) -> None:
         "k >= 2 AND k IN (1, 2, 3)")
     assert re.search(r"\bFilter\b", given._jdf.queryExecution().executedPlan().toString())
     assert sorted((tuple(r) for r in given.collect()), key=lambda r: r[1]) == [(dt.date(2024, 2, 29), 2), (None, 3)]
+    # read.commit-metadata: the snapshot read and its commit time, as Spark's TIMESTAMP
+    tagged = spark.read.format("changelake").option("read.commit-metadata", "true").load(table.location)
+    assert tagged.columns[-2:] == ["_commit_snapshot", "_commit_timestamp"]
+    first_row = tagged.where("k = 1").collect()[0]
+    latest = table.latest_snapshot()
+    assert latest is not None and first_row["_commit_snapshot"] == latest.id
+    assert first_row["_commit_timestamp"].timestamp() * 1000 == pytest.approx(latest.time_millis)
     # System tables, as Paimon names them: <table>$snapshots.
     snapshots = spark.read.format("changelake").load(f"{table.location}$snapshots").toArrow()
     assert snapshots.column("snapshot_id").to_pylist() == [s.id for s in table.snapshots()]

@@ -324,7 +324,7 @@ class ChangeSource:
                                                 full=split.kind is ChangeKind.FULL)
             data = self._output(part, merged=split.merged, reverse=split.split.reversed)
             if data.num_rows:
-                yield ChangeChunk(data if committed is None else _with_commit(data, committed), offset)
+                yield ChangeChunk(data if committed is None else with_commit(data, committed), offset)
 
     def read(self, split: ChangeSplit, max_rows: int = DEFAULT_MAX_ROWS) -> Iterator[ChangeChunk]:
         """The split's rows in chunks of at most ``max_rows``, each with the offset after it."""
@@ -378,7 +378,7 @@ class ChangeSource:
             consumers.record(self.context, self.consumer_id, offset.snapshot_id)
 
 
-def _with_commit(data: pa.Table, committed: tuple[int, int | None]) -> pa.Table:
+def with_commit(data: pa.Table, committed: tuple[int, int | None]) -> pa.Table:
     """``data`` with the snapshot its rows come from and that snapshot's commit time."""
     snapshot_id, millis = committed
     snapshot_field, time_field = COMMIT_METADATA

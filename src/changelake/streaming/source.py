@@ -57,7 +57,6 @@ from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import ValidationError
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
@@ -76,115 +75,31 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit as SparkReadLimit
 from pyspark.sql.types import StructType
 
-from changelake.api import system_tables
-from changelake.api.catalog import open_table
 from changelake.api.scan import Scan
 from changelake.api.system_tables import SystemTable
 from changelake.api.table import Table
 from changelake.changelog import starting
 from changelake.changelog.offsets import ReadLimit, StreamOffset
-from changelake.changelog.source import ROWKIND, ChangeSource, ChangeSplit
-from changelake.errors import OffsetError, OptionError, ScanError, SchemaError
+from changelake.changelog.source import ROWKIND, ChangeSource, ChangeSplit, with_commit
+from changelake.errors import OffsetError, OptionError, ScanError
 from changelake.option_values import ScanMode
-from changelake.options import TableOptions, canonical_key
-from changelake.streaming import storage_options
-from changelake.streaming.spark_schema import arrow_schema, check_requested, struct_type
+from changelake.options import TableOptions
+from changelake.streaming.read_request import Output, ReadRequest
+from changelake.streaming.spark_schema import arrow_schema, struct_type
 from changelake.streaming.spark_writers import BatchWriter, StreamWriter, check_writable
 from changelake.table.format.kv import RowKind
 from changelake.table.read.planner import Split
 
 FORMAT = "changelake"
-# What Spark adds to a source's options, not table options: a CREATE TABLE ... USING changelake
-# adds these (and "option."-prefixed copies of the user's), a streaming write its checkpoint.
-_SPARK_KEYS = frozenset({"location", "owner", "provider", "checkpointlocation"})
 # Spark 4.3 gives a Python data source no options when a catalog table over it is read or
 # written, only the schema the table was created with: the table's location rides in the
 # metadata of its first field.
 LOCATION_METADATA = "changelake.location"
-_UPSERTS = pa.array([RowKind.INSERT.symbol, RowKind.UPDATE_AFTER.symbol])
 
 
 def register(spark: SparkSession) -> None:
     """Make ``format("changelake")`` available in ``spark`` (again is harmless)."""
     spark.dataSource.register(ChangelakeDataSource)
-
-
-# -- what the user asked for ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReadRequest:
-    """The table at the ``path`` option and the other options under their declared (Paimon)
-    keys, parsed over the table's own."""
-
-    table: Table
-    overrides: Mapping[str, str]
-    options: TableOptions
-    # A path ``<table>$<name>`` reads the table's system table ``name`` (batch only); ``$ro``
-    # is a batch read of the top level only, split like any other.
-    system: SystemTable | None = None
-    read_optimized: bool = False
-
-    @staticmethod
-    def of(options: Mapping[str, str]) -> ReadRequest:
-        """OptionError for a missing path or an unknown option; the table must exist."""
-        path = options.get("path")
-        if not path:
-            raise OptionError("no table path: give it to load(path) or save(path), or create the catalog table "
-                              "with CREATE TABLE t USING changelake LOCATION '<table path>' (no column list)",
-                              option="path")
-        location, system_name = path, ""
-        if "$" in path.rstrip("/").rsplit("/", 1)[-1]:
-            location, _, system_name = path.rstrip("/").rpartition("$")
-        given = {k: v for k, v in options.items()
-                 if k.lower() not in _SPARK_KEYS and not k.lower().startswith("option.")}
-        table_options, storage = storage_options.split(given)
-        table = open_table(location, storage or None)
-        system = system_tables.parse_name(table.context, system_name) if system_name else None
-        overrides = {canonical_key(key, table=table.name): value for key, value in table_options.items()
-                     if key != "path"}
-        parsed = TableOptions.parse({**table.options, **overrides}, table=table.name)
-        if parsed.read_changelog and ROWKIND in table.schema.names and system is None:
-            raise SchemaError(f"read.changelog adds a {ROWKIND!r} column, and the table has one", table=table.name,
-                              column=ROWKIND)
-        if system is SystemTable.RO:
-            return ReadRequest(table, overrides, parsed, None, read_optimized=True)
-        return ReadRequest(table, overrides, parsed, system)
-
-    @cached_property
-    def schema(self) -> pa.Schema:
-        """What the read offers: the system table's columns; else ``rowkind`` first with
-        ``read.changelog``, then the columns."""
-        if self.system is not None:
-            return self.table.system(self.system).schema
-        columns = self.table.schema
-        if not self.options.read_changelog:
-            return columns
-        return pa.schema([pa.field(ROWKIND, pa.string(), nullable=False), *columns])
-
-    def columns(self, requested: StructType) -> tuple[str, ...]:
-        """The table columns ``requested`` (the schema Spark reads with) carries; SchemaError
-        when it is not a selection of :attr:`schema`."""
-        check_requested(requested, struct_type(self.schema, table=self.table.name), table=self.table.name)
-        kind = {ROWKIND} if self.options.read_changelog else set()
-        return tuple(name for name in requested.names if name not in kind)
-
-
-@dataclass(frozen=True)
-class Output:
-    """What Spark receives: record batches of exactly its Arrow ``schema``; with
-    ``upserts_only``, of the +I and +U change rows only."""
-
-    schema: pa.Schema
-    _: dataclasses.KW_ONLY
-    upserts_only: bool = False
-
-    def batches(self, rows: pa.Table) -> Iterator[pa.RecordBatch]:
-        """``rows`` in Spark's schema (Spark holds timestamps in microseconds: finer ones are
-        cut, the only cast that can lose anything)."""
-        if self.upserts_only:
-            rows = rows.filter(pc.is_in(rows.column(ROWKIND), value_set=_UPSERTS))
-        yield from rows.select(self.schema.names).cast(self.schema, safe=False).to_batches()
 
 
 # -- the data source ------------------------------------------------------------------------
@@ -223,14 +138,18 @@ class ChangelakeDataSource(DataSource):
             return SystemTableReader(request.table, request.system, Output(arrow_schema(schema)))
         scan = batch_scan(request.table, request.options, read_optimized=request.read_optimized)
         scan = scan.select(*request.columns(schema))
-        return BatchReader(scan, Output(arrow_schema(schema)), kinds=request.options.read_changelog)
+        snapshot = scan.snapshot if request.options.read_commit_metadata else None
+        committed = None if snapshot is None else (snapshot.id, snapshot.time_millis)
+        return BatchReader(scan, Output(arrow_schema(schema)), kinds=request.options.read_changelog,
+                           committed=committed)
 
     def streamReader(self, schema: StructType) -> ChangeStreamReader:
         request = self._request_for(schema)
         if request.system is not None or request.read_optimized:
             name = SystemTable.RO if request.system is None else request.system
             raise ScanError(f"system table {name.value!r} is read in batch only", table=request.table.name)
-        source = ChangeSource.of(request.table.context, request.overrides, request.columns(schema))
+        source = ChangeSource.of(request.table.context, request.overrides, request.columns(schema),
+                                 commit_metadata=request.options.read_commit_metadata)
         output = Output(arrow_schema(schema), upserts_only=not request.options.read_changelog)
         return ChangeStreamReader(source, Admission.of(request.options), output)
 
@@ -277,10 +196,12 @@ class BatchReader(DataSourceReader):
     ``kinds``, after a ``rowkind`` column of +I: the rows of a snapshot are inserts). It takes
     no pushed filters (see the module's docstring): every row of the snapshot is read."""
 
-    def __init__(self, scan: Scan, output: Output, *, kinds: bool) -> None:
+    def __init__(self, scan: Scan, output: Output, *, kinds: bool, committed: tuple[int, int] | None = None) -> None:
         self.scan = scan
         self.output = output
         self.kinds = kinds
+        # (snapshot id, commit time) for ``read.commit-metadata``
+        self.committed = committed
 
     def partitions(self) -> list[InputPartition]:
         return [SplitPartition(split) for split in self.scan.plan()]
@@ -292,6 +213,8 @@ class BatchReader(DataSourceReader):
         rows = self.scan.read_split(partition.split)
         if self.kinds:
             rows = rows.add_column(0, ROWKIND, pa.repeat(pa.scalar(RowKind.INSERT.symbol), rows.num_rows))
+        if self.committed is not None:
+            rows = with_commit(rows, self.committed)
         yield from self.output.batches(rows)
 
 
