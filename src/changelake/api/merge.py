@@ -11,7 +11,7 @@ from typing import Any, TypeAlias
 import pyarrow.compute as pc
 
 from changelake.table.format.snapshot import Snapshot
-from changelake.table.write.merge_rows import Clause
+from changelake.table.write.merge_rows import Clause, MergeAction, MergeCase
 
 Condition: TypeAlias = "pc.Expression | str | None"
 
@@ -34,21 +34,21 @@ class Merge:
     def when_matched_update(self, set: Mapping[str, Any] | None = None, *, condition: Condition = None) -> Merge:
         """Update a table row a source row matches: the columns ``set`` maps (to values or
         expressions), or with ``set`` None every column the source has (``update all``)."""
-        return self._with(Clause("matched", "update", condition, set))
+        return self._with(Clause(MergeCase.MATCHED, MergeAction.UPDATE, condition, set))
 
     def when_matched_delete(self, condition: Condition = None) -> Merge:
         """Delete a table row a source row matches."""
-        return self._with(Clause("matched", "delete", condition))
+        return self._with(Clause(MergeCase.MATCHED, MergeAction.DELETE, condition))
 
     def when_not_matched_insert(self, values: Mapping[str, Any] | None = None, *,
                                 condition: Condition = None) -> Merge:
         """Insert a source row no table row matches: ``values`` for the columns it maps, the
         source's columns for the others (null where the source has none)."""
-        return self._with(Clause("not_matched", "insert", condition, values))
+        return self._with(Clause(MergeCase.NOT_MATCHED, MergeAction.INSERT, condition, values))
 
     def when_not_matched_by_source_delete(self, condition: Condition = None) -> Merge:
         """Delete a table row no source row matches."""
-        return self._with(Clause("not_matched_by_source", "delete", condition))
+        return self._with(Clause(MergeCase.NOT_MATCHED_BY_SOURCE, MergeAction.DELETE, condition))
 
     def execute(self) -> Snapshot | None:
         """Run the merge as one commit; None when no row changes."""

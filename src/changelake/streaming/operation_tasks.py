@@ -145,7 +145,7 @@ def merge_groups(ctx: TableContext, commit_user: str, clauses: Sequence[Clause],
     """A merge of the source and table rows a task got (every row of each of their groups):
     the clauses carried out on them and written, as :func:`write_routed` writes."""
     sources, tables = _sides(batches)
-    if not sources and not any(c.when == "not_matched_by_source" for c in clauses):
+    if not sources and not merge_rows.reads_unmatched(clauses):
         return iter(())
     source = pa.concat_tables(sources) if sources else source_schema.empty_table()
     # The driver checked the source; one that changed since (a source read anew) is caught here.

@@ -16,7 +16,7 @@ from changelake.table.append.row_level import FILE_COLUMN, POSITION_COLUMN, Edit
 from changelake.table.context import TableContext
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.write import merge_rows
-from changelake.table.write.merge_rows import SOURCE, TARGET, Clause
+from changelake.table.write.merge_rows import SOURCE, TARGET, Clause, MergeAction
 
 
 def merge(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause], on: Sequence[str] | None,
@@ -32,13 +32,13 @@ def merge(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause], on: Se
     target = row_level.indexed_rows(ctx, targets, row_filter)
     edits = Edits()
     for clause, rows in merge_rows.decide(ctx, source, target, clauses, keys):
-        if clause.action == "insert":
+        if clause.action is MergeAction.INSERT:
             edits.inserted.append(merge_rows.new_rows(ctx, rows, clause.values, SOURCE, source.column_names,
                                                       fallback=None))
             continue
         old = merge_rows.old_rows(ctx, rows).append_column(FILE_COLUMN, rows.column(f"{TARGET}.{FILE_COLUMN}")) \
             .append_column(POSITION_COLUMN, rows.column(f"{TARGET}.{POSITION_COLUMN}"))
-        if clause.action == "delete":
+        if clause.action is MergeAction.DELETE:
             edits.removed.append(old)
         else:
             base = TARGET if clause.values is not None else SOURCE

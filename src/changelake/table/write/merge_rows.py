@@ -14,6 +14,7 @@ with two rows of one key is an error, as in Delta.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,14 +33,29 @@ SOURCE, TARGET = "source", "target"
 _IN_SOURCE, _IN_TARGET = "__in_source", "__in_target"
 
 
+class MergeCase(enum.StrEnum):
+    """Which rows a WHEN clause acts on."""
+
+    MATCHED = "matched"  # a source row and the table row of its key
+    NOT_MATCHED = "not_matched"  # a source row no table row matches
+    NOT_MATCHED_BY_SOURCE = "not_matched_by_source"  # a table row no source row matches
+
+
+class MergeAction(enum.StrEnum):
+    """What a WHEN clause does to the rows it decides."""
+
+    UPDATE = "update"
+    DELETE = "delete"
+    INSERT = "insert"
+
+
 @dataclass(frozen=True)
 class Clause:
-    """One WHEN clause: ``when`` is ``matched``, ``not_matched`` or ``not_matched_by_source``;
-    ``action`` is ``update``, ``delete`` or ``insert``; ``values`` the new values (None: every
-    column from the source)."""
+    """One WHEN clause: the rows it acts on, what it does to them, the condition they must meet
+    and the new values (None: every column from the source)."""
 
-    when: str
-    action: str
+    when: MergeCase
+    action: MergeAction
     condition: pc.Expression | str | None = None
     values: Mapping[str, Any] | None = None
 
@@ -84,14 +100,14 @@ def check(ctx: TableContext, source_columns: Sequence[str], clauses: Sequence[Cl
     columns it may not; on a primary-key table, OptionError for a clause its merge engine
     refuses."""
     if ctx.primary_keys:
-        for operation in ("delete", "update"):
-            if any(c.action == operation for c in clauses):
-                row_level.check_engine(ctx, operation)
+        for action in (MergeAction.DELETE, MergeAction.UPDATE):
+            if any(c.action is action for c in clauses):
+                row_level.check_engine(ctx, action.value)
     missing = [k for k in keys if k not in source_columns]
     if missing:
         raise SchemaMismatchError(f"the merge source lacks the columns {missing} it is matched on", table=ctx.name)
     for clause in clauses:
-        if clause.action == "update" and clause.values is not None:
+        if clause.action is MergeAction.UPDATE and clause.values is not None:
             row_level.check_assignments(ctx, clause.values)
 
 
@@ -110,7 +126,7 @@ def duplicate_keys(ctx: TableContext, count: int, first: Mapping[str, Any]) -> D
 
 def reads_unmatched(clauses: Sequence[Clause]) -> bool:
     """Whether a clause acts on table rows no source row matches (so every row is read)."""
-    return any(c.when == "not_matched_by_source" for c in clauses)
+    return any(c.when is MergeCase.NOT_MATCHED_BY_SOURCE for c in clauses)
 
 
 def key_filter(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause],
@@ -136,8 +152,9 @@ def decide(ctx: TableContext, source: pa.Table, target: pa.Table, clauses: Seque
     decides: the first clause whose condition holds decides a row."""
     joined = _join(ctx, source, target, list(keys))
     in_source, in_target = joined.column(_IN_SOURCE).is_valid(), joined.column(_IN_TARGET).is_valid()
-    cases = {"matched": pc.and_(in_source, in_target), "not_matched": pc.and_(in_source, pc.invert(in_target)),
-             "not_matched_by_source": pc.and_(pc.invert(in_source), in_target)}
+    cases = {MergeCase.MATCHED: pc.and_(in_source, in_target),
+             MergeCase.NOT_MATCHED: pc.and_(in_source, pc.invert(in_target)),
+             MergeCase.NOT_MATCHED_BY_SOURCE: pc.and_(pc.invert(in_source), in_target)}
     decided = pa.repeat(pa.scalar(value=False), joined.num_rows)
     out = []
     for clause in clauses:
@@ -223,9 +240,9 @@ def _kind(rows: pa.Table, symbol: str) -> pa.Table:
 
 def _outcome(ctx: TableContext, clause: Clause, rows: pa.Table, source_columns: Sequence[str]) -> list[pa.Table]:
     """The rows that carry out ``clause`` on the joined ``rows`` it decides."""
-    if clause.action == "delete":
+    if clause.action is MergeAction.DELETE:
         return [_kind(old_rows(ctx, rows), "-D")]
-    if clause.action == "insert":
+    if clause.action is MergeAction.INSERT:
         return [_kind(new_rows(ctx, rows, clause.values, SOURCE, source_columns, fallback=None), "+I")]
     base = TARGET if clause.values is not None else SOURCE
     after = _kind(new_rows(ctx, rows, clause.values, base, source_columns, fallback=TARGET), "+U")
