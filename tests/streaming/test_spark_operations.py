@@ -108,9 +108,9 @@ def test_spark_row_operations_refuse_bad_input_before_writing(spark: SparkSessio
     first_row = make_table(tmp_path / "first", **{"merge-engine": "first-row"})
     with pytest.raises(OptionError, match="first-row"):
         streaming.delete(spark, first_row, "v = 1")
-    with pytest.raises(OptionError, match="bucket=-1"):
-        dynamic = table_of(tmp_path / "d", "dynamic")
-        streaming.overwrite(spark.createDataFrame([("d1", 1, 5, "a")], SOURCE_SCHEMA), dynamic)
+    with pytest.raises(OptionError, match="overwritten whole"):
+        cross = table_of(tmp_path / "d", "cross-partition")
+        streaming.overwrite(spark.createDataFrame([("d1", 1, 5, "a")], SOURCE_SCHEMA), cross)
     assert table.latest_snapshot() == before
     # the overwrite refused for rows outside its partition left no file behind
     assert {p.name for p in Path(table.location).rglob("*.parquet")} == files
@@ -236,3 +236,30 @@ def test_a_merge_in_foreach_batch_lands_each_batch_once_across_restarts(spark: S
     assert second.id == first.id and rows_of(table) == expected(4)
     identifiers = [s.commit_identifier for s in table.snapshots() if s.commit_kind is cl.CommitKind.APPEND]
     assert identifiers == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "postpone", "cross-partition"])
+def test_spark_overwrites_place_keys_anew_in_every_bucket_mode(spark: SparkSession, tmp_path: Path, mode: str) -> None:
+    if mode == "postpone":
+        table = make_table(tmp_path, bucket="-2")
+        for b in range(3):
+            table.write(pa.Table.from_pylist(events(b)))
+    else:
+        table = table_of(tmp_path, mode)
+    if mode == "cross-partition":  # replaced whole on Spark
+        table.set_options({"dynamic-partition-overwrite": "false"})
+    local = twin(table, tmp_path)
+    rows = [(f"d{i % 2}", i, i, "over") for i in range(40)] + [("d0", 2, 99, "later")]
+    landed = streaming.overwrite(spark.createDataFrame(rows, SOURCE_SCHEMA).repartition(3), table)
+    assert landed is not None and landed.commit_kind is cl.CommitKind.OVERWRITE
+    local.overwrite(pa.Table.from_pylist([dict(zip(["dt", "id", "v", "name"], r, strict=True)) for r in rows],
+                                         schema=table.schema))
+    assert rows_of(table) == rows_of(local)
+    assert rows_of(table)[("d0", 2)] == (99, "later") and (mode == "cross-partition") != any(
+        dt == "d2" for dt, _ in rows_of(table))
+    one_key_one_bucket(table)
+    # later writes find the keys where the overwrite put them
+    table.write(pa.Table.from_pylist([{"dt": "d0", "id": 2, "v": 7, "name": "after"},
+                                      {"dt": "d1", "id": 3, "v": 7, "name": "after"}], schema=table.schema))
+    one_key_one_bucket(table)
+    assert rows_of(table)[("d0", 2)] == (7, "after") and rows_of(table)[("d1", 3)] == (7, "after")

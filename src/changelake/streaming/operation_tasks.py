@@ -14,7 +14,7 @@ the table's rows alike, so a key's source and table rows meet in the task that w
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.streaming import write_tasks
-from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
+from changelake.streaming.write_tasks import BUCKET_COLUMN, BUCKETS_COLUMN, MESSAGE_COLUMN
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket
@@ -166,17 +166,20 @@ class OverwriteResult:
     partitions: frozenset[bytes]
 
 
-def overwrite_groups(ctx: TableContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def overwrite_groups(ctx: TableContext, plan: Mapping[bytes, int] | None,
+                     batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Write the rows a task got (every row of each of their buckets) as an overwrite's new
-    files (:func:`overwrite_rows.write_files`); one row holding the pickled
-    :class:`OverwriteResult` (none when there were no rows)."""
-    parts = [pa.Table.from_batches([b.drop_columns([BUCKET_COLUMN]) if BUCKET_COLUMN in b.schema.names else b])
+    files (:func:`overwrite_rows.write_files`; a postpone-bucket table's in the real buckets of
+    ``plan``); one row holding the pickled :class:`OverwriteResult` (none when there were no
+    rows)."""
+    tags = [BUCKET_COLUMN, BUCKETS_COLUMN]
+    parts = [pa.Table.from_batches([b.drop_columns([t for t in tags if t in b.schema.names])])
              for b in batches if b.num_rows]
     if not parts:
         return
     written: list[str] = []
     try:
-        messages, partitions = overwrite_rows.write_files(ctx, pa.concat_tables(parts), written)
+        messages, partitions = overwrite_rows.write_files(ctx, pa.concat_tables(parts), written, plan=plan)
     except BaseException:
         ctx.file_io.discard(written)
         raise

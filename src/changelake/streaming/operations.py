@@ -40,7 +40,14 @@ from changelake.errors import DataError, OptionError, StreamingError
 from changelake.streaming import operation_tasks, write_tasks
 from changelake.streaming.maintenance import max_tasks
 from changelake.streaming.operation_tasks import ROUTED_DDL
-from changelake.streaming.sink import as_table, as_table_timestamps, land_written, query_id
+from changelake.streaming.sink import (
+    as_table,
+    as_table_timestamps,
+    fixed_bucket_plan,
+    in_planned_buckets,
+    land_written,
+    query_id,
+)
 from changelake.streaming.spark_schema import arrow_schema
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
 from changelake.table import snapshot_expiry
@@ -52,7 +59,7 @@ from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import planner
 from changelake.table.read.planner import Split
-from changelake.table.write import conform, landing, merge_rows, overwrite_rows, row_level
+from changelake.table.write import conform, landing, merge_rows, overwrite_rows, postpone, row_level
 from changelake.table.write.merge_rows import Clause
 
 
@@ -217,6 +224,11 @@ def overwrite(df: DataFrame, table: Table | str, *, partitions: Mapping[str, Any
     target = as_table(table)
     ctx = target.context
     overwrite_rows.check(ctx, partitions)
+    if ctx.cross_partition and (partitions is not None or ctx.options.dynamic_partition_overwrite):
+        # A key lives in one partition: replacing some would need every kept partition's keys.
+        raise OptionError("on Spark a cross-partition table is overwritten whole (dynamic-partition-overwrite "
+                          "false, no partitions); table.overwrite() replaces some of its partitions",
+                          table=ctx.name, option="dynamic-partition-overwrite")
     conform.check_columns(ctx, df.columns)
     if partitions is not None:
         ctx.partition_of(partitions)  # a ScanError for keys or values that are not the table's
@@ -224,11 +236,15 @@ def overwrite(df: DataFrame, table: Table | str, *, partitions: Mapping[str, Any
     if landing.replayed(ctx, producers.for_table(ctx), commit_user, identifier):
         return None
     rows = as_table_timestamps(df, ctx)
-    write_groups = functools.partial(operation_tasks.overwrite_groups, ctx)
-    if write_tasks.needs_shuffle(ctx):
+    plan = None
+    if postpone.is_postpone(ctx):  # real buckets, planned from the rows' sizes, whole in one task each
+        plan = fixed_bucket_plan(rows, ctx)
+        rows = in_planned_buckets(rows, ctx, plan)
+    elif write_tasks.needs_shuffle(ctx):
         bucketed_schema = StructType([*rows.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
         bucketed = rows.mapInArrow(functools.partial(write_tasks.add_bucket, ctx), bucketed_schema)
         rows = bucketed.repartition(*[F.col(f"`{k}`") for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+    write_groups = functools.partial(operation_tasks.overwrite_groups, ctx, plan)
     results = [operation_tasks.overwrite_result(row[MESSAGE_COLUMN])
                for row in rows.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary").collect()]
     killpoints.reached(KillPoint.SINK_WRITTEN)

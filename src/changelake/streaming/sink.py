@@ -155,22 +155,33 @@ def _commit_fixed_buckets(df: DataFrame, table: Table, commit_user: str, identif
     ctx = table.context
     conform.check_columns(ctx, df.columns)
     df = as_table_timestamps(df, ctx)
+    plan = fixed_bucket_plan(df, ctx)
+    if not plan:
+        return []
+    written = in_planned_buckets(df, ctx, plan).mapInArrow(
+        functools.partial(write_tasks.write_planned, ctx, commit_user), f"{MESSAGE_COLUMN} binary")
+    return land_written(ctx, producers.for_table(ctx), written, commit_user, identifier)
+
+
+def fixed_bucket_plan(df: DataFrame, ctx: TableContext) -> dict[bytes, int]:
+    """The real buckets of each partition the rows of ``df`` are in, for a postpone-bucket
+    table's fixed-bucket batch write (a job sums each partition's rows and bytes)."""
     sizes: dict[bytes, tuple[int, int]] = {}
     for row in df.mapInArrow(functools.partial(write_tasks.partition_sizes, ctx),
                              "partition binary, rows long, bytes long").collect():
         partition = bytes(row["partition"])
         rows, size = sizes.get(partition, (0, 0))
         sizes[partition] = (rows + row["rows"], size + row["bytes"])
-    if not sizes:
-        return []
-    plan = postpone.fixed_bucket_plan(ctx, sizes)
+    return postpone.fixed_bucket_plan(ctx, sizes) if sizes else {}
+
+
+def in_planned_buckets(df: DataFrame, ctx: TableContext, plan: Mapping[bytes, int]) -> DataFrame:
+    """The rows of ``df`` with their real bucket and bucket count in ``plan``
+    (:func:`write_tasks.add_planned_bucket`), each (partition, bucket) in one Spark partition."""
     tagged_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False),
                                 StructField(write_tasks.BUCKETS_COLUMN, IntegerType(), nullable=False)])
     tagged = df.mapInArrow(functools.partial(write_tasks.add_planned_bucket, ctx, plan), tagged_schema)
-    grouped = tagged.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
-    written = grouped.mapInArrow(functools.partial(write_tasks.write_planned, ctx, commit_user),
-                                 f"{MESSAGE_COLUMN} binary")
-    return land_written(ctx, producers.for_table(ctx), written, commit_user, identifier)
+    return tagged.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
 
 
 def as_table_timestamps(df: DataFrame, ctx: TableContext) -> DataFrame:

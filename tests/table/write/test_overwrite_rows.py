@@ -13,6 +13,7 @@ import pytest
 
 import changelake as cl
 from changelake.errors import DataError, OptionError
+from changelake.table.read import deletion_vectors
 
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("hh", pa.string(), nullable=False),
                     pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
@@ -37,6 +38,9 @@ def make(tmp_path: Path, *, keys: list[str] | None, **options: str) -> cl.Table:
 
 KINDS = {
     "primary key, fixed, lookup": ({"bucket": "2", "changelog-producer": "lookup"}, ["dt", "hh", "id"]),
+    "primary key, dynamic": ({"bucket": "-1", "dynamic-bucket.target-row-num": "1"}, ["dt", "hh", "id"]),
+    "cross-partition": ({"bucket": "-1"}, ["id"]),
+    "postpone": ({"bucket": "-2"}, ["dt", "hh", "id"]),
     "primary key, deletion vectors": ({"bucket": "2", "deletion-vectors.enabled": "true"}, ["dt", "hh", "id"]),
     "append, unaware": ({"bucket": "-1"}, None),
     "append, fixed": ({"bucket": "2", "bucket-key": "id"}, None),
@@ -96,7 +100,36 @@ def test_bad_overwrites_write_nothing(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match="one dict"):
         table.overwrite(rows(), partitions=[{"dt": "a"}])  # type: ignore[arg-type]
     assert table.latest_snapshot() == latest and {p.name for p in Path(table.location).rglob("data-*")} == files
-    dynamic = cl.Catalog(str(tmp_path)).create_table("db.dyn", SCHEMA, primary_keys=["dt", "hh", "id"])
-    with pytest.raises(OptionError, match="bucket=-1") as info:
-        dynamic.overwrite(rows(("a", "0", 1, 1)))
-    assert info.value.option == "bucket"
+    cross = make(tmp_path / "cross", keys=["id"], bucket="-1")
+    cross_latest = cross.latest_snapshot()
+    with pytest.raises(DataError, match=r"key \{'id': 4\} lives in partition \{'dt': 'b', 'hh': '0'\}"):
+        cross.overwrite(rows(("a", "0", 4, 1)))  # key 4 lives in b/0, which a dynamic overwrite of a/0 keeps
+    postponed = cl.Catalog(str(tmp_path)).create_table(
+        "db.postponed", SCHEMA, primary_keys=["dt", "hh", "id"],
+        options={"bucket": "-2", "postpone.batch-write-fixed-bucket": "false"})
+    with pytest.raises(OptionError, match="writes real buckets") as info:
+        postponed.overwrite(rows(("a", "0", 1, 1)))
+    assert info.value.option == "postpone.batch-write-fixed-bucket"
+    assert cross.latest_snapshot() == cross_latest and postponed.latest_snapshot() is None
+
+
+def test_a_dynamic_bucket_overwrite_writes_the_partitions_hash_index_anew(tmp_path: Path, pypaimon: Any) -> None:
+    table = make(tmp_path, keys=["dt", "hh", "id"], bucket="-1", **{"dynamic-bucket.target-row-num": "3"})
+    table.write(rows(*[("a", "0", i, 1) for i in range(10, 20)]))
+    landed = table.overwrite(rows(*[("a", "0", i, 2) for i in range(100, 107)]))
+    assert landed is not None
+    ctx = table.context
+    hashes = {(e.partition, e.bucket): e.file.row_count for e in deletion_vectors.index_entries(ctx, landed)
+              if e.file.index_type == "HASH"}
+    by_partition: dict[str, dict[int, int]] = {}
+    for (partition, b), n in hashes.items():
+        by_partition.setdefault(ctx.describe_partition(partition), {})[b] = n
+    # the replaced partition's keys fill buckets 0, 1, 2 from scratch (3 + 3 + 1); the others keep theirs
+    assert by_partition["partition {dt=a, hh=0}"] == {0: 3, 1: 3, 2: 1}
+    assert set(by_partition) == {"partition {dt=a, hh=0}", "partition {dt=a, hh=1}", "partition {dt=b, hh=0}"}
+    # writes after it find the new keys in their buckets: an update stays one row
+    table.write(rows(("a", "0", 100, 3), ("a", "0", 200, 3)))
+    assert [r for r in state(table) if r[:2] == ("a", "0")] == [("a", "0", i, 3 if i in (100, 200) else 2)
+                                                                for i in [*range(100, 107), 200]]
+    warehouse = str(tmp_path)
+    assert sorted(tuple(r.values()) for r in pypaimon.read(warehouse, "db.t", {}).to_pylist()) == state(table)

@@ -25,6 +25,7 @@ from changelake.table.commit.committer import Attempt, Delta
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import index_manifest
+from changelake.table.format.index_manifest import IndexManifestEntry
 from changelake.table.format.manifest import FileKind, ManifestEntry
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
 from changelake.table.io import killpoints
@@ -56,8 +57,11 @@ def commit_overwrite(
         entries = [] if latest is None else [
             ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file)
             for e in live_files.live_entries(ctx, latest) if e.partition in targets]
-        return entries, _index_manifest(ctx, latest, targets, lists)
+        return entries, _index_manifest(ctx, latest, targets, lists, added_index)
 
+    # A dynamic-bucket table's new HASH index files replace the partitions' old ones.
+    added_index = [IndexManifestEntry(FileKind.ADD, m.partition, m.bucket, m.hash_index)
+                   for m in messages if m.hash_index is not None]
     return _land(ctx, messages, commit_user, identifier, removed, "overwrite")
 
 
@@ -151,23 +155,20 @@ def _rolled_back(ctx: TableContext, base: Snapshot) -> bool:
         return False
 
 
-def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: frozenset[bytes],
-                    lists: Attempt) -> str | None:
+def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: frozenset[bytes], lists: Attempt,
+                    added: Sequence[IndexManifestEntry] = ()) -> str | None:
     """The new snapshot's index manifest: the latest one's without the index files of the
-    overwritten partitions (their data files are all gone)."""
+    overwritten partitions (their data files are all gone), with the ``added`` ones."""
     previous = latest.index_manifest if latest is not None else None
-    if latest is None or previous is None:
-        return previous
-    entries = deletion_vectors.index_entries(ctx, latest)
+    entries = [] if latest is None or previous is None else deletion_vectors.index_entries(ctx, latest)
     kept = [e for e in entries if e.partition not in targets]
-    if len(kept) == len(entries):
+    if len(kept) == len(entries) and not added:
         return previous
-    if not kept:
+    if not kept and not added:
         return None
-    name = index_manifest.write(ctx.file_io, ctx.paths.manifest_dir, kept, ctx.options.manifest_compression)
+    name = index_manifest.write(ctx.file_io, ctx.paths.manifest_dir, [*kept, *added], ctx.options.manifest_compression)
     lists.written.append(ctx.paths.manifest(name))
     return name
-
 
 
 def commit_rewrite(ctx: TableContext, replaced: Sequence[ManifestEntry], messages: Sequence[CommitMessage],

@@ -3,8 +3,9 @@ merged within the flush, in data-file layout."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -16,8 +17,15 @@ from changelake.table.format import binary_row, kv
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.merge import sort
 from changelake.table.read import live_files
-from changelake.table.write.assigners import BucketAssigner
 from changelake.table.write.partitions import value_codes
+
+
+class Assigns(Protocol):
+    """What bucketing needs of an assigner: the bucket of every row."""
+
+    def assign(self, data: pa.Table, partition_of_row: np.ndarray, partitions: Sequence[bytes]) -> np.ndarray:
+        """The bucket of every row (int64); ``partition_of_row`` indexes ``partitions`` (serialized)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,7 @@ class BucketGroups:
     buckets: list[int]
 
 
-def group_by_bucket(ctx: TableContext, data: pa.Table, assigner: BucketAssigner) -> BucketGroups:
+def group_by_bucket(ctx: TableContext, data: pa.Table, assigner: Assigns) -> BucketGroups:
     """The (partition, bucket) group of every row, its bucket as ``assigner`` says."""
     partition_columns = [data.column(k) for k in ctx.partition_keys]
     codes, radix = value_codes(partition_columns, np.zeros(data.num_rows, dtype=np.int64), 1)

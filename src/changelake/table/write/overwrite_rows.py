@@ -9,22 +9,24 @@ are merged among themselves (its merge engine; deletes and retractions dropped) 
 one sorted run at the top level of each bucket, numbered from 0 as the partition's files are all
 new; an append table's rows are written in input order. Streams skip the snapshot, as in Paimon.
 
-Bucket modes: fixed buckets and, on append tables, unaware buckets. Dynamic-bucket,
-cross-partition and postpone tables are refused for now: their overwrite has to write the
-partition's key index anew.
+Every bucket mode: the replaced partitions' keys are placed anew (see
+:mod:`.overwrite_buckets`). On a cross-partition table a key lives in one partition, so rows
+whose key lives in a partition the overwrite keeps are a DataError.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from changelake.errors import DataError, OptionError
 from changelake.table.append import writer as append_writer
-from changelake.table.append.definition import UNAWARE_BUCKET
 from changelake.table.commit import overwrite
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -33,9 +35,9 @@ from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import FileSource
 from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
-from changelake.table.read import live_files
-from changelake.table.write import bucketing, conform
-from changelake.table.write.assigners.fixed import FixedBuckets
+from changelake.table.read import live_files, planner, reader
+from changelake.table.write import bucketing, conform, postpone
+from changelake.table.write.overwrite_buckets import Placement
 
 
 def overwrite_rows(ctx: TableContext, data: conform.WriteInput, partitions: Mapping[str, Any] | None,
@@ -51,6 +53,8 @@ def overwrite_rows(ctx: TableContext, data: conform.WriteInput, partitions: Mapp
         chosen = targets(ctx, in_data, partitions)
         if not chosen:
             return None
+        if ctx.cross_partition:
+            check_keys_kept(ctx, rows.select(ctx.primary_keys), chosen)
         return overwrite.commit_overwrite(ctx, chosen, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
     except BaseException:
         ctx.file_io.discard(written)
@@ -58,21 +62,44 @@ def overwrite_rows(ctx: TableContext, data: conform.WriteInput, partitions: Mapp
 
 
 def check(ctx: TableContext, partitions: Mapping[str, Any] | None) -> None:
-    """OptionError for a table whose bucket mode changelake cannot overwrite yet, or a
-    ``partitions`` that is not one dict of partition values."""
-    bucket = ctx.options.bucket
-    if not (bucket >= 1 or (ctx.kind is TableKind.APPEND and bucket == UNAWARE_BUCKET)):
-        raise OptionError(f"changelake overwrites tables of fixed buckets (and unaware append tables) so far; "
-                          f"this table has bucket={bucket}: delete_partitions() then write() replaces rows in two "
-                          "commits", table=ctx.name, option="bucket")
+    """OptionError for a ``partitions`` that is not one dict of partition values, or a
+    postpone-bucket table whose batch writes leave rows in ``bucket-postpone/`` (an overwrite
+    writes real buckets, as Paimon's batch writes do by default)."""
+    if postpone.is_postpone(ctx) and not ctx.options.postpone_batch_write_fixed_bucket:
+        raise OptionError("an overwrite of a postpone-bucket table writes real buckets; this table sets this "
+                          "false", table=ctx.name, option="postpone.batch-write-fixed-bucket")
     if partitions is not None and not isinstance(partitions, Mapping):
         raise OptionError("partitions of an overwrite is one dict of partition values (a static partition)",
                           table=ctx.name)
 
 
-def write_files(ctx: TableContext, data: pa.Table, written: list[str]) -> tuple[list[CommitMessage], set[bytes]]:
+def check_keys_kept(ctx: TableContext, keys: pa.Table, chosen: frozenset[bytes]) -> None:
+    """DataError when a key of a cross-partition table's overwrite rows lives in a partition
+    the overwrite keeps (it would then live in two)."""
+    latest = ctx.latest_snapshot()
+    if latest is None or not keys.num_rows:
+        return
+    names = list(ctx.primary_keys)
+    keys = keys.cast(pa.schema([ctx.arrow_schema.field(k) for k in names])).group_by(names).aggregate([])
+    expression = functools.reduce(operator.and_, [pc.field(k).isin(keys.column(k)) for k in names])
+    kept = [s for s in planner.plan(ctx, latest, expression, planner.batch_levels(ctx)) if s.partition not in chosen]
+    for part in reader.read_splits(ctx, kept, [*names, *ctx.partition_keys], expression):
+        found = part.join(keys, keys=names, join_type="left semi")
+        if found.num_rows:
+            row = found.slice(0, 1).to_pylist()[0]
+            raise DataError(f"key {({k: row[k] for k in names})} lives in partition "
+                            f"{({k: row[k] for k in ctx.partition_keys})}, which the overwrite keeps (a key lives "
+                            "in one partition of a cross-partition table): overwrite that partition too",
+                            table=ctx.name)
+
+
+def write_files(ctx: TableContext, data: pa.Table, written: list[str], *,
+                plan: Mapping[bytes, int] | None = None) -> tuple[list[CommitMessage], set[bytes]]:
     """The rows (every row of each of their buckets) written as new files, their paths added
-    to ``written`` as they land: the commit messages, and the partitions the rows are in."""
+    to ``written`` as they land: the commit messages, and the partitions the rows are in. A
+    postpone-bucket table's rows go to the real buckets ``plan`` gives each partition (default:
+    planned from these rows)."""
+    placement: Placement | None = None
     if ctx.kind is TableKind.APPEND:
         rows = append_writer.inserts(ctx, data)
         if not rows.num_rows:
@@ -86,7 +113,8 @@ def write_files(ctx: TableContext, data: pa.Table, written: list[str]) -> tuple[
         conformed, kinds = conform.conform(ctx, data)
         if not conformed.num_rows:
             return [], set()
-        groups = bucketing.group_by_bucket(ctx, conformed, FixedBuckets(ctx))
+        placement = Placement.of(ctx, conformed, plan=plan)
+        groups = bucketing.group_by_bucket(ctx, conformed, placement.assigner)
         flush = bucketing.sort_flush(ctx, conformed, kinds, groups, np.zeros(len(groups.partitions), dtype=np.int64))
         merged = bucketing.merge_flush(ctx, flush)
         settings, level = ctx.file_settings, ctx.options.num_levels - 1
@@ -100,9 +128,18 @@ def write_files(ctx: TableContext, data: pa.Table, written: list[str]) -> tuple[
         files = data_file.write(ctx.file_io, bucket_dir, [part(group)], settings, level, FileSource.APPEND,
                                 first_sequence=0 if ctx.kind is TableKind.APPEND else None)
         written.extend(f"{bucket_dir}/{f.file_name}" for f in files)
-        return CommitMessage(*where, ctx.options.bucket, new_files=tuple(files))
+        total = ctx.options.bucket if placement is None else placement.total_buckets(where[0])
+        return CommitMessage(*where, total, new_files=tuple(files))
 
-    messages = [m for m in map_all(write, range(len(groups.partitions))) if m.new_files]
+    try:
+        messages = [m for m in map_all(write, range(len(groups.partitions))) if m.new_files]
+        if placement is not None:
+            messages = placement.finish(messages)
+    except BaseException:
+        if placement is not None:
+            placement.abandon()
+        raise
+    written.extend(ctx.paths.index(m.hash_index.file_name) for m in messages if m.hash_index is not None)
     return messages, set(groups.partitions)
 
 

@@ -216,12 +216,15 @@ def _codes(hashes: np.ndarray, buckets: np.ndarray) -> np.ndarray:
 class DynamicBuckets(Stateless):
     """Assigns keys to buckets by their partition's HASH index, extending it with new keys."""
 
-    def __init__(self, ctx: TableContext) -> None:
+    def __init__(self, ctx: TableContext, *, fresh: bool = False) -> None:
+        """``fresh``: every partition starts from an empty index (an overwrite's, whose rows
+        replace the partitions' rows and keys)."""
         options = ctx.options
         if options.raw.get("bucket-key"):
             raise OptionError("cannot be set in dynamic bucket mode (bucket = -1): a key's bucket comes from "
                               "the HASH index", table=ctx.name, option="bucket-key")
         self.ctx = ctx
+        self.fresh = fresh
         self.target = options.dynamic_bucket_target_row_num
         self.limit = MAX_BUCKETS if options.dynamic_bucket_max_buckets == -1 else options.dynamic_bucket_max_buckets
         self.assigners = options.dynamic_bucket_initial_buckets or options.dynamic_bucket_assigner_parallelism or 1
@@ -234,7 +237,7 @@ class DynamicBuckets(Stateless):
 
     def assign(self, data: pa.Table, partition_of_row: np.ndarray, partitions: Sequence[bytes]) -> np.ndarray:
         key_hashes = bucket.hash_rows(binary_row.encode([data.column(k) for k in self.ctx.bucket_key]))
-        live = hash_entries(self.ctx)
+        live = {} if self.fresh else hash_entries(self.ctx)
         buckets = np.empty(data.num_rows, dtype=np.int64)
         order = np.argsort(partition_of_row, kind="stable")
         ids, starts = np.unique(partition_of_row[order], return_index=True)
@@ -266,6 +269,10 @@ class DynamicBuckets(Stateless):
         """The partition's index: as loaded before, unless another writer changed it since and
         this writer has no uncommitted keys there; else loaded from the latest snapshot."""
         index = self._indexes.get(partition)
+        if self.fresh:
+            if index is None:
+                index = self._indexes[partition] = _PartitionIndex.of({}, {})
+            return index
         names = tuple(sorted(e.file.file_name for e in live.values()))
         pending = index is not None and (index.dirty or any(p == partition for p, _ in self._prepared))
         if index is None or (index.base_names() != names and not pending):
