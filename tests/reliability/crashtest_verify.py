@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import operations
 import pyarrow as pa
 import workload
 from workload import Diff, Mode
@@ -86,11 +87,13 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     users = {r["user"]: r["commit"] for r in results}
     unresolved = [i for i in intents if i not in resolved]
 
-    # Match APPEND snapshots to commits.
+    # Match APPEND snapshots to commits (and, with table operations, their OVERWRITE snapshots:
+    # nothing else overwrites there).
     assigned: dict[int, int] = {}
     last = 0
+    matched_kinds = {cl.CommitKind.APPEND, *([cl.CommitKind.OVERWRITE] if mode.operations else [])}
     for snap in snapshots:
-        if snap.commit_kind != cl.CommitKind.APPEND:
+        if snap.commit_kind not in matched_kinds:
             continue
         index: int | None
         if mode.one_shot:
@@ -123,7 +126,11 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     for consumer_id, next_snapshot in zip(*table.system("consumers").to_pydict().values(), strict=True):
         if next_snapshot > (latest.id if latest else 0) + 1:
             errors.append(f"consumer {consumer_id} reads snapshot {next_snapshot} next, past the latest {latest}")
-    gaps = [i for i in range(landed_before, last + 1) if i not in assigned]
+    # Operations that had nothing to do land no snapshot: applied to the model before the next
+    # snapshot that landed (they must change nothing, else the snapshots after them differ).
+    idle = sorted((r["commit"], op) for r in results
+                  if not r["snapshots"] and (op := operations.operation_of(mode, r["commit"])) is not None)
+    gaps = [i for i in range(landed_before, last + 1) if i not in assigned and i not in dict(idle)]
     if gaps:
         errors.append(f"commits {gaps} were lost (commit {last} landed)")
     for r in results:
@@ -133,7 +140,7 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
                 continue  # expired
             if assigned.get(index) != r["snapshots"][0]:
                 errors.append(f"commit {index} logged snapshot {r['snapshots'][0]}, table has {assigned.get(index)}")
-        elif index not in assigned and index >= landed_before:
+        elif index not in assigned and index >= landed_before and index not in dict(idle):
             errors.append(f"commit {index} was skipped as already committed but never landed")
         if r.get("expected") is not None and r["expected"] != bool(r["snapshots"]):
             errors.append(f"re-run of commit {index} {'landed' if r['snapshots'] else 'was skipped'}, "
@@ -162,8 +169,14 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     diff = Diff()
     changelog_diff = Diff()
     for snap in snapshots:
-        committed = [] if snap.id not in by_snapshot else [
-            r for call in workload.commit_rows(mode, seed, 0, by_snapshot[snap.id]) for r in call]
+        index = by_snapshot.get(snap.id)
+        op = None if index is None else operations.operation_of(mode, index)
+        committed = [] if index is None or op is not None else [
+            r for call in workload.commit_rows(mode, seed, 0, index) for r in call]
+        while index is not None and idle and idle[0][0] < index:
+            operations.apply(model, mode, seed, *idle.pop(0))
+        if index is not None and op is not None:
+            operations.apply(model, mode, seed, index, op)
         model.apply(committed)
         try:
             read = workload.scan_rows(table, snap.id)

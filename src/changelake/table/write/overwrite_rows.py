@@ -33,6 +33,7 @@ from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import FileSource
 from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
+from changelake.table.io import killpoints
 from changelake.table.read import live_files
 from changelake.table.write import bucketing, conform
 from changelake.table.write.assigners.fixed import FixedBuckets
@@ -54,6 +55,7 @@ def overwrite_rows(ctx: TableContext, data: conform.WriteInput, partitions: Mapp
         targets = _targets(ctx, in_data, partitions)
         if not targets:
             return None
+        killpoints.reached(killpoints.KillPoint.OVERWRITE_WRITTEN)
         return overwrite.commit_overwrite(ctx, targets, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
     except BaseException:
         ctx.file_io.discard(written)
