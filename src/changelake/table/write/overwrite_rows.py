@@ -52,11 +52,11 @@ def overwrite_rows(ctx: TableContext, data: conform.WriteInput, partitions: Mapp
     written: list[str] = []
     try:
         messages, in_data = _write(ctx, rows, written)
-        targets = _targets(ctx, in_data, partitions)
+        targets, rule = _targets(ctx, in_data, partitions)
         if not targets:
             return None
         killpoints.reached(killpoints.KillPoint.OVERWRITE_WRITTEN)
-        return overwrite.commit_overwrite(ctx, targets, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
+        return overwrite.commit_overwrite(ctx, rule, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
     except BaseException:
         ctx.file_io.discard(written)
         raise
@@ -106,8 +106,11 @@ def _write(ctx: TableContext, data: pa.Table, written: list[str]) -> tuple[list[
     return messages, set(groups.partitions)
 
 
-def _targets(ctx: TableContext, in_data: set[bytes], partitions: Mapping[str, Any] | None) -> frozenset[bytes]:
-    """The serialized partitions the overwrite replaces; DataError for rows outside a static
+def _targets(ctx: TableContext, in_data: set[bytes],
+             partitions: Mapping[str, Any] | None) -> tuple[frozenset[bytes], overwrite.PartitionRule]:
+    """The serialized partitions the overwrite replaces as the table is now, and the rule that
+    picks them when it lands (a partition another commit made meanwhile goes too if the rule
+    matches it, as under Paimon's partition filter); DataError for rows outside a static
     partition."""
     latest = ctx.latest_snapshot()
     present = {e.partition for e in live_files.live_entries(ctx, latest)} if latest is not None else set()
@@ -123,7 +126,7 @@ def _targets(ctx: TableContext, in_data: set[bytes], partitions: Mapping[str, An
         if outside:
             raise DataError(f"rows of {outside[0]} (and {len(outside) - 1} more) lie outside the partition "
                             f"{dict(partitions)} the overwrite names", table=ctx.name)
-        return frozenset({p for p in present if matches(p)} | in_data)
+        return frozenset({p for p in present if matches(p)} | in_data), matches
     if ctx.partition_keys and ctx.options.dynamic_partition_overwrite:
-        return frozenset(in_data)
-    return frozenset(present | in_data)
+        return frozenset(in_data), frozenset(in_data).__contains__
+    return frozenset(present | in_data), lambda _: True
