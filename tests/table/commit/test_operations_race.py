@@ -23,7 +23,7 @@ from changelake.errors import CommitConflictError
 from changelake.table.commit import overwrite
 from changelake.table.lsm import compactor
 from changelake.table.read import live_files
-from changelake.table.write import row_level
+from changelake.table.write import landing, row_level
 
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("id", pa.int64(), nullable=False),
                     pa.field("v", pa.int64())])
@@ -205,6 +205,35 @@ def test_compactions_racing_an_overwrite(tmp_path: Path, monkeypatch: pytest.Mon
     assert latest is not None and latest.commit_kind is cl.CommitKind.OVERWRITE
     assert state(table) == []
     assert not unreferenced_data_files(table)
+
+
+# Writers whose commits move level 0 up by looking up the levels below it.
+LOOKUPS = {"deletion vectors": {"deletion-vectors.enabled": "true"},
+           "lookup changelog": {"changelog-producer": "lookup"}, "first-row": {"merge-engine": "first-row"}}
+
+
+@pytest.mark.parametrize("operation", ["overwrite", "truncate"])
+@pytest.mark.parametrize("kind", list(LOOKUPS))
+def test_a_writers_lookup_compaction_racing_an_overwrite_is_redone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, operation: str) -> None:
+    """A writer's compaction looked up its bucket, then an overwrite (or truncate) landed, then
+    the writer commits: the compaction is void (it looked up files that are gone and missed the
+    new ones) and level 0 goes up from the table as it is now. Without that, a key was on two
+    rows (deletion vectors) or a first-row key was dropped as a duplicate of a row that is gone."""
+    table, other = make(tmp_path, bucket="1", **LOOKUPS[kind])
+    replaced = many("a", range(0, 10, 2), 9) if operation == "overwrite" else []
+    with other.writer(commit_user="streaming") as streaming:
+        for identifier, ids in ((1, range(5)), (2, range(5, 10))):
+            streaming.write(rows(*many("a", ids, 0)))
+            streaming.commit(identifier)
+        streaming.write(rows(*many("a", range(3, 8), 1)))
+        between(monkeypatch, landing, "land",
+                lambda: table.overwrite(rows(*replaced)) if replaced else table.truncate())
+        assert streaming.commit(3)
+    written = many("a", range(3, 8), 1)
+    first, then = (written, replaced) if kind == "first-row" else (replaced, written)
+    expected = {r[1]: r for r in first} | {r[1]: r for r in then}  # the row that wins each key
+    assert state(table) == sorted(expected.values())
 
 
 # -- partition expiration: the expired partitions' files at landing go ------------------------
