@@ -97,7 +97,7 @@ def points_of(mode: Mode) -> list[str]:
                KillPoint.ORPHAN_FILE: mode.name == MAINTAINED, KillPoint.ROLLBACK: mode.name == MAINTAINED,
                KillPoint.ROLLBACK_CONSUMER: mode.name == MAINTAINED,
                KillPoint.RESCALE: mode.name == MAINTAINED,
-               KillPoint.OVERWRITE: mode.name == MAINTAINED or bool(mode.operations),
+               KillPoint.OVERWRITE: mode.name == MAINTAINED or bool(mode.operations) or operations.writer_expires(mode),
                # reached by operations only: their plans arm them inside one
                KillPoint.OVERWRITE_WRITTEN: False, KillPoint.ROW_LEVEL_REWRITTEN: False,
                # only commits with an identifier are recorded: the long-lived writer's
@@ -312,7 +312,7 @@ class Totals:
             f"without): {self.level0_windows}",
             f"cross-partition: {self.key_moves} key moves landed and checked (a key on two rows fails)",
             "table operations landed and checked: "
-            + (", ".join(f"{op} {n}" for op, n in sorted(self.operations_landed.items())) or "none"),
+            + (", ".join(f"{op} {n}" for op, n in sorted(self.operations_landed.items()) if n) or "none"),
             f"failures: {len(self.failures)}",
             *(f"  {f}" for f in self.failures),
             f"wall time: {seconds:.1f} s",
@@ -403,6 +403,8 @@ def run_mode(
         assert final.report is not None
         totals.operations_landed.update(op.value for index in final.report["landed"]
                                         if (op := operations.operation_of(mode, index)) is not None)
+        totals.operations_landed["writer expiry"] += final.report["writer_expiries"]
+        totals.operations_landed["nothing to do"] += final.report["idle_operations"]
         totals.episodes += 1
         tmp = base["tmpdir"]
         totals.spill_leftovers += sum(len(names) for _, _, names in os.walk(tmp))

@@ -6,6 +6,9 @@ a fresh process verifies after every kill, before it carries on.
   long-lived writer, by the commit user the log recorded for ``table.write()`` (a snapshot of an
   unknown user is the one commit whose result was never logged); no commit lands twice, none is
   missing before the newest landed one, and no logged result disagrees with the table;
+* with table operations (operations.py) their snapshots, APPEND or OVERWRITE, are matched as
+  ``table.write()``'s, and each applies its effect to the model (one that landed nothing too);
+  a writer's own partition expiry (an OVERWRITE of an unknown user) drops the expired partition;
 * every snapshot reads as the model of exactly the commits that landed up to it, with no
   primary key on two rows (cross-partition: a key moved out of a partition is gone from it);
 * no file referenced by any snapshot is missing (files nobody references are counted: orphans);
@@ -65,6 +68,8 @@ class Report:
     # and COMPACT snapshots), which Paimon's readers skip, so pypaimon read an older snapshot
     level0_window: bool = False
     key_moves: int = 0  # cross-partition: rows of the landed commits that moved a key
+    writer_expiries: int = 0  # partition drops by the writer's own partition expiry
+    idle_operations: int = 0  # operations that had nothing to do (no snapshot)
 
 
 def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequence[dict[str, Any]], *,
@@ -130,6 +135,7 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     # snapshot that landed (they must change nothing, else the snapshots after them differ).
     idle = sorted((r["commit"], op) for r in results
                   if not r["snapshots"] and (op := operations.operation_of(mode, r["commit"])) is not None)
+    report.idle_operations = len(idle)
     gaps = [i for i in range(landed_before, last + 1) if i not in assigned and i not in dict(idle)]
     if gaps:
         errors.append(f"commits {gaps} were lost (commit {last} landed)")
@@ -177,6 +183,9 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
             operations.apply(model, mode, seed, *idle.pop(0))
         if index is not None and op is not None:
             operations.apply(model, mode, seed, index, op)
+        elif snap.commit_kind is cl.CommitKind.OVERWRITE and operations.writer_expires(mode):
+            operations.apply(model, mode, seed, 0, operations.Operation.EXPIRE)
+            report.writer_expiries += 1
         model.apply(committed)
         try:
             read = workload.scan_rows(table, snap.id)

@@ -34,7 +34,7 @@ class Operation(enum.StrEnum):
     OVERWRITE = "overwrite"  # the second partition replaced by rows of the commit's
     MERGE = "merge"  # a merge of rows of the commit's, with all four kinds of clause
     DROP = "drop"  # the second partition dropped
-    EXPIRE = "expire"  # partition expiration at a fixed time, which expires the first partition
+    EXPIRE = "expire"  # partition expiration at a fixed time, which expires the first partition if it is old
     TRUNCATE = "truncate"
 
 
@@ -43,6 +43,10 @@ class Operation(enum.StrEnum):
 DATED = ("2999-01-01", "2999-01-02")
 EXPIRATION = {"partition.expiration-time": "1 d"}
 EXPIRY_NOW = dt.datetime(2999, 1, 2, 12)
+# A mode whose writer expires partitions itself after every commit (checking every time): its
+# rows go to a partition that is always expired and to one that never is.
+EXPIRED = ("2000-01-01", "2999-01-01")
+WRITER_EXPIRY = {"partition.expiration-time": "1 d", "partition.expiration-check-interval": "0 s"}
 # Merge needs a primary key.
 APPEND_OPERATIONS = tuple(op for op in Operation if op is not Operation.MERGE)
 
@@ -51,10 +55,16 @@ MODES = {m.name: m for m in (
          partitions=DATED, operations=tuple(Operation)),
     Mode("append-operations", one_shot=True, engine=workload.APPEND,
          options=workload.APPEND_COMPACTION | EXPIRATION, partitions=DATED, operations=APPEND_OPERATIONS),
-    # Deletion vectors: an overwrite or a drop takes the partitions' index files with their data files.
+    # Deletion vectors: an overwrite or a drop takes the partitions' index files with their data
+    # files. Its first partition is not expired at EXPIRY_NOW: the expiry lands nothing.
     Mode("dv-operations", one_shot=True, engine="deduplicate",
-         options=workload.COMPACTION | workload.DELETION_VECTORS | EXPIRATION, partitions=DATED,
+         options=workload.COMPACTION | workload.DELETION_VECTORS | EXPIRATION, partitions=("2999-01-03", DATED[1]),
          operations=tuple(Operation)),
+    # The long-lived writer drops the first partition after each commit, as one OVERWRITE
+    # snapshot of its own (a kill inside it leaves the commit landed: the next commit's expiry
+    # drops the partition).
+    Mode("partition-expiry", one_shot=False, engine="deduplicate", options=workload.COMPACTION | WRITER_EXPIRY,
+         partitions=EXPIRED),
 )}
 # The kill points worth arming inside each kind of operation (the plans "point@operation").
 _WRITES = (KillPoint.DATA_FILE, KillPoint.MANIFEST, KillPoint.MANIFEST_LIST, KillPoint.SNAPSHOT_BEFORE_LATEST,
@@ -68,6 +78,12 @@ def operation_of(mode: Mode, index: int) -> Operation | None:
     if not mode.operations or index % 2:
         return None
     return Operation(mode.operations[(index // 2 - 1) % len(mode.operations)])
+
+
+def writer_expires(mode: Mode) -> bool:
+    """Whether the mode's writer drops expired partitions after its commits: every OVERWRITE
+    snapshot of an unknown user is such a drop of the first partition."""
+    return not mode.operations and "partition.expiration-time" in mode.options
 
 
 def cycle(mode: Mode) -> int:
@@ -162,7 +178,8 @@ def apply(model: Model, mode: Mode, seed: int, index: int, op: Operation) -> Non
         case Operation.DROP:
             _drop(model, mode.partitions[1])
         case Operation.EXPIRE:
-            _drop(model, mode.partitions[0])
+            if dt.datetime.fromisoformat(mode.partitions[0]) < EXPIRY_NOW - dt.timedelta(days=1):
+                _drop(model, mode.partitions[0])
         case Operation.TRUNCATE:
             rows.clear()
 
