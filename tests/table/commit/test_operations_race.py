@@ -166,12 +166,14 @@ def test_an_overwrite_racing_appends_replaces_its_partition_and_keeps_the_others
     assert state(table) == sorted([*many("a", range(100, 102), 2), *many("b", range(5), 0),
                                    *many("b", range(20, 22), 1)])
     monkeypatch.undo()
-    # A writer that wrote into "a" before the overwrite and commits after it: its rows stay.
+    # A writer that wrote into "a" before the overwrite and commits after it: its rows stay,
+    # and win over the overwrite's row of the same key (numbered from 0 as the writer's were).
     with other.writer() as streaming:
-        streaming.write(rows(("a", 7, 3)))
+        streaming.write(rows(("a", 7, 3), ("a", 200, 3)))
         table.overwrite(rows(("a", 200, 4)))  # dynamic: "a"
         assert streaming.commit(1)
-    assert [r for r in state(table) if r[0] == "a"] == [("a", 7, 3), ("a", 200, 4)]
+    overwritten = [] if primary_key else [("a", 200, 4)]
+    assert [r for r in state(table) if r[0] == "a"] == sorted([("a", 7, 3), ("a", 200, 3), *overwritten])
 
 
 def test_a_whole_table_overwrite_and_a_truncate_replace_partitions_made_meanwhile(
@@ -185,6 +187,25 @@ def test_a_whole_table_overwrite_and_a_truncate_replace_partitions_made_meanwhil
     assert state(table) == [("b", 1, 2)]
     assert table.truncate() is not None
     assert state(table) == []
+
+
+def test_a_partial_static_overwrite_replaces_a_matching_partition_made_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("hh", pa.string(), nullable=False),
+                        pa.field("id", pa.int64(), nullable=False)])
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", schema, primary_keys=["dt", "hh", "id"],
+                                                   partition_keys=["dt", "hh"], options={"bucket": "1"})
+    other = cl.open_table(table.location)
+
+    def hours(*items: tuple[str, str, int]) -> pa.Table:
+        return pa.Table.from_pylist([dict(zip(schema.names, i, strict=True)) for i in items], schema=schema)
+
+    table.write(hours(("a", "0", 1), ("b", "0", 1)))
+    # "a"/"1" is made after the overwrite of every hour of "a" planned: it matches, so it goes
+    between(monkeypatch, overwrite, "commit_overwrite", lambda: other.write(hours(("a", "1", 2), ("b", "1", 2))))
+    assert table.overwrite(hours(("a", "2", 3)), partitions={"dt": "a"}) is not None
+    got = sorted((r["dt"], r["hh"], r["id"]) for r in table.scan().to_arrow().to_pylist())
+    assert got == [("a", "2", 3), ("b", "0", 1), ("b", "1", 2)]
 
 
 def test_compactions_racing_an_overwrite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
