@@ -13,6 +13,11 @@ the same commit user and identifier, and it must land iff it had not landed; ``t
 (no exactly-once identifier) re-runs it only when it did not land. Each episode is a fresh table
 of a few commits with a few kills; a last child completes it and a last fresh process verifies.
 
+The modes of operations.py run table operations (delete, update, overwrite, merge, drop,
+expire, truncate) between their writes; a plan ``point@operation`` arms the point only while an
+operation of that kind runs, so every operation is killed inside, and the check knows each
+operation's effect on the model.
+
 Run as a script for the full figure: ``./dev crashtest --kills 200``.
 """
 
@@ -34,9 +39,10 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
+import operations
 import workload
 from crashtest_verify import WRITER_USER, Report, verify
-from workload import MODES, Diff, Log, Mode
+from workload import Diff, Log, Mode
 
 import changelake as cl
 from changelake.table.io import killpoints
@@ -44,6 +50,7 @@ from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import live_files
 from pypaimon_oracle import PypaimonWorker
 
+MODES = workload.MODES | operations.MODES
 RANDOM = "random"
 # How many times each named point is typically reached in one child's run: kill at 1..N.
 REACH = {
@@ -68,6 +75,8 @@ REACH = {
     KillPoint.EXPIRE_FILES: 8,
     KillPoint.RESCALE: 4,
     KillPoint.OVERWRITE: 2,
+    KillPoint.OVERWRITE_WRITTEN: 1,
+    KillPoint.ROW_LEVEL_REWRITTEN: 1,
 }
 # The mode whose children maintain the table before writing: remove orphans (two strays made
 # for the purpose, and whatever a kill left), roll back a full compaction made for the
@@ -82,11 +91,15 @@ SPARK_ONLY = frozenset({KillPoint.SINK_WRITTEN, KillPoint.SINK_COMMITTED, KillPo
 
 
 def points_of(mode: Mode) -> list[str]:
-    """The kill points a mode reaches, and random kills."""
+    """The kill points a mode reaches, the points inside each of its operations
+    ("point@operation": armed only while one of that kind runs), and random kills."""
     reaches = {KillPoint.SPILL_RUN: "write-buffer-size" in mode.options, KillPoint.CHANGELOG_FILE: mode.input_changelog,
                KillPoint.ORPHAN_FILE: mode.name == MAINTAINED, KillPoint.ROLLBACK: mode.name == MAINTAINED,
                KillPoint.ROLLBACK_CONSUMER: mode.name == MAINTAINED,
-               KillPoint.RESCALE: mode.name == MAINTAINED, KillPoint.OVERWRITE: mode.name == MAINTAINED,
+               KillPoint.RESCALE: mode.name == MAINTAINED,
+               KillPoint.OVERWRITE: mode.name == MAINTAINED or bool(mode.operations) or operations.writer_expires(mode),
+               # reached by operations only: their plans arm them inside one
+               KillPoint.OVERWRITE_WRITTEN: False, KillPoint.ROW_LEVEL_REWRITTEN: False,
                # only commits with an identifier are recorded: the long-lived writer's
                KillPoint.EXPIRE_RECORDED: mode.expires and not mode.one_shot,
                KillPoint.EXPIRE_SNAPSHOTS: mode.expires, KillPoint.EXPIRE_FILES: mode.expires,
@@ -98,7 +111,7 @@ def points_of(mode: Mode) -> list[str]:
                # append writer's compaction lands as a commit of its own
                KillPoint.BEFORE_COMPACT_SNAPSHOT: not (mode.postpones or mode.append)}
     points = [p.value for p in KillPoint if p not in SPARK_ONLY and reaches.get(p, True)]
-    return [*points, RANDOM, RANDOM]
+    return [*points, *operations.kill_points(mode), RANDOM, RANDOM]
 
 
 # -- the child --------------------------------------------------------------------------------
@@ -108,7 +121,8 @@ def points_of(mode: Mode) -> list[str]:
 
 def child(conn: Connection, spec: dict[str, Any]) -> None:
     """Verify the table against the log, report, then run commits start..end (until killed)."""
-    os.environ[killpoints.ENVIRONMENT_VARIABLE] = spec["kill_point"] or ""
+    # a point planned inside an operation is armed only while one of its kind runs
+    os.environ[killpoints.ENVIRONMENT_VARIABLE] = "" if spec["kill_op"] else spec["kill_point"] or ""
     os.makedirs(spec["tmpdir"], exist_ok=True)
     tempfile.tempdir = spec["tmpdir"]  # spill runs go here, so the ones a kill leaves are counted
     mode = MODES[spec["mode"]]
@@ -135,9 +149,14 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
         expected = None
         if index == report.pending and not mode.one_shot:
             expected = not report.pending_landed  # the re-run lands iff the lost commit had not
-        log.append({"event": "intent", "commit": index, "run": run})
+        op = operations.operation_of(mode, index)
+        log.append({"event": "intent", "commit": index, "run": run} | ({"op": op.value} if op else {}))
         calls = workload.commit_rows(mode, spec["seed"], 0, index)
-        if writer is None:
+        if op is not None:
+            done = operations.run(table, mode, spec["seed"], index, op,
+                                  kill_point=spec["kill_point"] if op == spec["kill_op"] else None)
+            landed, user = ([done], done.commit_user) if done is not None else ([], None)
+        elif writer is None:
             snap = table.write(workload.to_arrow([r for call in calls for r in call]))
             assert snap is not None
             landed, user = [snap], snap.commit_user
@@ -267,6 +286,7 @@ class Totals:
     lost_commits_not_landed: int = 0
     level0_windows: int = 0  # first-row checks that found the latest snapshot holding level 0
     key_moves: int = 0  # cross-partition: rows that moved a key to another partition, checked
+    operations_landed: Counter[str] = field(default_factory=Counter)  # table operations that landed, checked
     rows: Diff = field(default_factory=Diff)
     paimon_rows: Diff = field(default_factory=Diff)
     changelog: Diff = field(default_factory=Diff)
@@ -291,6 +311,8 @@ class Totals:
             f"first-row checks whose latest snapshot held level-0 files (pypaimon read the newest "
             f"without): {self.level0_windows}",
             f"cross-partition: {self.key_moves} key moves landed and checked (a key on two rows fails)",
+            "table operations landed and checked: "
+            + (", ".join(f"{op} {n}" for op, n in sorted(self.operations_landed.items()) if n) or "none"),
             f"failures: {len(self.failures)}",
             *(f"  {f}" for f in self.failures),
             f"wall time: {seconds:.1f} s",
@@ -332,17 +354,19 @@ def run_mode(
         warehouse = os.path.join(root, mode.name, f"episode-{episode}")
         workload.create_table(warehouse, mode.table_options, mode.primary_keys)
         base = {"mode": mode.name, "warehouse": warehouse, "log": os.path.join(warehouse, "commits.jsonl"),
-                "tmpdir": os.path.join(warehouse, "tmp"), "seed": seed, "end": commits,
+                "tmpdir": os.path.join(warehouse, "tmp"), "seed": seed, "end": max(commits, operations.cycle(mode)),
                 "pypaimon_address": pypaimon_address}
         kills_here = 0
         after_kill = False
         for run in itertools.count():
             kill = plan if kills_here < kills_per_episode and done < kills else None
             point = None
+            name, _, op = (kill or "").partition("@")
             if kill is not None and kill != RANDOM:
-                point = f"{kill}:{rng.randint(1, 2 if plans is not None else REACH[KillPoint(kill)])}"
+                # inside an operation: its first reach (an operation reaches most points once)
+                point = f"{name}:{1 if op else rng.randint(1, 2 if plans is not None else REACH[KillPoint(name)])}"
             delay = rng.uniform(0.0, typical) if kill == RANDOM else None
-            spec = base | {"kill_point": point, "run": run, "verify_only": False}
+            spec = base | {"kill_point": point, "kill_op": op or None, "run": run, "verify_only": False}
             outcome = run_child(spec, delay=delay, timeout=timeout)
             if verbose:
                 print(f"{mode.name} episode {episode} run {run}: kill {point or kill}, exit code {outcome.exitcode}, "
@@ -372,9 +396,15 @@ def run_mode(
                 if misses >= 2:
                     plan, misses = next(upcoming), 0
             break
-        final = run_child(base | {"kill_point": None, "run": -1, "verify_only": True}, delay=None, timeout=timeout)
+        final = run_child(base | {"kill_point": None, "kill_op": None, "run": -1, "verify_only": True}, delay=None,
+                          timeout=timeout)
         if not _check(final, totals, f"{mode.name} episode {episode} final check", final=True):
             return
+        assert final.report is not None
+        totals.operations_landed.update(op.value for index in final.report["landed"]
+                                        if (op := operations.operation_of(mode, index)) is not None)
+        totals.operations_landed["writer expiry"] += final.report["writer_expiries"]
+        totals.operations_landed["nothing to do"] += final.report["idle_operations"]
         totals.episodes += 1
         tmp = base["tmpdir"]
         totals.spill_leftovers += sum(len(names) for _, _, names in os.walk(tmp))

@@ -6,6 +6,9 @@ a fresh process verifies after every kill, before it carries on.
   long-lived writer, by the commit user the log recorded for ``table.write()`` (a snapshot of an
   unknown user is the one commit whose result was never logged); no commit lands twice, none is
   missing before the newest landed one, and no logged result disagrees with the table;
+* with table operations (operations.py) their snapshots, APPEND or OVERWRITE, are matched as
+  ``table.write()``'s, and each applies its effect to the model (one that landed nothing too);
+  a writer's own partition expiry (an OVERWRITE of an unknown user) drops the expired partition;
 * every snapshot reads as the model of exactly the commits that landed up to it, with no
   primary key on two rows (cross-partition: a key moved out of a partition is gone from it);
 * no file referenced by any snapshot is missing (files nobody references are counted: orphans);
@@ -30,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import operations
 import pyarrow as pa
 import workload
 from workload import Diff, Mode
@@ -64,6 +68,8 @@ class Report:
     # and COMPACT snapshots), which Paimon's readers skip, so pypaimon read an older snapshot
     level0_window: bool = False
     key_moves: int = 0  # cross-partition: rows of the landed commits that moved a key
+    writer_expiries: int = 0  # partition drops by the writer's own partition expiry
+    idle_operations: int = 0  # operations that had nothing to do (no snapshot)
 
 
 def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequence[dict[str, Any]], *,
@@ -86,11 +92,13 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     users = {r["user"]: r["commit"] for r in results}
     unresolved = [i for i in intents if i not in resolved]
 
-    # Match APPEND snapshots to commits.
+    # Match APPEND snapshots to commits (and, with table operations, their OVERWRITE snapshots:
+    # nothing else overwrites there).
     assigned: dict[int, int] = {}
     last = 0
+    matched_kinds = {cl.CommitKind.APPEND, *([cl.CommitKind.OVERWRITE] if mode.operations else [])}
     for snap in snapshots:
-        if snap.commit_kind != cl.CommitKind.APPEND:
+        if snap.commit_kind not in matched_kinds:
             continue
         index: int | None
         if mode.one_shot:
@@ -123,7 +131,12 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     for consumer_id, next_snapshot in zip(*table.system("consumers").to_pydict().values(), strict=True):
         if next_snapshot > (latest.id if latest else 0) + 1:
             errors.append(f"consumer {consumer_id} reads snapshot {next_snapshot} next, past the latest {latest}")
-    gaps = [i for i in range(landed_before, last + 1) if i not in assigned]
+    # Operations that had nothing to do land no snapshot: applied to the model before the next
+    # snapshot that landed (they must change nothing, else the snapshots after them differ).
+    idle = sorted((r["commit"], op) for r in results
+                  if not r["snapshots"] and (op := operations.operation_of(mode, r["commit"])) is not None)
+    report.idle_operations = len(idle)
+    gaps = [i for i in range(landed_before, last + 1) if i not in assigned and i not in dict(idle)]
     if gaps:
         errors.append(f"commits {gaps} were lost (commit {last} landed)")
     for r in results:
@@ -133,7 +146,7 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
                 continue  # expired
             if assigned.get(index) != r["snapshots"][0]:
                 errors.append(f"commit {index} logged snapshot {r['snapshots'][0]}, table has {assigned.get(index)}")
-        elif index not in assigned and index >= landed_before:
+        elif index not in assigned and index >= landed_before and index not in dict(idle):
             errors.append(f"commit {index} was skipped as already committed but never landed")
         if r.get("expected") is not None and r["expected"] != bool(r["snapshots"]):
             errors.append(f"re-run of commit {index} {'landed' if r['snapshots'] else 'was skipped'}, "
@@ -162,8 +175,17 @@ def verify(table: cl.Table, warehouse: str, mode: Mode, seed: int, records: Sequ
     diff = Diff()
     changelog_diff = Diff()
     for snap in snapshots:
-        committed = [] if snap.id not in by_snapshot else [
-            r for call in workload.commit_rows(mode, seed, 0, by_snapshot[snap.id]) for r in call]
+        index = by_snapshot.get(snap.id)
+        op = None if index is None else operations.operation_of(mode, index)
+        committed = [] if index is None or op is not None else [
+            r for call in workload.commit_rows(mode, seed, 0, index) for r in call]
+        while index is not None and idle and idle[0][0] < index:
+            operations.apply(model, mode, seed, *idle.pop(0))
+        if index is not None and op is not None:
+            operations.apply(model, mode, seed, index, op)
+        elif snap.commit_kind is cl.CommitKind.OVERWRITE and operations.writer_expires(mode):
+            operations.apply(model, mode, seed, 0, operations.Operation.EXPIRE)
+            report.writer_expiries += 1
         model.apply(committed)
         try:
             read = workload.scan_rows(table, snap.id)

@@ -82,6 +82,8 @@ class Mode:
     # The primary key is k alone, without the partition p (cross-partition upsert, bucket -1):
     # a key lives in one partition, and a row of it in the other partition moves it there.
     cross_partition: bool = False
+    partitions: tuple[str, str] = PARTITIONS  # the values of p
+    operations: tuple[str, ...] = ()  # the table operations its even commits run in turn (operations.py)
 
     @property
     def append(self) -> bool:
@@ -211,7 +213,7 @@ def commit_rows(mode: Mode, seed: int, writer: int, index: int) -> list[list[Row
             serial += 1
             # an append table keeps every row: each gets a key of its own, so rows stay tellable
             key = base + serial if mode.append else rng.randrange(mode.keys)
-            row: Row = {"p": rng.choice(PARTITIONS), "k": key,
+            row: Row = {"p": rng.choice(mode.partitions), "k": key,
                         "a": base + serial, "b": -(base + serial)}
             if mode.engine == "partial-update":
                 row["a"] = row["a"] if rng.random() < 0.6 else None

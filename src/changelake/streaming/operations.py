@@ -250,13 +250,13 @@ def overwrite(df: DataFrame, table: Table | str, *, partitions: Mapping[str, Any
     killpoints.reached(KillPoint.SINK_WRITTEN)
     messages = [m for r in results for m in r.messages]
     try:
-        chosen = overwrite_rows.targets(ctx, {p for r in results for p in r.partitions}, partitions)
+        chosen, rule = overwrite_rows.targets(ctx, {p for r in results for p in r.partitions}, partitions)
     except DataError:
         ctx.file_io.discard([path for m in messages for path in m.written(ctx)])
         raise
     if not chosen:
         return None
-    landed = overwrite_commit.commit_overwrite(ctx, chosen, messages, commit_user, identifier, base=None)
+    landed = overwrite_commit.commit_overwrite(ctx, rule, messages, commit_user, identifier, base=None)
     if landed is not None:
         snapshot_expiry.expire_after_commit(ctx)
     return landed

@@ -44,9 +44,11 @@ def named_partitions(ctx: TableContext, entries: Sequence[ManifestEntry],
 def truncate(ctx: TableContext, commit_user: str) -> Snapshot | None:
     """Delete every row of the table as one OVERWRITE snapshot; None for a table with no file."""
     latest = ctx.latest_snapshot()
-    if latest is None:
+    if latest is None or not live_files.live_entries(ctx, latest):
         return None
-    return drop(ctx, frozenset(e.partition for e in live_files.live_entries(ctx, latest)), commit_user)
+    # every partition the table holds when the snapshot lands, one made meanwhile too (Paimon's
+    # truncateTable overwrites with no partition filter)
+    return overwrite.commit_overwrite(ctx, lambda _: True, [], commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
 
 
 def drop_partitions(ctx: TableContext, partitions: Sequence[Mapping[str, Any]], commit_user: str) -> Snapshot | None:

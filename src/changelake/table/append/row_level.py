@@ -42,6 +42,8 @@ from changelake.table.executor import map_all
 from changelake.table.format import bucket, data_file, deletion_vector
 from changelake.table.format.manifest import ManifestEntry
 from changelake.table.format.snapshot import Snapshot
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import deletion_vectors, live_files, planner
 from changelake.table.read.deletion_vectors import DeletionFile
 from changelake.table.write import row_level
@@ -174,6 +176,7 @@ def _land(ctx: TableContext, rewritten: list[tuple[ManifestEntry, CommitMessage]
         except BaseException:
             ctx.file_io.discard(written)
             raise
+        killpoints.reached(KillPoint.ROW_LEVEL_REWRITTEN)
         return overwrite.commit_rewrite(ctx, [entry for entry, _ in rewritten], messages, commit_user,
                                         vectors=changes)
 

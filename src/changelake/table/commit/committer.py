@@ -234,21 +234,25 @@ def _check_bucket_counts(ctx: TableContext, latest: Snapshot | None, entries: Se
 
 def _check_view(ctx: TableContext, view: int, latest: Snapshot | None, entries: Sequence[ManifestEntry]) -> None:
     """A compaction that looked up the older levels of its buckets in snapshot ``view`` is void
-    when a later compaction added files above level 0 to one of them: it did not look there
-    (a first-row key could then live in two levels, a changelog miss its before-image)."""
+    when a later compaction added files above level 0 to one of them, or a later overwrite
+    (INSERT OVERWRITE, truncate, a partition drop or expiry) replaced or removed any of their
+    files: it did not look there (a first-row key could then live in two levels or be dropped as
+    a duplicate of a row that is gone, a deletion vector miss the row it replaces, a changelog
+    its before-image)."""
     if latest is None or latest.id <= view:
         return
     touched = {(e.partition, e.bucket) for e in entries}
     for snapshot_id in range(view + 1, latest.id + 1):
         landed = ctx.snapshot(snapshot_id)
-        if landed.commit_kind is not CommitKind.COMPACT:
+        if landed.commit_kind is CommitKind.APPEND:
             continue  # appends add level-0 files only
+        overwrite = landed.commit_kind is CommitKind.OVERWRITE
         for meta in live_files.manifest_list(ctx, landed.delta_manifest_list):
             for e in live_files.manifest_entries(ctx, meta.file_name):
-                if e.kind == FileKind.ADD and e.file.level > 0 and (e.partition, e.bucket) in touched:
+                if (overwrite or (e.kind == FileKind.ADD and e.file.level > 0)) and (e.partition, e.bucket) in touched:
                     raise CommitConflictError(
-                        f"snapshot {snapshot_id} compacted bucket {e.bucket} after this compaction looked up "
-                        "its levels; this commit's compaction is void", table=ctx.name)
+                        f"snapshot {snapshot_id} ({landed.commit_kind.value}) changed bucket {e.bucket} after this "
+                        "compaction looked up its levels; this commit's compaction is void", table=ctx.name)
 
 
 def _index_manifest(ctx: TableContext, latest: Snapshot | None, messages: Sequence[CommitMessage], kind: CommitKind,

@@ -32,10 +32,13 @@ from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import deletion_vectors, live_files
 
+# Picks the serialized partitions an overwrite replaces.
+PartitionRule = Callable[[bytes], bool]
+
 
 def commit_overwrite(
     ctx: TableContext,
-    partitions: Collection[bytes],
+    partitions: Collection[bytes] | PartitionRule,
     messages: Sequence[CommitMessage],
     commit_user: str,
     identifier: int,
@@ -43,12 +46,14 @@ def commit_overwrite(
     base: Snapshot | None,
 ) -> Snapshot | None:
     """Land one OVERWRITE snapshot that replaces the files of ``partitions`` (serialized
-    partition rows) with the ``new_files`` of ``messages`` (which must lie in those partitions);
+    partition rows, or a rule that picks them among those the table holds when the snapshot
+    lands, as Paimon's partition filter: a partition another commit made meanwhile goes too if
+    it matches) with the ``new_files`` of ``messages`` (which must lie in those partitions);
     None when ``commit_user`` already committed ``identifier``. ``base`` is the snapshot the new
     rows were read from (None: the overwrite does not depend on what is there). Lost races are
     retried on the new latest snapshot; the messages' files are deleted when the commit fails,
     unless its outcome is unknown (CommitOutcomeUnknownError)."""
-    targets = frozenset(partitions)
+    targets = partitions if callable(partitions) else frozenset(partitions).__contains__
     _check_messages(ctx, targets, messages)
 
     def removed(latest: Snapshot | None, lists: Attempt) -> tuple[list[ManifestEntry], str | None]:
@@ -56,7 +61,7 @@ def commit_overwrite(
             _check_unchanged(ctx, base, latest, targets)
         entries = [] if latest is None else [
             ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file)
-            for e in live_files.live_entries(ctx, latest) if e.partition in targets]
+            for e in live_files.live_entries(ctx, latest) if targets(e.partition)]
         return entries, _index_manifest(ctx, latest, targets, lists, added_index)
 
     # A dynamic-bucket table's new HASH index files replace the partitions' old ones.
@@ -105,12 +110,12 @@ def _land(ctx: TableContext, messages: Sequence[CommitMessage], commit_user: str
         raise
 
 
-def _check_messages(ctx: TableContext, targets: frozenset[bytes], messages: Sequence[CommitMessage]) -> None:
+def _check_messages(ctx: TableContext, targets: PartitionRule, messages: Sequence[CommitMessage]) -> None:
     """The new files lie in the overwritten partitions, each partition's at one number of
     buckets (a key must live in one bucket of its partition)."""
     totals: dict[bytes, int] = {}
     for m in messages:
-        if m.partition not in targets:
+        if not targets(m.partition):
             raise ValueError(f"table {ctx.name}: an overwrite adds files to {ctx.describe_partition(m.partition)}, "
                              "which it does not overwrite")
         if totals.setdefault(m.partition, m.total_buckets) != m.total_buckets:
@@ -119,7 +124,7 @@ def _check_messages(ctx: TableContext, targets: frozenset[bytes], messages: Sequ
 
 
 def _check_unchanged(ctx: TableContext, base: Snapshot, latest: Snapshot | None,
-                     targets: frozenset[bytes]) -> None:
+                     targets: PartitionRule) -> None:
     """CommitConflictError when a snapshot after ``base`` added or removed rows of a target
     partition (an APPEND or OVERWRITE naming one in its delta), when one of them expired before
     this check could read it, or when a rollback took ``base`` away (the rows read from it may
@@ -139,7 +144,7 @@ def _check_unchanged(ctx: TableContext, base: Snapshot, latest: Snapshot | None,
             continue  # rewrites rows without changing them: the overwrite replaces its outputs too
         for meta in live_files.manifest_list(ctx, landed.delta_manifest_list):
             for e in live_files.manifest_entries(ctx, meta.file_name):
-                if e.partition in targets:
+                if targets(e.partition):
                     raise CommitConflictError(
                         f"snapshot {snapshot_id} ({landed.commit_kind.value} by {landed.commit_user}) changed "
                         f"{ctx.describe_partition(e.partition)} after the overwrite read it at snapshot {base.id}; "
@@ -155,13 +160,13 @@ def _rolled_back(ctx: TableContext, base: Snapshot) -> bool:
         return False
 
 
-def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: frozenset[bytes], lists: Attempt,
+def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: PartitionRule, lists: Attempt,
                     added: Sequence[IndexManifestEntry] = ()) -> str | None:
     """The new snapshot's index manifest: the latest one's without the index files of the
     overwritten partitions (their data files are all gone), with the ``added`` ones."""
     previous = latest.index_manifest if latest is not None else None
     entries = [] if latest is None or previous is None else deletion_vectors.index_entries(ctx, latest)
-    kept = [e for e in entries if e.partition not in targets]
+    kept = [e for e in entries if not targets(e.partition)]
     if len(kept) == len(entries) and not added:
         return previous
     if not kept and not added:

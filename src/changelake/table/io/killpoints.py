@@ -34,6 +34,8 @@ class KillPoint(enum.StrEnum):
     BEFORE_COMPACT_SNAPSHOT = "before-compact-snapshot"  # a commit's APPEND landed, its COMPACT not yet
     RESCALE = "rescale"  # a rescale wrote some of its partitions' new files, nothing committed
     OVERWRITE = "overwrite"  # an overwrite's files and delta manifest are written, its snapshot not yet
+    OVERWRITE_WRITTEN = "overwrite-written"  # an INSERT OVERWRITE wrote its new files, nothing committed
+    ROW_LEVEL_REWRITTEN = "row-level-rewritten"  # an append table's delete/update rewrote its files, nothing committed
     MANIFEST_COMPACTION = "manifest-compaction"  # manifest compaction wrote some of its manifests
     ORPHAN_FILE = "orphan-file"  # orphan cleanup is about to delete its next orphan
     ROLLBACK = "rollback"  # a rollback is about to delete its next tag, snapshot, commit user record or file
@@ -61,6 +63,19 @@ def _target() -> tuple[str, int] | None:
 
 _lock = threading.Lock()
 _reached = 0
+
+
+def arm(target: str | None) -> None:
+    """Kill at ``target`` (``name`` or ``name:N``, as ``CHANGELAKE_KILL_POINT`` takes it) from now
+    on, counting reaches anew; None disarms. The crash test arms a point for one operation."""
+    global _reached
+    if target:
+        os.environ[ENVIRONMENT_VARIABLE] = target
+    else:
+        os.environ.pop(ENVIRONMENT_VARIABLE, None)
+    _target.cache_clear()
+    with _lock:
+        _reached = 0
 
 
 def reached(point: KillPoint, *, before_kill: Callable[[], object] | None = None) -> None:

@@ -35,6 +35,7 @@ from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import FileSource
 from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
+from changelake.table.io import killpoints
 from changelake.table.read import live_files, planner, reader
 from changelake.table.write import bucketing, conform, postpone
 from changelake.table.write.overwrite_buckets import Placement
@@ -50,12 +51,13 @@ def overwrite_rows(ctx: TableContext, data: conform.WriteInput, partitions: Mapp
     written: list[str] = []
     try:
         messages, in_data = write_files(ctx, rows, written)
-        chosen = targets(ctx, in_data, partitions)
+        chosen, rule = targets(ctx, in_data, partitions)
         if not chosen:
             return None
         if ctx.cross_partition:
             check_keys_kept(ctx, rows.select(ctx.primary_keys), chosen)
-        return overwrite.commit_overwrite(ctx, chosen, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
+        killpoints.reached(killpoints.KillPoint.OVERWRITE_WRITTEN)
+        return overwrite.commit_overwrite(ctx, rule, messages, commit_user, BATCH_COMMIT_IDENTIFIER, base=None)
     except BaseException:
         ctx.file_io.discard(written)
         raise
@@ -143,8 +145,11 @@ def write_files(ctx: TableContext, data: pa.Table, written: list[str], *,
     return messages, set(groups.partitions)
 
 
-def targets(ctx: TableContext, in_data: set[bytes], partitions: Mapping[str, Any] | None) -> frozenset[bytes]:
-    """The serialized partitions the overwrite replaces; DataError for rows outside a static
+def targets(ctx: TableContext, in_data: set[bytes],
+            partitions: Mapping[str, Any] | None) -> tuple[frozenset[bytes], overwrite.PartitionRule]:
+    """The serialized partitions the overwrite replaces as the table is now, and the rule that
+    picks them when it lands (a partition another commit made meanwhile goes too if the rule
+    matches it, as under Paimon's partition filter); DataError for rows outside a static
     partition."""
     latest = ctx.latest_snapshot()
     present = {e.partition for e in live_files.live_entries(ctx, latest)} if latest is not None else set()
@@ -160,7 +165,7 @@ def targets(ctx: TableContext, in_data: set[bytes], partitions: Mapping[str, Any
         if outside:
             raise DataError(f"rows of {outside[0]} (and {len(outside) - 1} more) lie outside the partition "
                             f"{dict(partitions)} the overwrite names", table=ctx.name)
-        return frozenset({p for p in present if matches(p)} | in_data)
+        return frozenset({p for p in present if matches(p)} | in_data), matches
     if ctx.partition_keys and ctx.options.dynamic_partition_overwrite:
-        return frozenset(in_data)
-    return frozenset(present | in_data)
+        return frozenset(in_data), frozenset(in_data).__contains__
+    return frozenset(present | in_data), lambda _: True
