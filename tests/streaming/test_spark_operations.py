@@ -263,3 +263,22 @@ def test_spark_overwrites_place_keys_anew_in_every_bucket_mode(spark: SparkSessi
                                       {"dt": "d1", "id": 3, "v": 7, "name": "after"}], schema=table.schema))
     one_key_one_bucket(table)
     assert rows_of(table)[("d0", 2)] == (7, "after") and rows_of(table)[("d1", 3)] == (7, "after")
+
+
+def test_columns_named_as_spark_would_misread_are_written_and_merged(spark: SparkSession, tmp_path: Path) -> None:
+    """A space in a partition column's name, a key named ``count`` (what Spark's count()
+    names its column). Spark's mapInArrow itself refuses names with a dot or a backtick."""
+    schema = pa.schema([pa.field("d t", pa.string(), nullable=False), pa.field("count", pa.int64(), nullable=False),
+                        pa.field("v", pa.int64())])
+    table = cl.Catalog(str(tmp_path / "warehouse")).create_table(
+        "db.odd", schema, primary_keys=["d t", "count"], partition_keys=["d t"], options={"bucket": "2"})
+    spark_schema = "`d t` string, count long, v long"
+    rows = spark.createDataFrame([("a", i, i) for i in range(6)], spark_schema).repartition(2)
+    assert streaming.write(rows, table) is not None
+    source = spark.createDataFrame([("a", 1, 10), ("b", 7, 70)], spark_schema)
+    assert streaming.merge(source, table).when_matched_update().when_not_matched_insert().execute() is not None
+    got = {(r["d t"], r["count"]): r["v"] for r in table.scan().to_arrow().to_pylist()}
+    assert got == {**{("a", i): i for i in range(6)}, ("a", 1): 10, ("b", 7): 70}
+    with pytest.raises(DataError, match="1 keys in more than one row"):
+        twice = spark.createDataFrame([("a", 1, 1), ("a", 1, 2)], spark_schema)
+        streaming.merge(twice, table).when_matched_delete().execute()

@@ -43,6 +43,7 @@ from changelake.streaming.operation_tasks import ROUTED_DDL
 from changelake.streaming.sink import (
     as_table,
     as_table_timestamps,
+    column,
     fixed_bucket_plan,
     in_planned_buckets,
     land_written,
@@ -61,6 +62,8 @@ from changelake.table.read import planner
 from changelake.table.read.planner import Split
 from changelake.table.write import conform, landing, merge_rows, overwrite_rows, postpone, row_level
 from changelake.table.write.merge_rows import Clause
+
+_ROWS_OF_KEY = "_changelake_rows"
 
 
 @dataclass(frozen=True)
@@ -198,9 +201,10 @@ def _merge(df: DataFrame, table: Table, who: _Committer, clauses: tuple[Clause, 
 def _check_unique(ctx: TableContext, source: DataFrame) -> None:
     """DataError, before any task writes, for a source with two rows of one key."""
     keys = list(ctx.primary_keys)
-    counted = source.groupBy(*[F.col(f"`{k}`") for k in keys]).count().where(F.col("count") > 1)
-    found = counted.agg(F.count(F.lit(1)).alias("keys"), F.first(F.struct(*[F.col(f"`{k}`") for k in keys]))
-                        .alias("first")).collect()[0]
+    counted = source.groupBy(*[column(k) for k in keys]).agg(F.count(F.lit(1)).alias(_ROWS_OF_KEY))
+    duplicated = counted.where(F.col(_ROWS_OF_KEY) > 1)
+    found = duplicated.agg(F.count(F.lit(1)).alias("keys"), F.first(F.struct(*[column(k) for k in keys]))
+                           .alias("first")).collect()[0]
     if found["keys"]:
         raise merge_rows.duplicate_keys(ctx, int(found["keys"]), found["first"].asDict())
 
@@ -243,7 +247,7 @@ def overwrite(df: DataFrame, table: Table | str, *, partitions: Mapping[str, Any
     elif write_tasks.needs_shuffle(ctx):
         bucketed_schema = StructType([*rows.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
         bucketed = rows.mapInArrow(functools.partial(write_tasks.add_bucket, ctx), bucketed_schema)
-        rows = bucketed.repartition(*[F.col(f"`{k}`") for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+        rows = bucketed.repartition(*[column(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
     write_groups = functools.partial(operation_tasks.overwrite_groups, ctx, plan)
     results = [operation_tasks.overwrite_result(row[MESSAGE_COLUMN])
                for row in rows.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary").collect()]

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import fsspec
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import IntegerType, StructField, StructType
@@ -181,7 +181,14 @@ def in_planned_buckets(df: DataFrame, ctx: TableContext, plan: Mapping[bytes, in
     tagged_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False),
                                 StructField(write_tasks.BUCKETS_COLUMN, IntegerType(), nullable=False)])
     tagged = df.mapInArrow(functools.partial(write_tasks.add_planned_bucket, ctx, plan), tagged_schema)
-    return tagged.repartition(*[F.col(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+    return tagged.repartition(*[column(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+
+
+def column(name: str) -> Column:
+    """The column named ``name``, whatever characters the name holds (Spark would read a dot
+    as a field access and choke on a backtick)."""
+    quoted = name.replace("`", "``")
+    return F.col(f"`{quoted}`")
 
 
 def as_table_timestamps(df: DataFrame, ctx: TableContext) -> DataFrame:
@@ -196,8 +203,7 @@ def as_table_timestamps(df: DataFrame, ctx: TableContext) -> DataFrame:
         if field.name in table.names:
             target = with_table_timestamps(field.dataType, table.field(field.name).type)
             if target != field.dataType:
-                quoted = field.name.replace("`", "``")
-                casts[field.name] = F.col(f"`{quoted}`").cast(target)
+                casts[field.name] = column(field.name).cast(target)
     return df.withColumns(casts) if casts else df
 
 
@@ -222,7 +228,7 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
         bucketed_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
         bucketed = df.mapInArrow(functools.partial(write_tasks.add_bucket, ctx), bucketed_schema)
         # A cross-partition key's rows of every partition meet in its assigner's task.
-        by = [] if ctx.cross_partition else [F.col(k) for k in ctx.partition_keys]
+        by = [] if ctx.cross_partition else [column(k) for k in ctx.partition_keys]
         grouped = bucketed.repartition(*by, F.col(BUCKET_COLUMN))
         written = grouped.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary")
     return land_written(ctx, changelog, written, commit_user, identifier)
