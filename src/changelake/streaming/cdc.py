@@ -116,8 +116,8 @@ def decode(
     ``"skip"`` it is dropped, all its rows together. Nothing runs until the result is used, and
     streaming DataFrames decode as batch ones do.
     """
-    fmt = _choice(CdcFormat, format, "format")
-    policy = _choice(CdcMalformed, malformed, "malformed")
+    fmt = choice(CdcFormat, format, "format")
+    policy = choice(CdcMalformed, malformed, "malformed")
     fields = _spark_fields(schema)
     _check_columns(df, column, fields, event_time_column)
     # A null Kafka value is never an event (Debezium's tombstones are null values).
@@ -212,7 +212,11 @@ def _debezium(event: Column) -> tuple[Column, Column]:
     op = _text(event["op"])
     before, after = _object(event["before"]), _object(event["after"])
     changes = (
-        F.when(op.isin("c", "r"), F.array(_change(_INSERT, after, "after")))
+        # A schema-change event (Debezium's schema-history topic) carries no row: it is what
+        # cdc_sync reads the source's new columns from.
+        F.when(op.isNull() & (F.map_contains_key(event, "tableChanges") | F.map_contains_key(event, "ddl")),
+               _nothing())
+        .when(op.isin("c", "r"), F.array(_change(_INSERT, after, "after")))
         .when(op == "u", F.array(_change(_UPDATE_BEFORE, after, "after", overlay=(before, "before")),
                                  _change(_UPDATE_AFTER, after, "after")))
         .when(op == "d", F.array(_change(_DELETE, before, "before")))
@@ -343,8 +347,9 @@ def _typed(text: Column, data_type: T.DataType) -> Column:
 # -- arguments ---------------------------------------------------------------------------------
 
 
-def _choice(kind: type[_Choice], value: _Choice | str, option: str) -> _Choice:
-    """``value`` as a member of ``kind``; a CdcError naming ``option`` if it is none."""
+def choice(kind: type[_Choice], value: _Choice | str, option: str) -> _Choice:
+    """``value`` as a member of ``kind`` (a :class:`CdcFormat`, ...); a CdcError naming
+    ``option`` if it is none."""
     try:
         return kind(value)
     except ValueError:
