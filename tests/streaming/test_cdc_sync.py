@@ -260,6 +260,56 @@ def test_a_type_change_that_is_not_a_widening_is_refused_and_writes_nothing(spar
         sink(batch(canal("INSERT", [{"id": "2"}], mysql | {"geo": "hyperloglog"})), 1)
 
 
+def test_source_types_map_as_paimon_maps_them(spark: SparkSession, tmp_path: Path) -> None:
+    """MySQL types (Canal's mysqlType, an ALTER TABLE) and Debezium's Kafka Connect types map to
+    the types Paimon's CDC actions give them; types the decoder does not read become STRING."""
+    catalog = cl.Catalog(str(tmp_path))
+    key = pa.schema([pa.field("id", pa.int32(), nullable=False)])
+    mysql = {"id": "int(11)", "b": "tinyint(1)", "ti": "tinyint(4)", "tu": "tinyint unsigned", "si": "smallint(6)",
+             "su": "smallint(5) unsigned", "mi": "mediumint", "iu": "int(10) unsigned zerofill", "bi": "bigint(20)",
+             "bu": "bigint(20) unsigned", "f": "float", "d": "double", "dp": "double precision",
+             "dec": "decimal(12,4)", "wide": "decimal(40,2)", "dt": "date", "ts0": "datetime",
+             "ts6": "timestamp(6)", "tm": "time", "v": "varchar(255)", "txt": "longtext", "j": "json",
+             "e": "enum('a','b)')", "st": "set('x','y')", "bin": "varbinary(16)", "blob": "blob", "bit1": "bit(1)",
+             "bit8": "bit(8)", "yr": "year"}
+    canal_types = [pa.bool_(), pa.int8(), pa.int16(), pa.int16(), pa.int32(), pa.int32(), pa.int64(), pa.int64(),
+                   pa.decimal128(20, 0), pa.float32(), pa.float64(), pa.float64(), pa.decimal128(12, 4), pa.string(),
+                   pa.date32(), pa.timestamp("s"), pa.timestamp("us"), pa.string(), pa.string(), pa.string(),
+                   pa.string(), pa.string(), pa.string(), pa.string(), pa.string(), pa.bool_(), pa.string(),
+                   pa.int32(), pa.int64(), pa.string()]
+    table = catalog.create_table("db.canal", key, primary_keys=["id"], options={"bucket": "1"})
+    events = [canal("INSERT", [{"id": "1", "dec": "12.3456", "tm": "12:34:56", "e": "b)", "bit1": "1"}], mysql),
+              canal_ddl("/* by a tool */ ALTER TABLE `db`.`t` ADD COLUMN `odd-name` int unsigned FIRST, "
+                        "ADD UNIQUE KEY u (v), DROP COLUMN gone, CHANGE COLUMN old renamed varchar(5);")]
+    streaming.CdcSyncSink(table, "canal-json", commit_user="job")(
+        spark.createDataFrame([(event,) for event in events], "value string"), 0)
+    assert table.schema == pa.schema([*key, *zip([*list(mysql)[1:], "odd-name", "renamed"], canal_types, strict=True)])
+    assert by_key(table)[1] == {name: None for name in table.schema.names[1:]} | {
+        "dec": Decimal("12.3456"), "tm": "12:34:56", "e": "b)", "bit1": True}
+
+    fields = [dbz_field("id", "int32"), dbz_field("i8", "int8"), dbz_field("i16", "int16"), dbz_field("i64", "int64"),
+              dbz_field("fl", "float"), dbz_field("db", "double"), dbz_field("bo", "boolean"),
+              dbz_field("by", "bytes"), dbz_field("s", "string"),
+              dbz_field("huge", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2",
+                        **{"connect.decimal.precision": "50"}),
+              dbz_field("nop", "bytes", "org.apache.kafka.connect.data.Decimal", scale="0"),
+              dbz_field("d", "int32", "io.debezium.time.Date"), dbz_field("ms", "int64", "io.debezium.time.Timestamp"),
+              dbz_field("zts", "string", "io.debezium.time.ZonedTimestamp"),
+              dbz_field("tm", "int64", "io.debezium.time.MicroTime"),
+              dbz_field("bits", "bytes", "io.debezium.data.Bits", length="8")]
+    dbz_types = [pa.int8(), pa.int16(), pa.int64(), pa.float32(), pa.float64(), pa.bool_(), pa.string(), pa.string(),
+                 pa.string(), pa.decimal128(20, 0), pa.date32(), pa.int64(), pa.timestamp("us"), pa.string(),
+                 pa.string()]
+    table = catalog.create_table("db.debezium", key, primary_keys=["id"], options={"bucket": "1"})
+    row = {"id": 1, "zts": "2024-01-02T03:04:05.123456Z", "ms": 1_700_000_000_000, "tm": 45_296_000_000, "nop": 7}
+    streaming.CdcSyncSink(table, "debezium-json", commit_user="job")(
+        spark.createDataFrame([(dbz("r", None, row, 1, fields),)], "value string"), 0)
+    assert table.schema == pa.schema([*key, *((f["field"], t) for f, t in zip(fields[1:], dbz_types, strict=True))])
+    assert by_key(table)[1] == {name: None for name in table.schema.names[1:]} | {
+        "zts": dt.datetime(2024, 1, 2, 3, 4, 5, 123456), "ms": 1_700_000_000_000, "tm": "45296000000",
+        "nop": Decimal(7)}
+
+
 def test_a_connect_sync_follows_the_source_across_a_crash_after_a_schema_change(connect: SparkSession,
                                                                                 tmp_path: Path) -> None:
     """Over Spark Connect (the query id read from the checkpoint): the batch that added the

@@ -100,8 +100,9 @@ def decode(
 
     * ``debezium-json``, with or without the schema envelope: op ``c``/``r`` is a ``+I`` of
       ``after``, ``u`` a ``-U`` of ``after`` with ``before`` over it then a ``+U`` of ``after``,
-      ``d`` a ``-D`` of ``before``; a null value or payload (a tombstone) is skipped. Event
-      time: ``source.ts_ms`` (when the database made the change), else ``ts_ms``.
+      ``d`` a ``-D`` of ``before``; a null value or payload (a tombstone) and a schema-change
+      event (``tableChanges``, no op) are skipped. Event time: ``source.ts_ms`` (when the
+      database made the change), else ``ts_ms``.
     * ``canal-json``: each row of ``data``, by ``type``: ``INSERT`` (or ``ROW``) a ``+I``,
       ``UPDATE`` a ``-U`` of the row with its ``old`` entry over it then a ``+U``, ``DELETE``
       a ``-D``; DDL events are skipped. Event time: ``es``, else ``ts``.
@@ -115,6 +116,12 @@ def decode(
     task that meets one fails with ``malformed <format> event (<why>): <event text>``; with
     ``"skip"`` it is dropped, all its rows together. Nothing runs until the result is used, and
     streaming DataFrames decode as batch ones do.
+
+    Decoding keeps to ``schema``: event fields it lacks are dropped. To have the table follow
+    its source's schema (columns the source gains or widens, from Debezium's envelope and
+    schema-change events, Canal's ``mysqlType`` and DDL, Maxwell's table definitions), sync
+    the raw events with :func:`changelake.streaming.sync_cdc_stream` instead, which applies
+    each batch's schema changes, then decodes with this function.
     """
     fmt = choice(CdcFormat, format, "format")
     policy = choice(CdcMalformed, malformed, "malformed")

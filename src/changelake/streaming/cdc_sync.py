@@ -125,11 +125,11 @@ def sync_cdc_stream(events: DataFrame, table: Table | str, format: CdcFormat | s
 
 
 def follow_schema(events: DataFrame, table: Table, format: CdcFormat | str, *, column: str = "value",
-                  event_time_column: str | None = DEFAULT_EVENT_TIME_COLUMN) -> bool:
+                  event_time_column: str | None = DEFAULT_EVENT_TIME_COLUMN) -> None:
     """Add to ``table`` the columns the change events of ``events`` declare that it lacks,
     and widen those they declare wider, as one schema change (one Spark job reads the
-    declarations); whether the schema changed. A declared type the table's column can neither
-    hold nor be widened to raises CdcError, changing nothing."""
+    declarations). A declared type the table's column can neither hold nor be widened to
+    raises CdcError, changing nothing."""
     fmt = cdc.choice(CdcFormat, format, "format")
     if column not in events.columns:
         raise CdcError(f"is not a column of the input (it has {events.columns})", column=column)
@@ -154,14 +154,11 @@ def follow_schema(events: DataFrame, table: Table, format: CdcFormat | str, *, c
                                "precision up at the same scale); nothing of the batch was written",
                                table=table.name, column=name)
             widened.append((name, source.type))
-    if not added and not widened:
-        return False
-    with table.update_schema() as update:
+    with table.update_schema() as update:  # lands nothing when there is no change
         for name, data_type in added:
             update.add_column(name, data_type)
         for name, data_type in widened:
             update.update_column(name, data_type)
-    return True
 
 
 def _merged(table: str, rows: list[Row]) -> dict[str, _Declared]:
