@@ -249,6 +249,11 @@ def test_a_type_change_that_is_not_a_widening_is_refused_and_writes_nothing(spar
             sink(batch(event), 1)
         assert failure.value.table == table.name and failure.value.column == column
         assert "not a widening" in str(failure.value)
+    # Events of one batch declaring a column in two types neither of which holds the other.
+    with pytest.raises(CdcError, match="declared both") as failure:
+        sink(batch(canal("INSERT", [{"id": "2"}], mysql | {"extra": "int(11)"}),
+                   canal("INSERT", [{"id": "3"}], mysql | {"extra": "date"})), 1)
+    assert failure.value.column == "extra"
     # Nor does a DDL that retypes a key column: the schema change itself is refused.
     with pytest.raises(SchemaError, match="primary-key"):
         sink(batch(canal_ddl("ALTER TABLE t MODIFY COLUMN id bigint NOT NULL, ADD COLUMN extra int")), 1)

@@ -98,11 +98,17 @@ class CdcSyncSink(ForeachBatchSink):
         table.refresh()  # another writer, or this query before a restart, may have changed it
         if landing.replayed(table.context, producers.for_table(table.context), user, batch_id):
             return
-        follow_schema(batch_df, table, self.format, column=self.column, event_time_column=self.event_time_column)
-        time_column = self.event_time_column if self.event_time_column in table.schema.names else None
-        rows = cdc.decode(batch_df, self.format, table.schema, column=self.column, malformed=self.malformed,
-                          event_time_column=time_column)
-        commit_batch(rows, table, user, batch_id)
+        # Read twice (declarations, then rows): kept after the first read, as Spark's guide has
+        # a foreachBatch function that uses its batch more than once do.
+        batch_df.persist()
+        try:
+            follow_schema(batch_df, table, self.format, column=self.column, event_time_column=self.event_time_column)
+            time_column = self.event_time_column if self.event_time_column in table.schema.names else None
+            rows = cdc.decode(batch_df, self.format, table.schema, column=self.column, malformed=self.malformed,
+                              event_time_column=time_column)
+            commit_batch(rows, table, user, batch_id)
+        finally:
+            batch_df.unpersist()
 
 
 def sync_cdc_stream(events: DataFrame, table: Table | str, format: CdcFormat | str, *, checkpoint_location: str,
