@@ -100,8 +100,9 @@ def decode(
 
     * ``debezium-json``, with or without the schema envelope: op ``c``/``r`` is a ``+I`` of
       ``after``, ``u`` a ``-U`` of ``after`` with ``before`` over it then a ``+U`` of ``after``,
-      ``d`` a ``-D`` of ``before``; a null value or payload (a tombstone) is skipped. Event
-      time: ``source.ts_ms`` (when the database made the change), else ``ts_ms``.
+      ``d`` a ``-D`` of ``before``; a null value or payload (a tombstone) and a schema-change
+      event (``tableChanges``, no op) are skipped. Event time: ``source.ts_ms`` (when the
+      database made the change), else ``ts_ms``.
     * ``canal-json``: each row of ``data``, by ``type``: ``INSERT`` (or ``ROW``) a ``+I``,
       ``UPDATE`` a ``-U`` of the row with its ``old`` entry over it then a ``+U``, ``DELETE``
       a ``-D``; DDL events are skipped. Event time: ``es``, else ``ts``.
@@ -115,9 +116,15 @@ def decode(
     task that meets one fails with ``malformed <format> event (<why>): <event text>``; with
     ``"skip"`` it is dropped, all its rows together. Nothing runs until the result is used, and
     streaming DataFrames decode as batch ones do.
+
+    Decoding keeps to ``schema``: event fields it lacks are dropped. To have the table follow
+    its source's schema (columns the source gains or widens, from Debezium's envelope and
+    schema-change events, Canal's ``mysqlType`` and DDL, Maxwell's table definitions), sync
+    the raw events with :func:`changelake.streaming.sync_cdc_stream` instead, which applies
+    each batch's schema changes, then decodes with this function.
     """
-    fmt = _choice(CdcFormat, format, "format")
-    policy = _choice(CdcMalformed, malformed, "malformed")
+    fmt = choice(CdcFormat, format, "format")
+    policy = choice(CdcMalformed, malformed, "malformed")
     fields = _spark_fields(schema)
     _check_columns(df, column, fields, event_time_column)
     # A null Kafka value is never an event (Debezium's tombstones are null values).
@@ -212,7 +219,11 @@ def _debezium(event: Column) -> tuple[Column, Column]:
     op = _text(event["op"])
     before, after = _object(event["before"]), _object(event["after"])
     changes = (
-        F.when(op.isin("c", "r"), F.array(_change(_INSERT, after, "after")))
+        # A schema-change event (Debezium's schema-history topic) carries no row: it is what
+        # cdc_sync reads the source's new columns from.
+        F.when(op.isNull() & (F.map_contains_key(event, "tableChanges") | F.map_contains_key(event, "ddl")),
+               _nothing())
+        .when(op.isin("c", "r"), F.array(_change(_INSERT, after, "after")))
         .when(op == "u", F.array(_change(_UPDATE_BEFORE, after, "after", overlay=(before, "before")),
                                  _change(_UPDATE_AFTER, after, "after")))
         .when(op == "d", F.array(_change(_DELETE, before, "before")))
@@ -343,8 +354,9 @@ def _typed(text: Column, data_type: T.DataType) -> Column:
 # -- arguments ---------------------------------------------------------------------------------
 
 
-def _choice(kind: type[_Choice], value: _Choice | str, option: str) -> _Choice:
-    """``value`` as a member of ``kind``; a CdcError naming ``option`` if it is none."""
+def choice(kind: type[_Choice], value: _Choice | str, option: str) -> _Choice:
+    """``value`` as a member of ``kind`` (a :class:`CdcFormat`, ...); a CdcError naming
+    ``option`` if it is none."""
     try:
         return kind(value)
     except ValueError:

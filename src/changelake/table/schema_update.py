@@ -239,7 +239,7 @@ def _check_mutable(key: str, table: str, *, has_snapshot: bool) -> None:
 
 def _widened(field: DataField, new: pa.DataType, table: str) -> DataField:
     old = types.to_arrow(field.type)
-    if not isinstance(new, pa.DataType) or not _widens(old, new):
+    if not isinstance(new, pa.DataType) or not widens(old, new):
         raise SchemaError(f"of type {old} cannot change to {new}: only widenings are allowed (int8 -> int16 "
                           "-> int32 -> int64, float32 -> float64, a decimal's precision up at the same scale)",
                           table=table, column=field.name)
@@ -262,12 +262,14 @@ def merged_changes(ctx: TableContext, incoming: pa.Schema, *, ignore: Sequence[s
             continue
         if field.name not in table.names:
             changes.append(AddColumn(field.name, field.type))
-        elif _widens(table.field(field.name).type, field.type):
+        elif widens(table.field(field.name).type, field.type):
             changes.append(WidenColumn(field.name, field.type))
     return changes
 
 
-def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether a column of type ``old`` may change to ``new``: int8 -> int16 -> int32 -> int64,
+    float32 -> float64, a decimal's precision up at the same scale."""
     if old in _INTEGERS and new in _INTEGERS:
         return _INTEGERS.index(new) > _INTEGERS.index(old)
     if old == pa.float32():
