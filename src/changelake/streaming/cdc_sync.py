@@ -34,7 +34,7 @@ from changelake.changelog import producers
 from changelake.errors import CdcError
 from changelake.streaming import cdc, cdc_types
 from changelake.streaming.cdc import DEFAULT_EVENT_TIME_COLUMN, CdcFormat, CdcMalformed
-from changelake.streaming.sink import ForeachBatchSink, commit_batch
+from changelake.streaming.sink import ForeachBatchSink, commit_batch, query_id
 from changelake.table.schema_update import widens
 from changelake.table.write import landing
 from changelake.table.write.conform import ROWKIND_COLUMN
@@ -93,7 +93,7 @@ class CdcSyncSink(ForeachBatchSink):
         self.event_time_column = event_time_column
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        user = self.commit_user or self._query_id(batch_df.sparkSession)
+        user = self.commit_user or query_id(batch_df.sparkSession, self.table, self.checkpoint_location)
         table = self.table
         table.refresh()  # another writer, or this query before a restart, may have changed it
         if landing.replayed(table.context, producers.for_table(table.context), user, batch_id):
