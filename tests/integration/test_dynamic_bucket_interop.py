@@ -179,3 +179,33 @@ def test_changelake_writes_what_pypaimon_assigns_alike(tmp_path: Any, pypaimon: 
         return sorted(e.file.row_count for p in hash_entries(ctx).values() for e in p.values())
 
     assert counts("db.ours") == counts("db.theirs") == [10, 30, 30, 30]
+
+
+def test_java_and_pypaimon_write_on_after_a_dynamic_bucket_overwrite(tmp_path: Any, java: JavaPaimon,
+                                                                      pypaimon: Pypaimon) -> None:
+    """changelake's INSERT OVERWRITE of a dynamic-bucket partition writes its HASH index anew:
+    Java Paimon's and pypaimon's assigners then find the new keys in their new buckets."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table("db.t", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
+                                               options=OPTIONS)
+    model: dict[tuple[str, int], Row] = {}
+    for step in range(2):
+        rows = _batch("cl", step)
+        table.write(pa.Table.from_pylist(rows, schema=SCHEMA))
+        model.update({(r["dt"], r["id"]): r for r in rows})
+    replacement = [{"dt": "a", "id": i, "v": "over"} for i in range(500, 570)]  # 70 new keys: 3 buckets
+    overwritten = table.overwrite(pa.Table.from_pylist(replacement, schema=SCHEMA))
+    assert overwritten is not None
+    model = {k: r for k, r in model.items() if k[0] != "a"} | {("a", r["id"]): r for r in replacement}
+    assert_keys_in_one_bucket(table)
+    # Java updates keys of the new buckets and adds keys; pypaimon too; each must find them.
+    java_rows = [{"dt": "a", "id": i, "v": "java"} for i in range(540, 600)]
+    java.write_dynamic(warehouse, "db.t", [("+I", r) for r in java_rows])
+    pypaimon_rows = [{"dt": "a", "id": i, "v": "py"} for i in range(560, 620, 3)]
+    pypaimon.write(warehouse, "db.t", pa.Table.from_pylist(pypaimon_rows, schema=SCHEMA))
+    model.update({("a", r["id"]): r for r in [*java_rows, *pypaimon_rows]})
+    table.refresh()
+    assert _ours(table) == _sorted(list(model.values()))
+    assert_keys_in_one_bucket(table)
+    for s in table.snapshots():
+        assert _ours(table, s.id) == _sorted(java.read(warehouse, "db.t", s.id)), f"snapshot {s.id}"
