@@ -34,7 +34,7 @@ from changelake.changelog import producers
 from changelake.errors import CdcError
 from changelake.streaming import cdc, cdc_types
 from changelake.streaming.cdc import DEFAULT_EVENT_TIME_COLUMN, CdcFormat, CdcMalformed
-from changelake.streaming.sink import ForeachBatchSink, commit_batch, query_id
+from changelake.streaming.sink import ForeachBatchSink, commit_batch, query_id, start_query
 from changelake.table.schema_update import widens
 from changelake.table.write import landing
 from changelake.table.write.conform import ROWKIND_COLUMN
@@ -122,12 +122,7 @@ def sync_cdc_stream(events: DataFrame, table: Table | str, format: CdcFormat | s
     ``DataStreamWriter.trigger``'s keywords, e.g. ``{"availableNow": True}``."""
     sink = CdcSyncSink(table, format, column=column, malformed=malformed, event_time_column=event_time_column,
                        commit_user=commit_user, checkpoint_location=checkpoint_location)
-    writer = events.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
-    if trigger:
-        writer = writer.trigger(**trigger)
-    if query_name:
-        writer = writer.queryName(query_name)
-    return writer.start()
+    return start_query(events, sink, checkpoint_location=checkpoint_location, trigger=trigger, query_name=query_name)
 
 
 def follow_schema(events: DataFrame, table: Table, format: CdcFormat | str, *, column: str = "value",

@@ -51,10 +51,7 @@ def splits_table(splits: Sequence[Split]) -> pa.Table:
 def _splits(batches: Iterator[pa.RecordBatch]) -> Iterator[Split]:
     for batch in batches:
         for blob in batch.column(SPLIT_COLUMN).to_pylist():
-            split = pickle.loads(blob)
-            if not isinstance(split, Split):
-                raise TypeError(f"not a changelake split: {type(split).__name__}")
-            yield split
+            yield write_tasks.unpickled(blob, Split)
 
 
 def _blob(rows: pa.Table) -> bytes:
@@ -189,7 +186,4 @@ def overwrite_groups(ctx: TableContext, plan: Mapping[bytes, int] | None,
 
 def overwrite_result(payload: bytes) -> OverwriteResult:
     """An overwrite task's result from what it sent."""
-    result = pickle.loads(payload)
-    if not isinstance(result, OverwriteResult):
-        raise TypeError(f"not a changelake overwrite task result: {type(result).__name__}")
-    return result
+    return write_tasks.unpickled(payload, OverwriteResult)

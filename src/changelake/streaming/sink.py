@@ -125,6 +125,12 @@ def write_stream(df: DataFrame, table: Table | str, *, checkpoint_location: str,
     ``DataStreamWriter.trigger``'s keywords, e.g. ``{"availableNow": True}`` or
     ``{"processingTime": "10 seconds"}``."""
     sink = ForeachBatchSink(table, commit_user=commit_user, checkpoint_location=checkpoint_location)
+    return start_query(df, sink, checkpoint_location=checkpoint_location, trigger=trigger, query_name=query_name)
+
+
+def start_query(df: DataFrame, sink: ForeachBatchSink, *, checkpoint_location: str,
+                trigger: Mapping[str, Any] | None, query_name: str | None) -> StreamingQuery:
+    """Start the streaming query of ``df`` whose batches ``sink`` writes."""
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
     if trigger:
         writer = writer.trigger(**trigger)

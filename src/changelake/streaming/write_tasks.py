@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,7 @@ BUCKETS_COLUMN = "_changelake_buckets"
 SIZES_SCHEMA = pa.schema([pa.field("partition", pa.binary()), pa.field("rows", pa.int64()),
                           pa.field("bytes", pa.int64())])
 MESSAGE_COLUMN = "message"
+_Result = TypeVar("_Result")
 _MESSAGE_SCHEMA = pa.schema([pa.field(MESSAGE_COLUMN, pa.binary())])
 
 
@@ -163,7 +165,12 @@ def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordB
 
 def task_result(payload: bytes) -> TaskResult:
     """A task's result from what it sent."""
+    return unpickled(payload, TaskResult)
+
+
+def unpickled(payload: bytes, kind: type[_Result]) -> _Result:
+    """What a task sent, which must be a ``kind``."""
     result = pickle.loads(payload)
-    if not isinstance(result, TaskResult):
-        raise TypeError(f"not a changelake write task result: {type(result).__name__}")
+    if not isinstance(result, kind):
+        raise TypeError(f"not a changelake {kind.__name__}: {type(result).__name__}")
     return result
