@@ -106,16 +106,23 @@ class JavaPaimon:
         catalog.createTable(paimon.catalog.Identifier.create(database, table), builder.build(), False)
 
     def write(self, warehouse: str, name: str, rows: Iterable[tuple[str, Row]], *,
-              full_compaction: bool = False) -> None:
+              full_compaction: bool = False, overwrite: dict[str, str] | None = None) -> None:
         """One batch commit of ``rows``: (row kind "+I"/"-U"/"+U"/"-D", values by column).
         ``full_compaction``: every bucket of the partitions written (of an unpartitioned
         table: every bucket) is fully compacted before the commit, as Paimon's Flink sink does
-        every ``full-compaction.delta-commits``."""
+        every ``full-compaction.delta-commits``. ``overwrite``: an INSERT OVERWRITE of that
+        static partition (its values as strings; empty: the whole table, or with
+        ``dynamic-partition-overwrite`` the partitions the rows are in)."""
         paimon = self.jvm.org.apache.paimon
         table = self.table(warehouse, name)
         fields = fields_of(table)
         rows = list(rows)
         builder = paimon.python.InvocationUtil.getBatchWriteBuilder(table)
+        if overwrite is not None:
+            static = self.jvm.java.util.HashMap()
+            for key, value in overwrite.items():
+                static.put(key, value)
+            builder = builder.withOverwrite(static)
         write = builder.newWrite()
         # lookups (deletion vectors, the lookup producer) spill to local disk
         write.withIOManager(paimon.disk.IOManager.create(self.spill))
@@ -138,6 +145,15 @@ class JavaPaimon:
         finally:
             write.close()
             commit.close()
+
+    def drop_partition(self, warehouse: str, name: str, partition: dict[str, str]) -> None:
+        """Paimon's ``ALTER TABLE ... DROP PARTITION`` (the catalog's ``dropPartition``)."""
+        database, table = name.split(".")
+        identifier = self.jvm.org.apache.paimon.catalog.Identifier.create(database, table)
+        spec = self.jvm.java.util.HashMap()
+        for key, value in partition.items():
+            spec.put(key, value)
+        self.catalog(warehouse).dropPartition(identifier, spec)
 
     def write_dynamic(self, warehouse: str, name: str, rows: Iterable[tuple[str, Row]]) -> None:
         """One batch commit of ``rows`` into a dynamic-bucket table (``bucket = -1``): Java's

@@ -543,3 +543,39 @@ def test_java_paimon_reads_changelakes_table_operations(tmp_path: Any, java: Jav
     assert theirs(java, warehouse) == ours(table) and len(ours(table)) == 1 + 1 + 5 + 1
     table.truncate()
     assert theirs(java, warehouse) == ours(table) == []
+
+
+def test_changelake_reads_java_paimons_table_operations(tmp_path: Any, java: JavaPaimon) -> None:
+    """Java Paimon's INSERT OVERWRITE (dynamic, static, the whole table), DELETE (-D rows) and
+    DROP PARTITION on a table changelake wrote: changelake reads every snapshot as Java does,
+    streams skip the OVERWRITE snapshots, and it writes on after them."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table(
+        "db.t", pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("id", pa.int64(), nullable=False),
+                           pa.field("v", pa.string())]),
+        primary_keys=["dt", "id"], partition_keys=["dt"], options={"bucket": "2"})
+    table.write(pa.table({"dt": [p for p in "abc" for _ in range(10)], "id": [i for _ in "abc" for i in range(10)],
+                          "v": ["ours"] * 30}, schema=table.schema))
+    replacing = [("+I", {"dt": "a", "id": 1, "v": "over"}), ("+I", {"dt": "d", "id": 2, "v": "over"})]
+    java.write(warehouse, "db.t", replacing, overwrite={})  # dynamic-partition-overwrite (the default): a and d
+    java.write(warehouse, "db.t", [("+I", {"dt": "b", "id": 3, "v": "static"})], overwrite={"dt": "b"})
+    java.write(warehouse, "db.t", [("-D", {"dt": "c", "id": i, "v": None}) for i in range(5)])
+    java.drop_partition(warehouse, "db.t", {"dt": "d"})
+    table.refresh()
+    kinds = [s.commit_kind for s in table.snapshots()]
+    assert kinds.count(cl.CommitKind.OVERWRITE) == 3
+    for snapshot in table.snapshots():
+        assert ours(table, snapshot_id=snapshot.id) == theirs(
+            java, warehouse, options={"scan.snapshot-id": str(snapshot.id)}), snapshot.id
+    assert ours(table) == _sorted([{"dt": "a", "id": 1, "v": "over"}, {"dt": "b", "id": 3, "v": "static"},
+                                   *[{"dt": "c", "id": i, "v": "ours"} for i in range(5, 10)]])
+    latest = table.latest_snapshot()
+    assert latest is not None
+    deletes = table.changes(1, latest.id).to_arrow()  # the OVERWRITEs are skipped, the -D rows read
+    assert deletes.column("rowkind").to_pylist() == ["-D"] * 5
+    table.write(pa.table({"dt": ["a"], "id": [1], "v": ["again"]}, schema=table.schema))
+    java.write(warehouse, "db.t", [("+I", {"dt": "z", "id": 0, "v": "all"})], overwrite={})
+    table.set_options({"dynamic-partition-overwrite": "false"})
+    java.write(warehouse, "db.t", [("+I", {"dt": "y", "id": 0, "v": "whole"})], overwrite={})
+    table.refresh()
+    assert ours(table) == theirs(java, warehouse) == [{"dt": "y", "id": 0, "v": "whole"}]
