@@ -579,3 +579,25 @@ def test_changelake_reads_java_paimons_table_operations(tmp_path: Any, java: Jav
     java.write(warehouse, "db.t", [("+I", {"dt": "y", "id": 0, "v": "whole"})], overwrite={})
     table.refresh()
     assert ours(table) == theirs(java, warehouse) == [{"dt": "y", "id": 0, "v": "whole"}]
+
+
+def test_changelake_reads_java_paimons_partition_expiration(tmp_path: Any, java: JavaPaimon) -> None:
+    """Java Paimon's writer expires partitions (``partition.expiration-time``, values-time)
+    when it commits: changelake reads the snapshot its expiry landed as Java does."""
+    warehouse = str(tmp_path)
+    table = cl.Catalog(warehouse).create_table(
+        "db.t", pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("id", pa.int64(), nullable=False),
+                           pa.field("v", pa.string())]),
+        primary_keys=["dt", "id"], partition_keys=["dt"], options={"bucket": "1"})
+    table.write(pa.table({"dt": ["20000101", "20000102", "29990101"], "id": [1, 2, 3], "v": ["old", "old", "new"]},
+                         schema=table.schema))
+    table.set_options({"partition.expiration-time": "7 d", "partition.expiration-check-interval": "0 s",
+                       "partition.timestamp-formatter": "yyyyMMdd"})
+    java.write(warehouse, "db.t", [("+I", {"dt": "29990101", "id": 4, "v": "java"})])
+    table.refresh()
+    assert table.snapshots()[-1].commit_kind is cl.CommitKind.OVERWRITE  # Java's expiry, after its APPEND
+    assert ours(table) == theirs(java, warehouse) == _sorted([{"dt": "29990101", "id": 3, "v": "new"},
+                                                              {"dt": "29990101", "id": 4, "v": "java"}])
+    for snapshot in table.snapshots():
+        assert ours(table, snapshot_id=snapshot.id) == theirs(
+            java, warehouse, options={"scan.snapshot-id": str(snapshot.id)}), snapshot.id
