@@ -19,7 +19,8 @@ from test_sink import events, make_table, rows_of
 
 import changelake as cl
 from changelake import streaming
-from changelake.errors import DataError, FilterError, OptionError, SchemaMismatchError
+from changelake.errors import CommitConflictError, DataError, FilterError, OptionError, SchemaMismatchError
+from changelake.table.commit import overwrite as overwrite_commit
 from changelake.table.read import deletion_vectors
 from changelake.table.read.live_files import live_entries
 from spark_support import MergeBatches
@@ -291,17 +292,18 @@ def append_rows(table: cl.Table) -> list[tuple[Any, ...]]:
     return sorted(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
 
 
-def footprint(table: cl.Table, before: set[str]) -> tuple[set[str], dict[str, list[int]], list[int]]:
+def footprint(table: cl.Table, before: set[str]) -> tuple[set[str], dict[str, list[int]], int]:
     """Which of the files ``before`` are still live, the positions each one's deletion vector
-    marks, and how many rows the vectors of newer files mark: what operations did to files."""
+    marks, and how many rows the vectors of newer files mark (an unaware table's tasks write
+    new rows to files of their own): what operations did to files."""
     ctx = table.context
     snapshot = table.latest_snapshot()
     assert snapshot is not None
     live = {e.file.file_name for e in live_entries(ctx, snapshot)} & before
     marked = {name: sorted(vector) for files in deletion_vectors.snapshot_vectors(ctx, snapshot).values()
               for name, vector in deletion_vectors.bucket_vectors(ctx, files).items()}
-    return live, {n: p for n, p in marked.items() if n in before}, sorted(len(p) for n, p in marked.items()
-                                                                           if n not in before)
+    return live, {n: p for n, p in marked.items() if n in before}, sum(len(p) for n, p in marked.items()
+                                                                        if n not in before)
 
 
 @pytest.mark.parametrize("kind", list(APPEND_KINDS))
@@ -352,15 +354,18 @@ def test_spark_operations_on_append_tables_land_what_the_table_operations_land(s
     if with_vectors:  # no data file rewritten: rows marked in vectors
         assert footprint(table, before)[0] == before
     else:
-        assert footprint(table, before)[0] < before and footprint(table, before)[1:] == ({}, [])
+        assert footprint(table, before)[0] < before and footprint(table, before)[1:] == ({}, 0)
 
 
 def test_append_table_operations_in_foreach_batch_land_each_batch_once(spark: SparkSession, tmp_path: Path) -> None:
     table = append_table(tmp_path, "fixed, deletion vectors")
+    local = twin(table, tmp_path)
     source = spark.createDataFrame([("d0", 0, 50, "a"), ("d1", 9999, 51, "b")], SOURCE_SCHEMA)
     landed = (streaming.merge(source, table, on=["id"], batch_id=4, commit_user="job")
               .when_matched_update().when_not_matched_insert().execute())
     assert landed is not None and (landed.commit_user, landed.commit_identifier) == ("job", 4)
+    local.merge(source.toArrow(), on=["id"]).when_matched_update().when_not_matched_insert().execute()
+    assert append_rows(table) == append_rows(local)
     rows = append_rows(table)
     files = sorted(p.name for p in Path(table.location).rglob("*") if p.is_file())
     # Spark replays batch 4 after a crash: whatever the operation, it lands nothing and writes nothing.
@@ -379,4 +384,36 @@ def test_append_table_operations_in_foreach_batch_land_each_batch_once(spark: Sp
     assert table.latest_snapshot() == landed
     deleted = streaming.delete(spark, table, "v = 50", batch_id=5, commit_user="job")
     assert deleted is not None and (deleted.commit_user, deleted.commit_identifier) == ("job", 5)
+    local.delete("v = 50")
     assert all(v != 50 for _, _, v, _ in append_rows(table))
+    # Keys of the last commit only (the files of the others are not read); an empty source changes nothing.
+    recent = spark.createDataFrame([("d2", 202, 0, "c"), ("d1", 207, 0, "c"), ("d0", 5000, 0, "c")], SOURCE_SCHEMA)
+    assert streaming.merge(recent.limit(0), table, on=["id"]).when_matched_delete().execute() is None
+    streaming.merge(recent, table, on=["id"]).when_matched_delete().when_not_matched_insert().execute()
+    local.merge(recent.toArrow(), on=["id"]).when_matched_delete().when_not_matched_insert().execute()
+    assert append_rows(table) == append_rows(local)
+    assert {202, 207} & {i for _, i, _, _ in append_rows(table)} == set()
+
+
+def test_a_spark_merge_into_an_append_table_racing_a_compaction_is_void_and_leaves_no_file(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = append_table(tmp_path, "unaware")
+    rows = append_rows(table)
+    on_disk = {p for p in Path(table.location).rglob("*") if p.is_file()}
+    real = overwrite_commit.commit_rewrite
+
+    def raced(*args: Any, **kwargs: Any) -> Any:
+        assert table.compact(full=True) is not None  # joins the files the merge's tasks rewrote
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(overwrite_commit, "commit_rewrite", raced)
+    # the tasks rewrite files and write the inserted rows; the commit finds the files compacted
+    source = spark.createDataFrame([("d0", 0, 50, "a"), ("d1", 9999, 51, "b")], SOURCE_SCHEMA)
+    with pytest.raises(CommitConflictError, match="run the operation again"):
+        streaming.merge(source, table, on=["id"]).when_matched_update().when_not_matched_insert().execute()
+    latest = table.latest_snapshot()
+    assert latest is not None and latest.commit_kind is cl.CommitKind.COMPACT and append_rows(table) == rows
+    # what is new on disk is the compaction's
+    named = {e.file.file_name for e in live_entries(table.context, latest)}
+    new_data = {p.name for p in {p for p in Path(table.location).rglob("*.parquet")} - on_disk}
+    assert new_data and new_data <= named

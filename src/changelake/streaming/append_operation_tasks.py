@@ -5,8 +5,11 @@ functions take and yield Arrow record batches, as ``mapInArrow`` hands them over
 The work is the one-process operation's (:mod:`changelake.table.append.row_level`), cut per
 file: a task gets target files (each with its number among the operation's targets) and
 returns, per file, an :class:`Outcome`: the file's rewritten copy (without deletion vectors),
-or the edits the driver carries out per bucket (with deletion vectors: the positions to mark
-and the new values to write).
+or the edits the driver carries out per bucket (with deletion vectors: the positions to mark).
+New rows (inserted, updated under deletion vectors, or moved to another partition or bucket)
+are written by the tasks in an unaware table, where any writer may add files to a partition
+(as the sink's tasks do); a fixed-bucket table's go to the driver, so that each bucket's new
+rows are numbered by one writer.
 
 A MERGE routes its source rows and the target files' rows by a hash of the ``on`` columns, so
 the rows of a key meet in one task, which decides the clauses for them; its edits go on by
@@ -16,6 +19,7 @@ inserted rows to the driver.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,6 +35,8 @@ from changelake.streaming.operation_tasks import SOURCE_SIDE, TABLE_SIDE
 from changelake.table.append import merge as append_merge
 from changelake.table.append import row_level
 from changelake.table.append.row_level import Edits, Rewritten, TargetFile
+from changelake.table.append.writer import AppendWrite
+from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket
 from changelake.table.write import merge_rows
@@ -51,10 +57,11 @@ _BLOB_ROWS = 1 << 16
 @dataclass(frozen=True)
 class Outcome:
     """What a task did to, or plans for, one target file (or a merge's inserted rows): its
-    rewritten copy, and the edits left for the driver."""
+    rewritten copy, the edits left for the driver, and the messages of new rows it wrote."""
 
     rewritten: tuple[Rewritten, ...]
     edits: Edits
+    messages: tuple[CommitMessage, ...] = ()
 
 
 def targets_table(targets: Sequence[TargetFile]) -> pa.Table:
@@ -86,22 +93,54 @@ def outcomes(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Outcome]]
             yield index, outcome
 
 
-def changed_files(ctx: TableContext, row_filter: pc.Expression, assignments: Mapping[str, Any] | None,
+def _with_new_rows_written(ctx: TableContext, commit_user: str,
+                           outcomes: Iterator[tuple[int, Outcome]]) -> Iterator[pa.RecordBatch]:
+    """The ``outcomes`` as rows ``file, outcome``; in an unaware table, their new rows written
+    here first (one more outcome, of file ``INSERTED``, holds the messages)."""
+    if write_tasks.needs_shuffle(ctx):
+        for index, outcome in outcomes:
+            yield _outcome_batch(index, outcome)
+        return
+    with AppendWrite(ctx, commit_user) as writer:
+        for index, outcome in outcomes:
+            edits = outcome.edits
+            new = [*edits.inserted, *(n for _, n in edits.replaced),
+                   *(r.moved for r in outcome.rewritten if r.moved is not None)]
+            for rows in new:
+                if rows.num_rows:
+                    writer.write(rows)
+            # With deletion vectors a replaced row is a marked one and a new one.
+            left = Edits(removed=[*edits.removed, *(old for old, _ in edits.replaced)])
+            rewritten = tuple(dataclasses.replace(r, moved=None) for r in outcome.rewritten)
+            if rewritten or left:
+                yield _outcome_batch(index, Outcome(rewritten, left, outcome.messages))
+        # prepare() hands the files over to the messages: closing the writer deletes none of them.
+        messages = tuple(writer.prepare())
+    if messages:
+        yield _outcome_batch(INSERTED, Outcome((), Edits(), messages))
+
+
+def changed_files(ctx: TableContext, commit_user: str, row_filter: pc.Expression,
+                  assignments: Mapping[str, Any] | None,
                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A DELETE's (``assignments`` None) or an UPDATE's work on the target files a task got
     (rows ``file, target``): per file holding a row ``row_filter`` matches, its rewritten
     copy, or with deletion vectors its edits."""
     written: list[str] = []
-    try:
+
+    def changed() -> Iterator[tuple[int, Outcome]]:
         for index, target in _targets(batches):
             if ctx.options.deletion_vectors_enabled:
                 edits = row_level.matching_edits(ctx, target, index, row_filter, assignments)
                 if edits:
-                    yield _outcome_batch(index, Outcome((), edits))
+                    yield index, Outcome((), edits)
                 continue
             rewritten = row_level.rewrite_matching(ctx, target, row_filter, assignments, written)
             if rewritten is not None:
-                yield _outcome_batch(index, Outcome((rewritten,), Edits()))
+                yield index, Outcome((rewritten,), Edits())
+
+    try:
+        yield from _with_new_rows_written(ctx, commit_user, changed())
     except BaseException:
         ctx.file_io.discard(written)
         raise
@@ -133,16 +172,17 @@ def source_groups(ctx: TableContext, keys: Sequence[str], spread: int,
         yield from _grouped(ctx, keys, spread, SOURCE_SIDE, pa.Table.from_batches([batch]))
 
 
-def target_groups(ctx: TableContext, keys: Sequence[str], spread: int,
+def target_groups(ctx: TableContext, keys: Sequence[str], spread: int, row_filter: pc.Expression | None,
                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The live rows of the target files a task got (rows ``file, target``), each with its file
-    and position, grouped by their ``keys`` (a merge's table side)."""
+    """The live rows of the target files a task got (rows ``file, target``) that ``row_filter``
+    passes, each with its file and position, grouped by their ``keys`` (a merge's table side)."""
     for index, target in _targets(batches):
-        yield from _grouped(ctx, keys, spread, TABLE_SIDE, row_level.indexed_file_rows(ctx, target, index, None))
+        rows = row_level.indexed_file_rows(ctx, target, index, row_filter)
+        yield from _grouped(ctx, keys, spread, TABLE_SIDE, rows)
 
 
-def merge_groups(ctx: TableContext, keys: Sequence[str], clauses: Sequence[Clause], source_schema: pa.Schema,
-                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def merge_groups(ctx: TableContext, commit_user: str, keys: Sequence[str], clauses: Sequence[Clause],
+                 source_schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The clauses decided for the source and target rows a task got (every row of each of
     their groups): the edits per target file, and the inserted rows (file ``INSERTED``)."""
     sources: list[pa.Table] = []
@@ -160,14 +200,18 @@ def merge_groups(ctx: TableContext, keys: Sequence[str], clauses: Sequence[Claus
     merge_rows.check_unique(ctx, source, keys)
     target = pa.concat_tables(targets) if targets else row_level.indexed_schema(ctx).empty_table()
     edits = append_merge.edits_of(ctx, source, target, clauses, keys)
-    for index, file_edits in sorted(edits.by_file().items()):
-        yield _outcome_batch(index, Outcome((), file_edits))
+    decided = [(index, Outcome((), file_edits)) for index, file_edits in sorted(edits.by_file().items())]
     inserted = [t for t in edits.inserted if t.num_rows]
     if inserted:
-        yield _outcome_batch(INSERTED, Outcome((), Edits(inserted=inserted)))
+        decided.append((INSERTED, Outcome((), Edits(inserted=inserted))))
+    if not ctx.options.deletion_vectors_enabled:
+        # the files' rewrites place their new values (rewrite_files)
+        yield from (_outcome_batch(index, outcome) for index, outcome in decided)
+    else:
+        yield from _with_new_rows_written(ctx, commit_user, iter(decided))
 
 
-def rewrite_files(ctx: TableContext, targets: Sequence[TargetFile],
+def rewrite_files(ctx: TableContext, commit_user: str, targets: Sequence[TargetFile],
                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Carry out a merge's edits of the files a task got (every edit of each, from rows
     ``file, outcome``): each file rewritten; inserted rows passed on."""
@@ -175,13 +219,16 @@ def rewrite_files(ctx: TableContext, targets: Sequence[TargetFile],
     for index, outcome in outcomes(batches):
         by_file[index].extend(outcome.edits)
     written: list[str] = []
-    try:
+
+    def rewritten() -> Iterator[tuple[int, Outcome]]:
         for index, edits in sorted(by_file.items()):
             if index == INSERTED:
-                yield _outcome_batch(index, Outcome((), edits))
+                yield index, Outcome((), edits)
             else:
-                yield _outcome_batch(index, Outcome((row_level.rewrite_edited(ctx, targets[index], edits, written),),
-                                                    Edits()))
+                yield index, Outcome((row_level.rewrite_edited(ctx, targets[index], edits, written),), Edits())
+
+    try:
+        yield from _with_new_rows_written(ctx, commit_user, rewritten())
     except BaseException:
         ctx.file_io.discard(written)
         raise

@@ -9,8 +9,9 @@ touched rows and return their copies; with deletion vectors, they return the pos
 mark and the new values. A MERGE first routes its source rows and the files' rows by a hash of
 the ``on`` columns, decides the clauses where a key's rows meet, and sends each file's edits
 on to one task. The driver then does what is per bucket or whole: it writes the deletion
-vectors' index files and the new rows (updated rows that move to another partition or bucket,
-updated rows under deletion vectors, inserted rows), and commits one OVERWRITE snapshot
+vectors' index files and, in a fixed-bucket table, the new rows (updated rows that move to
+another partition or bucket, updated rows under deletion vectors, inserted rows; an unaware
+table's tasks write their own), and commits one OVERWRITE snapshot
 (:func:`row_level.land_edits`), as (commit user, identifier) so that a replayed batch lands
 nothing. A commit that rewrote or compacted a target file meanwhile voids it
 (CommitConflictError), and the files it wrote are deleted.
@@ -37,6 +38,7 @@ from changelake.table.context import TableContext
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
+from changelake.table.write import merge_rows
 from changelake.table.write.merge_rows import Clause
 
 
@@ -49,7 +51,8 @@ def change_files(spark: SparkSession, ctx: TableContext, row_filter: pc.Expressi
     targets = [] if base is None else row_level.target_files(ctx, base, row_filter)
     if base is None or not targets:
         return None
-    run = functools.partial(tasks.changed_files, ctx, row_filter, None if assignments is None else dict(assignments))
+    run = functools.partial(tasks.changed_files, ctx, commit_user, row_filter,
+                            None if assignments is None else dict(assignments))
     changed = _targets_frame(spark, targets).mapInArrow(run, OUTCOME_DDL)
     return _land(ctx, base, targets, _collect(changed), commit_user, identifier)
 
@@ -61,21 +64,60 @@ def merge(source: DataFrame, ctx: TableContext, keys: Sequence[str], clauses: Se
     as (``commit_user``, ``identifier``); None when no row changes."""
     spark = source.sparkSession
     base = ctx.latest_snapshot()
-    # Every file is read: which keys the source holds is known only in the tasks.
-    targets = [] if base is None else row_level.target_files(ctx, base, None)
+    row_filter = None
+    if not merge_rows.reads_unmatched(clauses):
+        rows, row_filter = _key_ranges(ctx, source, keys)
+        if not rows:
+            return None  # no source row: nothing is decided
+    targets = [] if base is None else row_level.target_files(ctx, base, row_filter)
     spread = max_tasks(spark)
     grouped = source.mapInArrow(functools.partial(tasks.source_groups, ctx, list(keys), spread), GROUPED_DDL)
     if targets:
         table_side = _targets_frame(spark, targets).mapInArrow(
-            functools.partial(tasks.target_groups, ctx, list(keys), spread), GROUPED_DDL)
+            functools.partial(tasks.target_groups, ctx, list(keys), spread, row_filter), GROUPED_DDL)
         grouped = grouped.unionByName(table_side)
     decided = grouped.repartition(F.col("group")).mapInArrow(
-        functools.partial(tasks.merge_groups, ctx, list(keys), list(clauses), source_schema), OUTCOME_DDL)
+        functools.partial(tasks.merge_groups, ctx, commit_user, list(keys), list(clauses), source_schema),
+        OUTCOME_DDL)
     if not ctx.options.deletion_vectors_enabled:
         # A file's edits come from every task that decided one of its keys: one task rewrites it.
         decided = decided.repartition(F.col("file")).mapInArrow(
-            functools.partial(tasks.rewrite_files, ctx, targets), OUTCOME_DDL)
+            functools.partial(tasks.rewrite_files, ctx, commit_user, targets), OUTCOME_DDL)
     return _land(ctx, base, targets, _collect(decided), commit_user, identifier)
+
+
+def _key_ranges(ctx: TableContext, source: DataFrame, keys: Sequence[str]) -> tuple[int, pc.Expression | None]:
+    """How many rows ``source`` has, and a filter every table row a key of it may match
+    passes: each key column (of an integer, string or date type, and without nulls in the
+    source) between the source's least and greatest value of it, which prunes files by their
+    statistics (the one-process merge filters by the source's very keys, which only the tasks
+    see here); None when no column bounds the keys."""
+    ranged = [k for k in keys if _rangeable(ctx.arrow_schema.field(k).type)]
+    columns = [F.count(F.lit(1)).alias("rows")]
+    for i, k in enumerate(ranged):
+        column = F.col("`" + k.replace("`", "``") + "`")
+        columns += [F.min(column).alias(f"min{i}"), F.max(column).alias(f"max{i}"),
+                    F.count(F.when(column.isNull(), 1)).alias(f"nulls{i}")]
+    found = source.agg(*columns).collect()[0]
+    terms = []
+    for i, k in enumerate(ranged):
+        if not found[f"nulls{i}"]:
+            kind = ctx.arrow_schema.field(k).type
+            terms.append((pc.field(k) >= pc.scalar(found[f"min{i}"]).cast(kind)) &
+                         (pc.field(k) <= pc.scalar(found[f"max{i}"]).cast(kind)))
+    if not terms:
+        return int(found["rows"]), None
+    expression = terms[0]
+    for term in terms[1:]:
+        expression = expression & term
+    return int(found["rows"]), expression
+
+
+def _rangeable(kind: pa.DataType) -> bool:
+    """Whether Spark's least and greatest values of a column of the table's type ``kind`` come
+    back as the same values (no time zone or precision in between)."""
+    return bool(pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind) or
+                pa.types.is_date32(kind))
 
 
 def _targets_frame(spark: SparkSession, targets: Sequence[TargetFile]) -> DataFrame:
@@ -94,13 +136,14 @@ def _land(ctx: TableContext, base: Snapshot | None, targets: list[TargetFile], o
     """Commit the tasks' ``outcomes`` as one OVERWRITE snapshot; None when they change nothing
     (or the identifier had landed)."""
     rewritten = [r for o in outcomes for r in o.rewritten]
+    messages = [m for o in outcomes for m in o.messages]
     edits = Edits()
     for outcome in outcomes:
         edits.extend(outcome.edits)
     killpoints.reached(KillPoint.SINK_WRITTEN)
-    if not rewritten and not edits:
+    if not rewritten and not edits and not messages:
         return None
-    landed = row_level.land_edits(ctx, base, targets, rewritten, edits, commit_user, identifier)
+    landed = row_level.land_edits(ctx, base, targets, rewritten, edits, commit_user, identifier, messages=messages)
     if landed is not None:
         snapshot_expiry.expire_after_commit(ctx)
     return landed

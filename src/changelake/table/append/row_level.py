@@ -22,7 +22,7 @@ matched: the later commit wins).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,13 +204,16 @@ def commit_edits(ctx: TableContext, base: Snapshot | None, targets: list[TargetF
 
 
 def land_edits(ctx: TableContext, base: Snapshot | None, targets: list[TargetFile], rewritten: list[Rewritten],
-               edits: Edits, commit_user: str, identifier: int = BATCH_COMMIT_IDENTIFIER) -> Snapshot | None:
+               edits: Edits, commit_user: str, identifier: int = BATCH_COMMIT_IDENTIFIER, *,
+               messages: Sequence[CommitMessage] = ()) -> Snapshot | None:
     """Land the ``rewritten`` files and the ``edits`` left (with deletion vectors, the removed
     and replaced rows are marked in their files' vectors and the new values written as new
-    rows; inserted rows, and the rows rewrites ``moved``, are written as new files) as one
-    OVERWRITE snapshot, committed as (``commit_user``, ``identifier``): None when that had
-    landed. The rewritten copies are deleted if it fails."""
-    written = [path for r in rewritten for path in r.message.written(ctx)]
+    rows; inserted rows, and the rows rewrites ``moved``, are written as new files) with the
+    new files of ``messages`` (new rows written already) as one OVERWRITE snapshot, committed
+    as (``commit_user``, ``identifier``): None when that had landed. The files of rewritten
+    copies and ``messages`` are deleted if it fails."""
+    written = [path for r in rewritten for path in r.message.written(ctx)] + \
+        [path for m in messages for path in m.written(ctx)]
     inserted = [t for t in edits.inserted if t.num_rows] + [r.moved for r in rewritten
                                                             if r.moved is not None and r.moved.num_rows]
     try:
@@ -224,19 +227,21 @@ def land_edits(ctx: TableContext, base: Snapshot | None, targets: list[TargetFil
     except BaseException:
         ctx.file_io.discard(written)
         raise
-    return _land(ctx, [(r.entry, r.message) for r in rewritten], changes, inserted, written, commit_user, identifier)
+    return _land(ctx, [(r.entry, r.message) for r in rewritten], changes, inserted, written, commit_user, identifier,
+                 messages)
 
 
 def _land(ctx: TableContext, rewritten: list[tuple[ManifestEntry, CommitMessage]], changes: list[BucketVectors],
-          inserted: list[pa.Table], written: list[str], commit_user: str, identifier: int) -> Snapshot | None:
+          inserted: list[pa.Table], written: list[str], commit_user: str, identifier: int,
+          added: Sequence[CommitMessage]) -> Snapshot | None:
     """Write the ``inserted`` rows as new files and land them with the ``rewritten`` files
-    (the files replaced, and the messages of their copies) and the deletion-vector ``changes``
-    (``written``: the files these wrote, deleted if it fails)."""
+    (the files replaced, and the messages of their copies), the files ``added`` and the
+    deletion-vector ``changes`` (``written``: the files these wrote, deleted if it fails)."""
     with AppendWrite(ctx, commit_user) as writer:
         try:
             for rows in inserted:
                 writer.write(rows)
-            messages = [m for _, m in rewritten] + writer.prepare()
+            messages = [m for _, m in rewritten] + list(added) + writer.prepare()
         except BaseException:
             ctx.file_io.discard(written)
             raise
