@@ -34,7 +34,7 @@ from changelake.streaming import write_tasks
 from changelake.streaming.operation_tasks import SOURCE_SIDE, TABLE_SIDE
 from changelake.table.append import merge as append_merge
 from changelake.table.append import row_level
-from changelake.table.append.row_level import Edits, Rewritten, TargetFile
+from changelake.table.append.row_level import FILE_COLUMN, POSITION_COLUMN, Edits, Rewritten, TargetFile
 from changelake.table.append.writer import AppendWrite
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
@@ -95,11 +95,16 @@ def outcomes(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Outcome]]
 
 def _with_new_rows_written(ctx: TableContext, commit_user: str,
                            outcomes: Iterator[tuple[int, Outcome]]) -> Iterator[pa.RecordBatch]:
-    """The ``outcomes`` as rows ``file, outcome``; in an unaware table, their new rows written
-    here first (one more outcome, of file ``INSERTED``, holds the messages)."""
+    """The ``outcomes`` as rows ``file, outcome``, their removed and replaced rows cut to their
+    files and positions (only deletion vectors leave them to the driver, which marks them); in
+    an unaware table, their new rows written here first (one more outcome, of file
+    ``INSERTED``, holds the messages)."""
     if write_tasks.needs_shuffle(ctx):
         for index, outcome in outcomes:
-            yield _outcome_batch(index, outcome)
+            edits = outcome.edits
+            marks = Edits([_positions(t) for t in edits.removed], [(_positions(o), n) for o, n in edits.replaced],
+                          edits.inserted)
+            yield _outcome_batch(index, Outcome(outcome.rewritten, marks, outcome.messages))
         return
     with AppendWrite(ctx, commit_user) as writer:
         for index, outcome in outcomes:
@@ -110,7 +115,7 @@ def _with_new_rows_written(ctx: TableContext, commit_user: str,
                 if rows.num_rows:
                     writer.write(rows)
             # With deletion vectors a replaced row is a marked one and a new one.
-            left = Edits(removed=[*edits.removed, *(old for old, _ in edits.replaced)])
+            left = Edits(removed=[_positions(t) for t in [*edits.removed, *(old for old, _ in edits.replaced)]])
             rewritten = tuple(dataclasses.replace(r, moved=None) for r in outcome.rewritten)
             if rewritten or left:
                 yield _outcome_batch(index, Outcome(rewritten, left, outcome.messages))
@@ -118,6 +123,11 @@ def _with_new_rows_written(ctx: TableContext, commit_user: str,
         messages = tuple(writer.prepare())
     if messages:
         yield _outcome_batch(INSERTED, Outcome((), Edits(), messages))
+
+
+def _positions(rows: pa.Table) -> pa.Table:
+    """Which indexed rows ``rows`` are (all the driver needs to mark them deleted)."""
+    return rows.select([FILE_COLUMN, POSITION_COLUMN])
 
 
 def changed_files(ctx: TableContext, commit_user: str, row_filter: pc.Expression,

@@ -101,10 +101,14 @@ def _key_ranges(ctx: TableContext, source: DataFrame, keys: Sequence[str]) -> tu
     found = source.agg(*columns).collect()[0]
     terms = []
     for i, k in enumerate(ranged):
-        if not found[f"nulls{i}"]:
-            kind = ctx.arrow_schema.field(k).type
-            terms.append((pc.field(k) >= pc.scalar(found[f"min{i}"]).cast(kind)) &
-                         (pc.field(k) <= pc.scalar(found[f"max{i}"]).cast(kind)))
+        if found[f"nulls{i}"]:
+            continue
+        kind = ctx.arrow_schema.field(k).type
+        try:
+            least, greatest = pc.scalar(found[f"min{i}"]).cast(kind), pc.scalar(found[f"max{i}"]).cast(kind)
+        except pa.ArrowInvalid:
+            continue  # a value the column cannot hold: the tasks refuse it, naming the column
+        terms.append((pc.field(k) >= least) & (pc.field(k) <= greatest))
     if not terms:
         return int(found["rows"]), None
     expression = terms[0]

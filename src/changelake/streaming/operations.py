@@ -91,9 +91,9 @@ def delete(spark: SparkSession, table: Table | str, predicate: pc.Expression | s
            checkpoint_location: str | None = None) -> Snapshot | None:
     """Delete the rows of ``table`` that ``predicate`` matches (a ``pyarrow.compute``
     expression or SQL-like text), on Spark's executors, as one commit (of -D rows; on an append
-    table an OVERWRITE): :meth:`Table.delete` spread over a cluster. ``batch_id`` (and ``commit_user`` or
-    ``checkpoint_location``) make it land once per micro-batch inside ``foreachBatch`` (see the
-    module's docstring). None when nothing matches (or the batch had landed)."""
+    table an OVERWRITE): :meth:`Table.delete` spread over a cluster. ``batch_id`` (and
+    ``commit_user`` or ``checkpoint_location``) make it land once per micro-batch inside
+    ``foreachBatch`` (see the module's docstring). None when nothing matches (or the batch had landed)."""
     target = as_table(table)
     ctx = target.context
     if ctx.kind is not TableKind.APPEND:
@@ -110,8 +110,8 @@ def update(spark: SparkSession, table: Table | str, predicate: pc.Expression | s
            checkpoint_location: str | None = None) -> Snapshot | None:
     """Set columns of the rows of ``table`` that ``predicate`` matches, on Spark's executors,
     as one commit (of -U/+U rows; on an append table an OVERWRITE): :meth:`Table.update` spread
-    over a cluster
-    (``set`` maps a column to a value or a ``pyarrow.compute`` expression over the old row).
+    over a cluster (``set`` maps a column to a value or a ``pyarrow.compute`` expression over
+    the old row).
     ``batch_id`` as for :func:`delete`. None when nothing matches (or the batch had landed)."""
     target = as_table(table)
     ctx = target.context
@@ -121,10 +121,10 @@ def update(spark: SparkSession, table: Table | str, predicate: pc.Expression | s
     row_filter = row_level.predicate_of(ctx, predicate)
     # The new values are checked on the driver, on no rows, before any task runs.
     row_level.updated(ctx, ctx.arrow_schema.empty_table(), set)
-    if ctx.kind is TableKind.APPEND:
-        return _change_files(spark, target, row_filter, set, _Committer(batch_id, commit_user, checkpoint_location))
-    change = functools.partial(row_level.update_rows, ctx, assignments=dict(set))
     who = _Committer(batch_id, commit_user, checkpoint_location)
+    if ctx.kind is TableKind.APPEND:
+        return _change_files(spark, target, row_filter, set, who)
+    change = functools.partial(row_level.update_rows, ctx, assignments=dict(set))
     return _change_rows(spark, target, row_filter, change, who)
 
 
