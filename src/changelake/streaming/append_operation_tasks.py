@@ -215,8 +215,12 @@ def merge_groups(ctx: TableContext, commit_user: str, keys: Sequence[str], claus
     if inserted:
         decided.append((INSERTED, Outcome((), Edits(inserted=inserted))))
     if not ctx.options.deletion_vectors_enabled:
-        # the files' rewrites place their new values (rewrite_files)
-        yield from (_outcome_batch(index, outcome) for index, outcome in decided)
+        # The files' rewrites place the new values (rewrite_files); a replaced row's old values
+        # tell them whether its new one stays in the file.
+        for index, outcome in decided:
+            edits = outcome.edits
+            yield _outcome_batch(index, Outcome((), Edits([_positions(t) for t in edits.removed], edits.replaced,
+                                                          edits.inserted)))
     else:
         yield from _with_new_rows_written(ctx, commit_user, iter(decided))
 
