@@ -12,6 +12,9 @@ files, by file and position; then:
 
 Rows a merge inserts go to new files, as a write's. Everything lands as one OVERWRITE
 snapshot (Paimon commits a delta that deletes files or changes deletion vectors as OVERWRITE).
+The work is cut in per-file steps (:func:`rewrite_matching`, :func:`matching_edits`,
+:func:`rewrite_edited`) and a last step for the whole (:func:`land_edits`: vectors per bucket,
+new rows, the commit), so that Spark's tasks can run the first and its driver the last.
 
 The operation reads the latest snapshot; a commit that rewrote or compacted one of its files
 meanwhile, or changed the deletion vectors it extends, makes it fail with CommitConflictError
