@@ -117,7 +117,7 @@ def _with_new_rows_written(ctx: TableContext, commit_user: str,
             # With deletion vectors a replaced row is a marked one and a new one.
             left = Edits(removed=[_positions(t) for t in [*edits.removed, *(old for old, _ in edits.replaced)]])
             rewritten = tuple(dataclasses.replace(r, moved=None) for r in outcome.rewritten)
-            if rewritten or left:
+            if rewritten or left or outcome.messages:
                 yield _outcome_batch(index, Outcome(rewritten, left, outcome.messages))
         # prepare() hands the files over to the messages: closing the writer deletes none of them.
         messages = tuple(writer.prepare())
@@ -211,33 +211,35 @@ def merge_groups(ctx: TableContext, commit_user: str, keys: Sequence[str], claus
     target = pa.concat_tables(targets) if targets else row_level.indexed_schema(ctx).empty_table()
     edits = append_merge.edits_of(ctx, source, target, clauses, keys)
     decided = [(index, Outcome((), file_edits)) for index, file_edits in sorted(edits.by_file().items())]
-    inserted = [t for t in edits.inserted if t.num_rows]
-    if inserted:
-        decided.append((INSERTED, Outcome((), Edits(inserted=inserted))))
-    if not ctx.options.deletion_vectors_enabled:
-        # The files' rewrites place the new values (rewrite_files); a replaced row's old values
-        # tell them whether its new one stays in the file.
-        for index, outcome in decided:
-            edits = outcome.edits
-            yield _outcome_batch(index, Outcome((), Edits([_positions(t) for t in edits.removed], edits.replaced,
-                                                          edits.inserted)))
-    else:
-        yield from _with_new_rows_written(ctx, commit_user, iter(decided))
+    new_rows = [t for t in edits.inserted if t.num_rows]
+    inserted = [(INSERTED, Outcome((), Edits(inserted=new_rows)))] if new_rows else []
+    if ctx.options.deletion_vectors_enabled:
+        yield from _with_new_rows_written(ctx, commit_user, iter(decided + inserted))
+        return
+    # The files' rewrites place the new values (rewrite_files); a replaced row's old values tell
+    # them whether its new one stays in the file.
+    for index, outcome in decided:
+        yield _outcome_batch(index, Outcome((), Edits([_positions(t) for t in outcome.edits.removed],
+                                                      outcome.edits.replaced)))
+    yield from _with_new_rows_written(ctx, commit_user, iter(inserted))
 
 
 def rewrite_files(ctx: TableContext, commit_user: str, targets: Sequence[TargetFile],
                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Carry out a merge's edits of the files a task got (every edit of each, from rows
-    ``file, outcome``): each file rewritten; inserted rows passed on."""
+    ``file, outcome``): each file rewritten; inserted rows (or the messages of their files)
+    passed on."""
     by_file: dict[int, Edits] = defaultdict(Edits)
+    messages: list[CommitMessage] = []  # of the inserted rows merge_groups wrote
     for index, outcome in outcomes(batches):
         by_file[index].extend(outcome.edits)
+        messages += outcome.messages
     written: list[str] = []
 
     def rewritten() -> Iterator[tuple[int, Outcome]]:
         for index, edits in sorted(by_file.items()):
             if index == INSERTED:
-                yield index, Outcome((), edits)
+                yield index, Outcome((), edits, tuple(messages))
             else:
                 yield index, Outcome((row_level.rewrite_edited(ctx, targets[index], edits, written),), Edits())
 
