@@ -19,7 +19,9 @@ from test_sink import events, make_table, rows_of
 
 import changelake as cl
 from changelake import streaming
-from changelake.errors import DataError, FilterError, OptionError, SchemaMismatchError
+from changelake.errors import CommitConflictError, DataError, FilterError, OptionError, SchemaMismatchError
+from changelake.table.commit import overwrite as overwrite_commit
+from changelake.table.read import deletion_vectors
 from changelake.table.read.live_files import live_entries
 from spark_support import MergeBatches
 
@@ -282,3 +284,154 @@ def test_columns_named_as_spark_would_misread_are_written_and_merged(spark: Spar
     with pytest.raises(DataError, match="1 keys in more than one row"):
         twice = spark.createDataFrame([("a", 1, 1), ("a", 1, 2)], spark_schema)
         streaming.merge(twice, table).when_matched_delete().execute()
+
+APPEND_KINDS = {
+    "unaware": {},
+    "unaware, deletion vectors": {"deletion-vectors.enabled": "true"},
+    "fixed": {"bucket": "2", "bucket-key": "id"},
+    "fixed, deletion vectors": {"bucket": "2", "bucket-key": "id", "deletion-vectors.enabled": "true"},
+}
+APPEND_SCHEMA = pa.schema([("dt", pa.string()), ("id", pa.int64()), ("v", pa.int32()), ("name", pa.string())])
+
+
+def append_table(tmp_path: Path, kind: str) -> cl.Table:
+    """A partitioned append table of ``kind`` with three commits of rows (several files a bucket)."""
+    # write-only: a fixed-bucket writer's own compactions would join the files the operations touch
+    table = cl.Catalog(str(tmp_path / "warehouse")).create_table(
+        "db.log", APPEND_SCHEMA, partition_keys=["dt"], options={**APPEND_KINDS[kind], "write-only": "true"})
+    for b in range(3):
+        table.write(pa.table({"dt": [f"d{i % 3}" for i in range(30)], "id": [b * 100 + i for i in range(30)],
+                              "v": [i % 7 for i in range(30)], "name": [f"n{b}-{i}" for i in range(30)]},
+                             schema=APPEND_SCHEMA))
+    return table
+
+
+def append_rows(table: cl.Table) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
+
+
+def footprint(table: cl.Table, before: set[str]) -> tuple[set[str], dict[str, list[int]], int]:
+    """Which of the files ``before`` are still live, the positions each one's deletion vector
+    marks, and how many rows the vectors of newer files mark (an unaware table's tasks write
+    new rows to files of their own): what operations did to files."""
+    ctx = table.context
+    snapshot = table.latest_snapshot()
+    assert snapshot is not None
+    live = {e.file.file_name for e in live_entries(ctx, snapshot)} & before
+    marked = {name: sorted(vector) for files in deletion_vectors.snapshot_vectors(ctx, snapshot).values()
+              for name, vector in deletion_vectors.bucket_vectors(ctx, files).items()}
+    return live, {n: p for n, p in marked.items() if n in before}, sum(len(p) for n, p in marked.items()
+                                                                        if n not in before)
+
+
+@pytest.mark.parametrize("kind", list(APPEND_KINDS))
+def test_spark_operations_on_append_tables_land_what_the_table_operations_land(spark: SparkSession, tmp_path: Path,
+                                                                               kind: str) -> None:
+    table = append_table(tmp_path, kind)
+    local = twin(table, tmp_path)
+    before = {e.file.file_name for e in live_entries(table.context, table.latest_snapshot())}  # type: ignore[arg-type]
+    with_vectors = "deletion vectors" in kind
+
+    def same(landed: cl.Snapshot | None, start: int) -> None:
+        assert landed is not None and landed.commit_kind is cl.CommitKind.OVERWRITE and landed.id == start + 1
+        assert (landed.index_manifest is not None) == with_vectors
+        assert append_rows(table) == append_rows(local)
+        assert footprint(table, before) == footprint(local, before)
+
+    start = table.latest_snapshot().id  # type: ignore[union-attr]
+    local.delete("v = 1 and id > 50")
+    same(streaming.delete(spark, table, "v = 1 and id > 50"), start)
+    assert not any(v == 1 and i > 50 for _, i, v, _ in append_rows(table))
+
+    # Rows of v = 3 get a new id (in a fixed-bucket table, of another bucket); rows of v = 2 stay.
+    assignments = {"name": "updated", "id": pc.if_else(pc.field("v") == 3, pc.field("id") + 1001, pc.field("id"))}
+    local.update("v in (2, 3)", set=assignments)
+    same(streaming.update(spark, table, "v in (2, 3)", set=assignments), start + 1)
+    assert {name for _, i, v, name in append_rows(table) if v == 3 and i > 1000} == {"updated"}
+
+    # Every clause: matched rows deleted, updated (one moved to another partition by the source's
+    # row), new keys inserted, unmatched table rows deleted.
+    source = spark.createDataFrame(
+        [("d0", 0, -1, "s"), ("d1", 1, 5, "s"), ("d2", 104, 6, "s"), ("d1", 1004, 9, "s"), ("d0", 3000, 8, "new"),
+         ("d1", 3001, 1, "new"), ("d0", 205, 4, "move")], SOURCE_SCHEMA).repartition(2)
+
+    def clauses(merge: cl.Merge) -> cl.Merge:
+        return (merge.when_matched_delete(condition="source.v < 0")
+                .when_matched_update(condition="source.name = 'move'")
+                .when_matched_update(set={"v": pc.field("source.v") + pc.field("target.v"),
+                                          "name": pc.field("source.name")})
+                .when_not_matched_insert(condition="source.v > 7")
+                .when_not_matched_by_source_delete(condition="target.v = 6 and target.dt = 'd2'"))
+
+    clauses(local.merge(source.toArrow(), on=["id"])).execute()
+    same(clauses(streaming.merge(source, table, on=["id"])).execute(), start + 2)
+    ids = {i: (dt, v, name) for dt, i, v, name in append_rows(table)}
+    assert 0 not in ids and ids[1] == ("d1", 6, "s") and ids[3000] == ("d0", 8, "new") and 3001 not in ids
+    assert ids[205] == ("d0", 4, "move")
+    assert not any(dt == "d2" and v == 6 for dt, v, _ in ids.values())
+    if with_vectors:  # no data file rewritten: rows marked in vectors
+        assert footprint(table, before)[0] == before
+    else:
+        assert footprint(table, before)[0] < before and footprint(table, before)[1:] == ({}, 0)
+
+
+def test_append_table_operations_in_foreach_batch_land_each_batch_once(spark: SparkSession, tmp_path: Path) -> None:
+    table = append_table(tmp_path, "fixed, deletion vectors")
+    local = twin(table, tmp_path)
+    source = spark.createDataFrame([("d0", 0, 50, "a"), ("d1", 9999, 51, "b")], SOURCE_SCHEMA)
+    landed = (streaming.merge(source, table, on=["id"], batch_id=4, commit_user="job")
+              .when_matched_update().when_not_matched_insert().execute())
+    assert landed is not None and (landed.commit_user, landed.commit_identifier) == ("job", 4)
+    local.merge(source.toArrow(), on=["id"]).when_matched_update().when_not_matched_insert().execute()
+    assert append_rows(table) == append_rows(local)
+    rows = append_rows(table)
+    files = sorted(p.name for p in Path(table.location).rglob("*") if p.is_file())
+    # Spark replays batch 4 after a crash: whatever the operation, it lands nothing and writes nothing.
+    assert (streaming.merge(source, table, on=["id"], batch_id=4, commit_user="job")
+            .when_matched_delete().execute()) is None
+    assert streaming.delete(spark, table, "v = 50", batch_id=4, commit_user="job") is None
+    assert streaming.update(spark, table, "v = 51", set={"v": 0}, batch_id=4, commit_user="job") is None
+    assert table.latest_snapshot() == landed and append_rows(table) == rows
+    assert sorted(p.name for p in Path(table.location).rglob("*") if p.is_file()) == files
+    # A source with two rows of one key is refused before anything is written.
+    twice = spark.createDataFrame([("d0", 1, 5, "a"), ("d1", 1, 6, "b"), ("d1", 2, 6, "b")], SOURCE_SCHEMA)
+    with pytest.raises(DataError, match="1 keys in more than one row"):
+        streaming.merge(twice, table, on=["id"], batch_id=5, commit_user="job").when_matched_delete().execute()
+    with pytest.raises(OptionError, match="columns to match rows by"):
+        streaming.merge(source, table)
+    assert table.latest_snapshot() == landed
+    deleted = streaming.delete(spark, table, "v = 50", batch_id=5, commit_user="job")
+    assert deleted is not None and (deleted.commit_user, deleted.commit_identifier) == ("job", 5)
+    local.delete("v = 50")
+    assert all(v != 50 for _, _, v, _ in append_rows(table))
+    # Keys of the last commit only (the files of the others are not read); an empty source changes nothing.
+    recent = spark.createDataFrame([("d2", 202, 0, "c"), ("d1", 207, 0, "c"), ("d0", 5000, 0, "c")], SOURCE_SCHEMA)
+    assert streaming.merge(recent.limit(0), table, on=["id"]).when_matched_delete().execute() is None
+    streaming.merge(recent, table, on=["id"]).when_matched_delete().when_not_matched_insert().execute()
+    local.merge(recent.toArrow(), on=["id"]).when_matched_delete().when_not_matched_insert().execute()
+    assert append_rows(table) == append_rows(local)
+    assert {202, 207} & {i for _, i, _, _ in append_rows(table)} == set()
+
+
+def test_a_spark_merge_into_an_append_table_racing_a_compaction_is_void_and_leaves_no_file(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = append_table(tmp_path, "unaware")
+    rows = append_rows(table)
+    on_disk = {p for p in Path(table.location).rglob("*") if p.is_file()}
+    real = overwrite_commit.commit_rewrite
+
+    def raced(*args: Any, **kwargs: Any) -> Any:
+        assert table.compact(full=True) is not None  # joins the files the merge's tasks rewrote
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(overwrite_commit, "commit_rewrite", raced)
+    # the tasks rewrite files and write the inserted rows; the commit finds the files compacted
+    source = spark.createDataFrame([("d0", 0, 50, "a"), ("d1", 9999, 51, "b")], SOURCE_SCHEMA)
+    with pytest.raises(CommitConflictError, match="run the operation again"):
+        streaming.merge(source, table, on=["id"]).when_matched_update().when_not_matched_insert().execute()
+    latest = table.latest_snapshot()
+    assert latest is not None and latest.commit_kind is cl.CommitKind.COMPACT and append_rows(table) == rows
+    # what is new on disk is the compaction's
+    named = {e.file.file_name for e in live_entries(table.context, latest)}
+    new_data = {p.name for p in {p for p in Path(table.location).rglob("*.parquet")} - on_disk}
+    assert new_data and new_data <= named

@@ -11,6 +11,10 @@ source DataFrame's rows and the table's rows by the same groups, so each task jo
 of its keys and writes the outcome. INSERT OVERWRITE writes each bucket's rows, merged among
 themselves, at the top level, and the driver commits one OVERWRITE snapshot.
 
+On an append table, DELETE, UPDATE and MERGE (``on=[...]``) rewrite the files holding
+touched rows, or mark them in deletion vectors, on the executors and land one OVERWRITE
+snapshot, as the one-process operations do: see :mod:`.append_operations`.
+
 Exactly once inside ``foreachBatch``: given ``batch_id``, an operation commits as (the
 streaming query's id, or ``commit_user``; the batch id), as the sink does, so a batch Spark
 replays after a crash lands once. One table takes one such operation (or sink write) per batch
@@ -37,7 +41,7 @@ from changelake.api.merge import Merge
 from changelake.api.table import Table
 from changelake.changelog import producers
 from changelake.errors import DataError, OptionError, StreamingError
-from changelake.streaming import operation_tasks, write_tasks
+from changelake.streaming import append_operations, operation_tasks, write_tasks
 from changelake.streaming.maintenance import max_tasks
 from changelake.streaming.operation_tasks import ROUTED_DDL
 from changelake.streaming.sink import (
@@ -52,6 +56,8 @@ from changelake.streaming.sink import (
 from changelake.streaming.spark_schema import arrow_schema
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
 from changelake.table import snapshot_expiry
+from changelake.table.append import merge as append_merge
+from changelake.table.append import row_level as append_rows
 from changelake.table.commit import overwrite as overwrite_commit
 from changelake.table.context import TableContext
 from changelake.table.format.schema import TableKind
@@ -86,35 +92,42 @@ class _Committer:
 def delete(spark: SparkSession, table: Table | str, predicate: pc.Expression | str, *,
            batch_id: int | None = None, commit_user: str | None = None,
            checkpoint_location: str | None = None) -> Snapshot | None:
-    """Delete the rows of a primary-key ``table`` that ``predicate`` matches (a
-    ``pyarrow.compute`` expression or SQL-like text), on Spark's executors, as one commit of -D
-    rows: :meth:`Table.delete` spread over a cluster. ``batch_id`` (and ``commit_user`` or
-    ``checkpoint_location``) make it land once per micro-batch inside ``foreachBatch`` (see the
-    module's docstring). None when nothing matches (or the batch had landed)."""
+    """Delete the rows of ``table`` that ``predicate`` matches (a ``pyarrow.compute``
+    expression or SQL-like text), on Spark's executors, as one commit (of -D rows; on an append
+    table an OVERWRITE): :meth:`Table.delete` spread over a cluster. ``batch_id`` (and
+    ``commit_user`` or ``checkpoint_location``) make it land once per micro-batch inside
+    ``foreachBatch`` (see the module's docstring). None when nothing matches (or the batch had landed)."""
     target = as_table(table)
     ctx = target.context
-    row_level.check_engine(ctx, "delete")
+    if ctx.kind is not TableKind.APPEND:
+        row_level.check_engine(ctx, "delete")
     row_filter = row_level.predicate_of(ctx, predicate)
     who = _Committer(batch_id, commit_user, checkpoint_location)
+    if ctx.kind is TableKind.APPEND:
+        return _change_files(spark, target, row_filter, None, who)
     return _change_rows(spark, target, row_filter, row_level.delete_rows, who)
 
 
 def update(spark: SparkSession, table: Table | str, predicate: pc.Expression | str, *, set: Mapping[str, Any],
            batch_id: int | None = None, commit_user: str | None = None,
            checkpoint_location: str | None = None) -> Snapshot | None:
-    """Set columns of the rows of a primary-key ``table`` that ``predicate`` matches, on
-    Spark's executors, as one commit of -U/+U rows: :meth:`Table.update` spread over a cluster
-    (``set`` maps a column to a value or a ``pyarrow.compute`` expression over the old row).
+    """Set columns of the rows of ``table`` that ``predicate`` matches, on Spark's executors,
+    as one commit (of -U/+U rows; on an append table an OVERWRITE): :meth:`Table.update` spread
+    over a cluster (``set`` maps a column to a value or a ``pyarrow.compute`` expression over
+    the old row).
     ``batch_id`` as for :func:`delete`. None when nothing matches (or the batch had landed)."""
     target = as_table(table)
     ctx = target.context
-    row_level.check_engine(ctx, "update")
+    if ctx.kind is not TableKind.APPEND:
+        row_level.check_engine(ctx, "update")
     row_level.check_assignments(ctx, set)
     row_filter = row_level.predicate_of(ctx, predicate)
     # The new values are checked on the driver, on no rows, before any task runs.
     row_level.updated(ctx, ctx.arrow_schema.empty_table(), set)
-    change = functools.partial(row_level.update_rows, ctx, assignments=dict(set))
     who = _Committer(batch_id, commit_user, checkpoint_location)
+    if ctx.kind is TableKind.APPEND:
+        return _change_files(spark, target, row_filter, set, who)
+    change = functools.partial(row_level.update_rows, ctx, assignments=dict(set))
     return _change_rows(spark, target, row_filter, change, who)
 
 
@@ -134,6 +147,15 @@ def _change_rows(spark: SparkSession, table: Table, row_filter: pc.Expression,
     return _write_routed(ctx, changes, commit_user, identifier)
 
 
+def _change_files(spark: SparkSession, table: Table, row_filter: pc.Expression, assignments: Mapping[str, Any] | None,
+                  who: _Committer) -> Snapshot | None:
+    ctx = table.context
+    commit_user, identifier = who.identity(spark, table)
+    if landing.replayed(ctx, producers.for_table(ctx), commit_user, identifier):
+        return None
+    return append_operations.change_files(spark, ctx, row_filter, assignments, commit_user, identifier)
+
+
 def _splits_frame(spark: SparkSession, splits: list[Split], spread: int) -> DataFrame:
     """A DataFrame of the pickled ``splits``, spread over up to ``spread`` tasks."""
     frame = spark.createDataFrame(operation_tasks.splits_table(splits))
@@ -151,33 +173,39 @@ def _write_routed(ctx: TableContext, routed: DataFrame, commit_user: str, identi
 
 def merge(df: DataFrame, table: Table | str, *, on: Sequence[str] | None = None, batch_id: int | None = None,
           commit_user: str | None = None, checkpoint_location: str | None = None) -> Merge:
-    """MERGE INTO a primary-key ``table`` from the rows of ``df``, matched by the primary key,
-    on Spark's executors: the clauses of :meth:`Table.merge`
+    """MERGE INTO ``table`` from the rows of ``df``, matched by the primary key (an append
+    table's by the columns ``on`` names), on Spark's executors: the clauses of
+    :meth:`Table.merge`
     (``streaming.merge(df, table).when_matched_update().when_not_matched_insert().execute()``),
-    carried out as one commit. A source with two rows of one key is a DataError, found before
-    anything is written. ``on``, if given, must name the primary key. ``batch_id`` as for
+    carried out as one commit (an append table's as one OVERWRITE). A source with two rows of
+    one key is a DataError, found before anything is written. ``on``, if given, must name a
+    primary-key table's primary key. ``batch_id`` as for
     :func:`delete` (a ``foreachBatch`` upsert)."""
     target = as_table(table)
     ctx = target.context
-    if ctx.kind is TableKind.APPEND:
-        raise OptionError("merge on Spark takes primary-key tables; merge into an append table with "
-                          "table.merge(rows, on=[...])", table=ctx.name)
-    merge_rows.merge_keys(ctx, on)
+    keys = merge_rows.merge_keys(ctx, on)
     who = _Committer(batch_id, commit_user, checkpoint_location)
-    return Merge(functools.partial(_merge, df, target, who))
+    return Merge(functools.partial(_merge, df, target, keys, who))
 
 
-def _merge(df: DataFrame, table: Table, who: _Committer, clauses: tuple[Clause, ...]) -> Snapshot | None:
+def _merge(df: DataFrame, table: Table, keys: list[str], who: _Committer,
+           clauses: tuple[Clause, ...]) -> Snapshot | None:
     ctx = table.context
-    merge_rows.check(ctx, df.columns, clauses, ctx.primary_keys)
+    merge_rows.check(ctx, df.columns, clauses, keys)
     source = as_table_timestamps(df, ctx)
     source_schema = arrow_schema(source.schema)
     # Conditions and new values are checked on the driver, on no rows, before any task runs.
-    merge_rows.changes(ctx, source_schema.empty_table(), ctx.arrow_schema.empty_table(), clauses)
+    if ctx.kind is TableKind.APPEND:
+        append_merge.edits_of(ctx, source_schema.empty_table(), append_rows.indexed_schema(ctx).empty_table(),
+                              clauses, keys)
+    else:
+        merge_rows.changes(ctx, source_schema.empty_table(), ctx.arrow_schema.empty_table(), clauses)
     commit_user, identifier = who.identity(df.sparkSession, table)
     if landing.replayed(ctx, producers.for_table(ctx), commit_user, identifier):
         return None
-    _check_unique(ctx, source)
+    _check_unique(ctx, source, keys)
+    if ctx.kind is TableKind.APPEND:
+        return append_operations.merge(source, ctx, keys, clauses, source_schema, commit_user, identifier)
     snapshot = ctx.latest_snapshot()
     splits = [] if snapshot is None else planner.plan(ctx, snapshot, None, planner.batch_levels(ctx))
     if splits and not merge_rows.reads_unmatched(clauses) and ctx.partition_keys and not ctx.cross_partition:
@@ -198,9 +226,8 @@ def _merge(df: DataFrame, table: Table, who: _Committer, clauses: tuple[Clause, 
     return landed[0] if landed else None
 
 
-def _check_unique(ctx: TableContext, source: DataFrame) -> None:
-    """DataError, before any task writes, for a source with two rows of one key."""
-    keys = list(ctx.primary_keys)
+def _check_unique(ctx: TableContext, source: DataFrame, keys: Sequence[str]) -> None:
+    """DataError, before any task writes, for a source with two rows of one key (``keys``)."""
     counted = source.groupBy(*[column(k) for k in keys]).agg(F.count(F.lit(1)).alias(_ROWS_OF_KEY))
     duplicated = counted.where(F.col(_ROWS_OF_KEY) > 1)
     found = duplicated.agg(F.count(F.lit(1)).alias("keys"), F.first(F.struct(*[column(k) for k in keys]))

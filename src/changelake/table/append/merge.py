@@ -30,6 +30,13 @@ def merge(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause], on: Se
     row_filter = merge_rows.key_filter(ctx, source, clauses, keys)
     targets = [] if latest is None else row_level.target_files(ctx, latest, row_filter)
     target = row_level.indexed_rows(ctx, targets, row_filter)
+    return row_level.commit_edits(ctx, latest, targets, edits_of(ctx, source, target, clauses, keys), commit_user)
+
+
+def edits_of(ctx: TableContext, source: pa.Table, target: pa.Table, clauses: Sequence[Clause],
+             keys: Sequence[str]) -> Edits:
+    """What ``clauses`` do to the indexed ``target`` rows (every row a key of ``source`` or a
+    clause on unmatched rows may touch) and the ``source`` rows matched on ``keys``."""
     edits = Edits()
     for clause, rows in merge_rows.decide(ctx, source, target, clauses, keys):
         if clause.action is MergeAction.INSERT:
@@ -44,4 +51,4 @@ def merge(ctx: TableContext, source: pa.Table, clauses: Sequence[Clause], on: Se
             base = TARGET if clause.values is not None else SOURCE
             edits.replaced.append((old, merge_rows.new_rows(ctx, rows, clause.values, base, source.column_names,
                                                             fallback=TARGET)))
-    return row_level.commit_edits(ctx, latest, targets, edits, commit_user)
+    return edits

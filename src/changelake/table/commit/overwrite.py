@@ -177,13 +177,15 @@ def _index_manifest(ctx: TableContext, latest: Snapshot | None, targets: Partiti
 
 
 def commit_rewrite(ctx: TableContext, replaced: Sequence[ManifestEntry], messages: Sequence[CommitMessage],
-                   commit_user: str, *, vectors: Sequence[BucketVectors] = ()) -> Snapshot:
+                   commit_user: str, *, vectors: Sequence[BucketVectors] = (),
+                   identifier: int = BATCH_COMMIT_IDENTIFIER) -> Snapshot | None:
     """Land one OVERWRITE snapshot that deletes the ``replaced`` files, adds the ``new_files``
     of ``messages`` (their rewritten rows, and new rows) and lands the deletion-vector changes
     ``vectors`` (their index files written already). CommitConflictError, with the new files
     deleted, when another commit removed one of the replaced files or of the files whose vectors
     change first (a concurrent rewrite or compaction read the same rows), or changed the same
-    vectors: run it again. Lost races are retried."""
+    vectors: run it again. Lost races are retried. Committed as (``commit_user``,
+    ``identifier``): None, with the new files deleted, when that had landed (a replayed batch)."""
     def removed(latest: Snapshot | None, lists: Attempt) -> tuple[list[ManifestEntry], str | None]:
         live = {(e.partition, e.bucket, e.file.file_name)
                 for e in (live_files.live_entries(ctx, latest) if latest is not None else [])}
@@ -205,11 +207,12 @@ def commit_rewrite(ctx: TableContext, replaced: Sequence[ManifestEntry], message
 
     index_files = [ctx.paths.index(c.added.file_name) for c in vectors if c.added is not None]
     try:
-        landed = _land(ctx, messages, commit_user, BATCH_COMMIT_IDENTIFIER, removed, "rewrite")
+        landed = _land(ctx, messages, commit_user, identifier, removed, "rewrite")
     except CommitOutcomeUnknownError:
         raise  # the snapshot may name them
     except BaseException:
         ctx.file_io.discard(index_files)
         raise
-    assert landed is not None  # batch commits always land
+    if landed is None:
+        ctx.file_io.discard(index_files)
     return landed
