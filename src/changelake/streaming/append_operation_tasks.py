@@ -73,10 +73,7 @@ def targets_table(targets: Sequence[TargetFile]) -> pa.Table:
 def _targets(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, TargetFile]]:
     for batch in batches:
         for index, blob in zip(batch.column("file").to_pylist(), batch.column("target").to_pylist(), strict=True):
-            target = pickle.loads(blob)
-            if not isinstance(target, TargetFile):
-                raise TypeError(f"not a changelake target file: {type(target).__name__}")
-            yield index, target
+            yield index, write_tasks.unpickled(blob, TargetFile)
 
 
 def _outcome_batch(index: int, outcome: Outcome) -> pa.RecordBatch:
@@ -87,10 +84,7 @@ def outcomes(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Outcome]]
     """The file numbers and outcomes of rows ``file, outcome``."""
     for batch in batches:
         for index, blob in zip(batch.column("file").to_pylist(), batch.column("outcome").to_pylist(), strict=True):
-            outcome = pickle.loads(blob)
-            if not isinstance(outcome, Outcome):
-                raise TypeError(f"not a changelake operation outcome: {type(outcome).__name__}")
-            yield index, outcome
+            yield index, write_tasks.unpickled(blob, Outcome)
 
 
 def _with_new_rows_written(ctx: TableContext, commit_user: str,

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.streaming import append_operation_tasks as tasks
+from changelake.streaming import sink
 from changelake.streaming.append_operation_tasks import GROUPED_DDL, OUTCOME_DDL, Outcome
 from changelake.streaming.maintenance import max_tasks
 from changelake.table import snapshot_expiry
@@ -95,7 +96,7 @@ def _key_ranges(ctx: TableContext, source: DataFrame, keys: Sequence[str]) -> tu
     ranged = [k for k in keys if _rangeable(ctx.arrow_schema.field(k).type)]
     columns = [F.count(F.lit(1)).alias("rows")]
     for i, k in enumerate(ranged):
-        column = F.col("`" + k.replace("`", "``") + "`")
+        column = sink.column(k)
         columns += [F.min(column).alias(f"min{i}"), F.max(column).alias(f"max{i}"),
                     F.count(F.when(column.isNull(), 1)).alias(f"nulls{i}")]
     found = source.agg(*columns).collect()[0]

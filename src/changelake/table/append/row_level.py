@@ -151,20 +151,19 @@ class Rewritten:
 
 def delete(ctx: TableContext, predicate: pc.Expression | str, commit_user: str) -> Snapshot | None:
     """Delete the rows ``predicate`` matches; None when it matches none."""
-    row_filter = row_level.predicate_of(ctx, predicate)
-    latest = ctx.latest_snapshot()
-    if latest is None:
-        return None
-    targets = target_files(ctx, latest, row_filter)
-    if not ctx.options.deletion_vectors_enabled:
-        return _rewrite_matching(ctx, latest, targets, row_filter, None, commit_user)
-    return commit_edits(ctx, latest, targets, Edits(removed=[indexed_rows(ctx, targets, row_filter)]), commit_user)
+    return _change(ctx, predicate, None, commit_user)
 
 
 def update(ctx: TableContext, predicate: pc.Expression | str, assignments: Mapping[str, Any],
            commit_user: str) -> Snapshot | None:
     """Set the ``assignments`` on the rows ``predicate`` matches; None when it matches none."""
     row_level.check_assignments(ctx, assignments)
+    return _change(ctx, predicate, assignments, commit_user)
+
+
+def _change(ctx: TableContext, predicate: pc.Expression | str, assignments: Mapping[str, Any] | None,
+            commit_user: str) -> Snapshot | None:
+    """Delete (``assignments`` None) or update the rows ``predicate`` matches."""
     row_filter = row_level.predicate_of(ctx, predicate)
     latest = ctx.latest_snapshot()
     if latest is None:
@@ -173,6 +172,8 @@ def update(ctx: TableContext, predicate: pc.Expression | str, assignments: Mappi
     if not ctx.options.deletion_vectors_enabled:
         return _rewrite_matching(ctx, latest, targets, row_filter, assignments, commit_user)
     old = indexed_rows(ctx, targets, row_filter)
+    if assignments is None:
+        return commit_edits(ctx, latest, targets, Edits(removed=[old]), commit_user)
     new = row_level.updated(ctx, old.select(ctx.arrow_schema.names), assignments)
     return commit_edits(ctx, latest, targets, Edits(replaced=[(old, new)]), commit_user)
 
