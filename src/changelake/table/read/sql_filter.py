@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from changelake.errors import FilterError, ScanError
 
@@ -333,8 +334,10 @@ def parse(text: str, schema: pa.Schema) -> pc.Expression:
 def as_expression(row_filter: pc.Expression | str | None, schema: pa.Schema, table: str) -> pc.Expression | None:
     """A filter given as an expression or as text, as an expression (None for None); ScanError
     naming ``table`` for anything else, FilterError for text that does not parse."""
-    if row_filter is None or isinstance(row_filter, pc.Expression):
-        return row_filter
+    if row_filter is None:
+        return None
+    if isinstance(row_filter, pc.Expression):
+        return _with_typed_literals(row_filter, schema, table)
     if isinstance(row_filter, str):
         try:
             return parse(row_filter, schema)
@@ -342,3 +345,31 @@ def as_expression(row_filter: pc.Expression | str | None, schema: pa.Schema, tab
             raise error.in_table(table) from None
     raise ScanError(f"filter must be a pyarrow.compute.Expression or a SQL-like string, got {row_filter!r}",
                     table=table)
+
+
+def _with_typed_literals(expression: pc.Expression, schema: pa.Schema, table: str) -> pc.Expression:
+    """``expression``, or when pyarrow cannot bind it because it compares a decimal column with
+    a plain number (``pc.field("amount") > 1`` on a DECIMAL(12, 2): pyarrow 26 casts the number
+    to a decimal too narrow for it), the same filter read from its text as a SQL-like filter,
+    which gives each literal its column's type. FilterError when that text is not one."""
+    try:
+        ds.dataset(schema.empty_table()).to_table(filter=expression)
+    except pa.ArrowInvalid as error:
+        if "Precision is not great enough" not in str(error):
+            return expression  # any other problem is reported where the filter is applied
+        text = _as_filter_text(str(expression))
+        try:
+            return parse(text, schema)
+        except FilterError:
+            raise FilterError(f"pyarrow cannot compare a decimal column with the number in {expression} ({error}): "
+                              "give the number as a decimal (pa.scalar(Decimal('1'))), or the filter as text "
+                              "(\"amount > 1\")", table=table) from None
+    return expression
+
+
+def _as_filter_text(printed: str) -> str:
+    """A pyarrow expression as pyarrow prints it (``((a > 1) and (s == "x"))``), as filter text:
+    string literals in single quotes, ``invert(...)`` as ``NOT (...)``."""
+    strings = re.sub(r'"((?:[^"\\]|\\.)*)"',
+                     lambda m: "'" + m.group(1).replace('\\"', '"').replace("'", "''") + "'", printed)
+    return strings.replace("invert(", "NOT (")
