@@ -31,24 +31,34 @@ def add_file(folder: Path, name: str, lines: list[str], order: int) -> None:
     os.utime(path, (1_000_000 + order, 1_000_000 + order))  # the file source reads in modification order
 
 
-def test_a_connect_query_lands_each_batch_once_across_a_crash_and_restarts(connect: SparkSession,
-                                                                           tmp_path: Path) -> None:
-    table = make_table(tmp_path, **{"changelog-producer": "lookup"})
-    source = tmp_path / "in"
-    checkpoint = str(tmp_path / "checkpoint")
+def crash_setup(tmp_path: Path) -> tuple[cl.Table, Path, str, Path]:
+    """A lookup-changelog table, its input folder and checkpoint, and the marker of a crash to come."""
     marker = tmp_path / "crash-once"
     marker.touch()
+    table = make_table(tmp_path, **{"changelog-producer": "lookup"})
+    return table, tmp_path / "in", str(tmp_path / "checkpoint"), marker
+
+
+def run_crashing(connect: SparkSession, source: Path, schema: str, function: Any, checkpoint: str) -> Any:
+    """A query that writes the files of ``source`` with ``function`` (which kills its process
+    once) until every file is written or the crash fails it; the query."""
+    df = connect.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
+    query = (df.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    with contextlib.suppress(StreamingQueryException):
+        query.awaitTermination()  # the crash fails the query
+    return query
+
+
+def test_a_connect_query_lands_each_batch_once_across_a_crash_and_restarts(connect: SparkSession,
+                                                                           tmp_path: Path) -> None:
+    table, source, checkpoint, marker = crash_setup(tmp_path)
 
     def run() -> Any:
-        df = connect.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
         # The sink as write_stream makes it, in a function that kills its process once, right
         # after batch 1 committed: Spark never logs that batch and replays it on restart.
         sink = streaming.ForeachBatchSink(table, checkpoint_location=checkpoint)
-        query = (df.writeStream.foreachBatch(CrashAfterCommit(sink, 1, str(marker)))
-                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-        with contextlib.suppress(StreamingQueryException):
-            query.awaitTermination()  # the crash fails the query
-        return query
+        return run_crashing(connect, source, SPARK_SCHEMA, CrashAfterCommit(sink, 1, str(marker)), checkpoint)
 
     for b in range(3):
         add_file(source, f"batch-{b}.json", [json.dumps(e) for e in events(b)], b)
@@ -158,11 +168,7 @@ def test_batch_writes_and_reads_over_connect_and_what_connect_cannot_do(connect:
 
 def test_table_operations_over_connect_and_a_merge_per_batch_across_a_crash(connect: SparkSession,
                                                                            tmp_path: Path) -> None:
-    table = make_table(tmp_path, **{"changelog-producer": "lookup"})
-    source = tmp_path / "in"
-    checkpoint = str(tmp_path / "checkpoint")
-    marker = tmp_path / "crash-once"
-    marker.touch()
+    table, source, checkpoint, marker = crash_setup(tmp_path)
     schema = "dt string, id long, v int, name string"
 
     def upserts(b: int) -> list[str]:  # new keys, and batch 0's keys updated (v > 0) or deleted (v < 0)
@@ -170,13 +176,8 @@ def test_table_operations_over_connect_and_a_merge_per_batch_across_a_crash(conn
                             "name": f"b{b}"}) for i in range(b * 5, b * 5 + 10)]
 
     def run() -> Any:
-        df = connect.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
         merge = MergeBatches(table.location, checkpoint, crash_after=1, marker=str(marker))
-        query = (df.writeStream.foreachBatch(merge).option("checkpointLocation", checkpoint)
-                 .trigger(availableNow=True).start())
-        with contextlib.suppress(StreamingQueryException):
-            query.awaitTermination()
-        return query
+        return run_crashing(connect, source, schema, merge, checkpoint)
 
     expected: dict[tuple[str, int], tuple[Any, Any]] = {}
     for b in range(3):

@@ -397,9 +397,10 @@ class Table:
         every partition it matches; rows outside it are a DataError), else on a partitioned
         table only the partitions ``data`` is in (``dynamic-partition-overwrite``, Paimon's
         default; false: the whole table), else the whole table. ``data`` is taken as
-        :meth:`write` takes it; its rows do not merge with the rows they replace. Fixed-bucket
-        tables and unaware append tables; OptionError for other bucket modes. None when there
-        was nothing to replace."""
+        :meth:`write` takes it; its rows do not merge with the rows they replace. Every bucket
+        mode: the replaced partitions' keys are placed anew (dynamic buckets: a new HASH index;
+        a cross-partition table: a DataError for rows whose key lives in a kept partition).
+        None when there was nothing to replace."""
         return self._landed(overwrite_rows.overwrite_rows(self._context, data, partitions, str(uuid.uuid4())))
 
     def merge(self, source: WriteInput, *, on: Sequence[str] | None = None) -> Merge:

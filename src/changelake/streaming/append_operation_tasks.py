@@ -26,11 +26,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from changelake.streaming import write_tasks
+from changelake.streaming import operation_tasks, write_tasks
 from changelake.streaming.operation_tasks import SOURCE_SIDE, TABLE_SIDE
 from changelake.table.append import merge as append_merge
 from changelake.table.append import row_level
@@ -38,20 +37,14 @@ from changelake.table.append.row_level import FILE_COLUMN, POSITION_COLUMN, Edit
 from changelake.table.append.writer import AppendWrite
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
-from changelake.table.format import binary_row, bucket
 from changelake.table.write import merge_rows
 from changelake.table.write.merge_rows import Clause
 
 OUTCOME_DDL = "file int, outcome binary"
 _OUTCOME_SCHEMA = pa.schema([pa.field("file", pa.int32()), pa.field("outcome", pa.binary())])
-GROUPED_DDL = "side tinyint, `group` int, rows binary"
-_GROUPED_SCHEMA = pa.schema([pa.field("side", pa.int8()), pa.field("group", pa.int32()),
-                             pa.field("rows", pa.binary())])
 _TARGETS_SCHEMA = pa.schema([pa.field("file", pa.int32()), pa.field("target", pa.binary())])
 # The file number a merge's inserted rows travel under: they belong to no target file.
 INSERTED = -1
-# Rows a blob holds at most: Spark's Arrow batches hold binary values of 2 GiB at most together.
-_BLOB_ROWS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -153,20 +146,10 @@ def changed_files(ctx: TableContext, commit_user: str, row_filter: pc.Expression
 def _grouped(ctx: TableContext, keys: Sequence[str], spread: int, side: int,
              rows: pa.Table) -> Iterator[pa.RecordBatch]:
     """``rows`` cut by a hash of their ``keys`` (in the table's types) into ``spread`` groups,
-    as rows ``side, group, rows`` (the rows pickled)."""
-    if not rows.num_rows:
-        return
-    whole = rows.combine_chunks().to_batches()[0]
-    encoded = binary_row.encode([write_tasks.as_table_type(ctx, whole, k) for k in keys])
-    groups = np.abs(np.fmod(bucket.hash_rows(encoded).astype(np.int64), max(1, spread)))
-    order = np.argsort(groups, kind="stable")
-    values, starts = np.unique(groups[order], return_index=True)
-    ends = [*starts[1:].tolist(), rows.num_rows]
-    for group, start, end in zip(values.tolist(), starts.tolist(), ends, strict=True):
-        for first in range(start, end, _BLOB_ROWS):
-            part = rows.take(pa.array(order[first:min(end, first + _BLOB_ROWS)]))
-            yield pa.RecordBatch.from_pylist([{"side": side, "group": group, "rows": pickle.dumps(part)}],
-                                             schema=_GROUPED_SCHEMA)
+    as routed blobs (:func:`operation_tasks.blobs`)."""
+    if rows.num_rows:
+        groups = operation_tasks.hashed_groups(ctx, rows.combine_chunks().to_batches()[0], keys, spread)
+        yield from operation_tasks.blobs(rows, side, groups)
 
 
 def source_groups(ctx: TableContext, keys: Sequence[str], spread: int,
@@ -189,14 +172,7 @@ def merge_groups(ctx: TableContext, commit_user: str, keys: Sequence[str], claus
                  source_schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The clauses decided for the source and target rows a task got (every row of each of
     their groups): the edits per target file, and the inserted rows (file ``INSERTED``)."""
-    sources: list[pa.Table] = []
-    targets: list[pa.Table] = []
-    for batch in batches:
-        for side, blob in zip(batch.column("side").to_pylist(), batch.column("rows").to_pylist(), strict=True):
-            rows = pickle.loads(blob)
-            if not isinstance(rows, pa.Table):
-                raise TypeError(f"not rows of a merge: {type(rows).__name__}")
-            (sources if side == SOURCE_SIDE else targets).append(rows)
+    sources, targets = operation_tasks.sides(batches)
     if not sources and not merge_rows.reads_unmatched(clauses):
         return
     source = pa.concat_tables(sources) if sources else source_schema.empty_table()

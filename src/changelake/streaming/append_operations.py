@@ -30,8 +30,9 @@ from pyspark.sql import functions as F
 
 from changelake.streaming import append_operation_tasks as tasks
 from changelake.streaming import sink
-from changelake.streaming.append_operation_tasks import GROUPED_DDL, OUTCOME_DDL, Outcome
+from changelake.streaming.append_operation_tasks import OUTCOME_DDL, Outcome
 from changelake.streaming.maintenance import max_tasks
+from changelake.streaming.operation_tasks import ROUTED_DDL
 from changelake.table import snapshot_expiry
 from changelake.table.append import row_level
 from changelake.table.append.row_level import Edits, TargetFile
@@ -72,10 +73,10 @@ def merge(source: DataFrame, ctx: TableContext, keys: Sequence[str], clauses: Se
             return None  # no source row: nothing is decided
     targets = [] if base is None else row_level.target_files(ctx, base, row_filter)
     spread = max_tasks(spark)
-    grouped = source.mapInArrow(functools.partial(tasks.source_groups, ctx, list(keys), spread), GROUPED_DDL)
+    grouped = source.mapInArrow(functools.partial(tasks.source_groups, ctx, list(keys), spread), ROUTED_DDL)
     if targets:
         table_side = _targets_frame(spark, targets).mapInArrow(
-            functools.partial(tasks.target_groups, ctx, list(keys), spread, row_filter), GROUPED_DDL)
+            functools.partial(tasks.target_groups, ctx, list(keys), spread, row_filter), ROUTED_DDL)
         grouped = grouped.unionByName(table_side)
     decided = grouped.repartition(F.col("group")).mapInArrow(
         functools.partial(tasks.merge_groups, ctx, commit_user, list(keys), list(clauses), source_schema),

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.streaming import write_tasks
-from changelake.streaming.write_tasks import BUCKET_COLUMN, BUCKETS_COLUMN, MESSAGE_COLUMN
+from changelake.streaming.write_tasks import BUCKET_COLUMN, BUCKETS_COLUMN
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket
@@ -40,7 +40,6 @@ _ROUTED_SCHEMA = pa.schema([pa.field("side", pa.int8()), pa.field("partition", p
                             pa.field("group", pa.int64()), pa.field("rows", pa.binary())])
 # Rows a blob holds at most: Spark's Arrow batches hold binary values of 2 GiB at most together.
 _BLOB_ROWS = 1 << 16
-_MESSAGE_SCHEMA = pa.schema([pa.field(MESSAGE_COLUMN, pa.binary())])
 
 
 def splits_table(splits: Sequence[Split]) -> pa.Table:
@@ -74,19 +73,32 @@ def routed(ctx: TableContext, rows: pa.Table, side: int, spread: int) -> Iterato
         return
     whole = rows.combine_chunks().to_batches()[0]
     is_postpone = postpone.is_postpone(ctx)
-    names = ctx.primary_keys if ctx.cross_partition or is_postpone else ctx.bucket_key
-    keys = [write_tasks.as_table_type(ctx, whole, name) for name in names]
     if is_postpone:
-        groups = np.abs(np.fmod(bucket.hash_rows(binary_row.encode(keys)).astype(np.int64), max(1, spread)))
+        groups = hashed_groups(ctx, whole, ctx.primary_keys, spread)
     else:
-        groups = assigners.for_table(ctx).route(keys)
+        names = ctx.primary_keys if ctx.cross_partition else ctx.bucket_key
+        groups = assigners.for_table(ctx).route([write_tasks.as_table_type(ctx, whole, n) for n in names])
     if ctx.cross_partition or is_postpone:
-        codes, partitions = np.zeros(rows.num_rows, dtype=np.int64), [b""]
-    else:
-        by_partition = partition_groups(ctx, write_tasks.partition_columns(ctx, whole))
-        codes, partitions = by_partition.codes, by_partition.partitions
+        yield from blobs(rows, side, groups)
+        return
+    by_partition = partition_groups(ctx, write_tasks.partition_columns(ctx, whole))
+    yield from blobs(rows, side, groups, by_partition.codes, by_partition.partitions)
+
+
+def hashed_groups(ctx: TableContext, rows: pa.RecordBatch, names: Sequence[str], spread: int) -> np.ndarray:
+    """Every row's group of ``spread``: Paimon's hash of its ``names`` columns in the table's
+    types, so that the rows of one key, from any source, meet in one group."""
+    encoded = binary_row.encode([write_tasks.as_table_type(ctx, rows, name) for name in names])
+    return np.abs(np.fmod(bucket.hash_rows(encoded).astype(np.int64), max(1, spread)))
+
+
+def blobs(rows: pa.Table, side: int, groups: np.ndarray, codes: np.ndarray | None = None,
+          partitions: Sequence[bytes] = (b"",)) -> Iterator[pa.RecordBatch]:
+    """``rows`` cut by (partition, group) into blobs of at most ``_BLOB_ROWS`` rows, as rows
+    ``side, partition, group, rows``; ``codes`` index each row's partition in ``partitions``
+    (None: all in the first)."""
     radix = int(groups.max()) + 1
-    combined = codes * radix + groups
+    combined = groups if codes is None else codes * radix + groups
     order = np.argsort(combined, kind="stable")
     values, starts = np.unique(combined[order], return_index=True)
     ends = [*starts[1:].tolist(), rows.num_rows]
@@ -121,7 +133,8 @@ def source_rows(ctx: TableContext, spread: int, batches: Iterator[pa.RecordBatch
         yield from routed(ctx, pa.Table.from_batches([batch]), SOURCE_SIDE, spread)
 
 
-def _sides(batches: Iterator[pa.RecordBatch]) -> tuple[list[pa.Table], list[pa.Table]]:
+def sides(batches: Iterator[pa.RecordBatch]) -> tuple[list[pa.Table], list[pa.Table]]:
+    """The source rows and the table rows of the blobs a task got (rows ``side, ..., rows``)."""
     sources: list[pa.Table] = []
     tables: list[pa.Table] = []
     for batch in batches:
@@ -133,7 +146,7 @@ def _sides(batches: Iterator[pa.RecordBatch]) -> tuple[list[pa.Table], list[pa.T
 def write_routed(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Write the routed rows a task got (every row of each of their groups) with the table's
     merge engine, compaction and changelog producer: see :func:`write_tasks.write_rows`."""
-    _, tables = _sides(batches)
+    _, tables = sides(batches)
     return write_tasks.write_rows(ctx, commit_user, (b for t in tables for b in t.to_batches()))
 
 
@@ -141,7 +154,7 @@ def merge_groups(ctx: TableContext, commit_user: str, clauses: Sequence[Clause],
                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A merge of the source and table rows a task got (every row of each of their groups):
     the clauses carried out on them and written, as :func:`write_routed` writes."""
-    sources, tables = _sides(batches)
+    sources, tables = sides(batches)
     if not sources and not merge_rows.reads_unmatched(clauses):
         return iter(())
     source = pa.concat_tables(sources) if sources else source_schema.empty_table()
@@ -181,7 +194,7 @@ def overwrite_groups(ctx: TableContext, plan: Mapping[bytes, int] | None,
         ctx.file_io.discard(written)
         raise
     result = OverwriteResult(tuple(messages), frozenset(partitions))
-    yield pa.RecordBatch.from_pylist([{MESSAGE_COLUMN: pickle.dumps(result)}], schema=_MESSAGE_SCHEMA)
+    yield write_tasks.result_row(result)
 
 
 def overwrite_result(payload: bytes) -> OverwriteResult:

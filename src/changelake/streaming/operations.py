@@ -203,19 +203,31 @@ def _merge(df: DataFrame, table: Table, keys: list[str], who: _Committer,
     commit_user, identifier = who.identity(df.sparkSession, table)
     if landing.replayed(ctx, producers.for_table(ctx), commit_user, identifier):
         return None
-    _check_unique(ctx, source, keys)
-    if ctx.kind is TableKind.APPEND:
-        return append_operations.merge(source, ctx, keys, clauses, source_schema, commit_user, identifier)
+    # The source is read by several jobs (its duplicate keys, its partitions or key ranges, the
+    # merge): kept after the first, not computed again (a micro-batch from its source each time).
+    source.persist()
+    try:
+        _check_unique(ctx, source, keys)
+        if ctx.kind is TableKind.APPEND:
+            return append_operations.merge(source, ctx, keys, clauses, source_schema, commit_user, identifier)
+        return _merge_by_key(source, ctx, clauses, source_schema, commit_user, identifier)
+    finally:
+        source.unpersist()
+
+
+def _merge_by_key(source: DataFrame, ctx: TableContext, clauses: tuple[Clause, ...], source_schema: pa.Schema,
+                  commit_user: str, identifier: int) -> Snapshot | None:
+    """A primary-key table's merge, its source checked: see the module's docstring."""
     snapshot = ctx.latest_snapshot()
     splits = [] if snapshot is None else planner.plan(ctx, snapshot, None, planner.batch_levels(ctx))
     if splits and not merge_rows.reads_unmatched(clauses) and ctx.partition_keys and not ctx.cross_partition:
         # Only the source's keys can match, and a key lives in its own partition.
         wanted = _partitions_of(ctx, source)
         splits = [s for s in splits if s.partition in wanted]
-    spread = max_tasks(df.sparkSession)
+    spread = max_tasks(source.sparkSession)
     routed = source.mapInArrow(functools.partial(operation_tasks.source_rows, ctx, spread), ROUTED_DDL)
     if splits:
-        table_side = _splits_frame(df.sparkSession, splits, spread).mapInArrow(
+        table_side = _splits_frame(source.sparkSession, splits, spread).mapInArrow(
             functools.partial(operation_tasks.table_rows, ctx, spread), ROUTED_DDL)
         routed = routed.unionByName(table_side)
     grouped = routed.repartition(F.col("partition"), F.col("group"))

@@ -114,7 +114,7 @@ def write_planned(ctx: TableContext, commit_user: str, batches: Iterator[pa.Reco
                 write.write(part)
             messages += write.prepare()
     result = TaskResult(tuple(messages), None)
-    yield pa.RecordBatch.from_pylist([{MESSAGE_COLUMN: pickle.dumps(result)}], schema=_MESSAGE_SCHEMA)
+    yield result_row(result)
 
 
 def partition_columns(ctx: TableContext, batch: pa.RecordBatch) -> pa.Table:
@@ -160,7 +160,12 @@ def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordB
         # prepare() hands the files over to the messages: closing the writer afterwards deletes
         # nothing of them.
         result = TaskResult(tuple(write.prepare()), write.view)
-    yield pa.RecordBatch.from_pylist([{MESSAGE_COLUMN: pickle.dumps(result)}], schema=_MESSAGE_SCHEMA)
+    yield result_row(result)
+
+
+def result_row(result: object) -> pa.RecordBatch:
+    """A task's result (pickled) as the one row it sends to the driver."""
+    return pa.RecordBatch.from_pylist([{MESSAGE_COLUMN: pickle.dumps(result)}], schema=_MESSAGE_SCHEMA)
 
 
 def task_result(payload: bytes) -> TaskResult:

@@ -59,7 +59,7 @@ class Placement:
                 sizes = postpone.partition_sizes(rows, partition_groups(ctx, rows.select(ctx.partition_keys)))
                 plan = postpone.fixed_bucket_plan(ctx, sizes)
             return Placement(ctx, PlannedBuckets(ctx, dict(plan)))
-        return Placement(ctx, DynamicBuckets(ctx, fresh=True))
+        return Placement(ctx, DynamicBuckets(ctx, fresh=True, index_files=not ctx.cross_partition))
 
     def total_buckets(self, partition: bytes) -> int:
         """The number of buckets the files of ``partition`` record (``bucket``; a postpone
@@ -71,11 +71,8 @@ class Placement:
     def finish(self, messages: list[CommitMessage]) -> list[CommitMessage]:
         """The messages with the new HASH index files of a dynamic-bucket table (none on a
         cross-partition table)."""
-        if not isinstance(self.assigner, DynamicBuckets):
-            return messages
-        if self.ctx.cross_partition:
-            self.assigner.forget()  # the HASH files written ahead: Paimon keeps none in this mode
-            return messages
+        if not isinstance(self.assigner, DynamicBuckets) or self.ctx.cross_partition:
+            return messages  # Paimon keeps no HASH files for a cross-partition table
         return self.assigner.prepare(messages)
 
     def abandon(self) -> None:
