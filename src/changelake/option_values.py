@@ -9,6 +9,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 
+class FileFormat(enum.StrEnum):
+    """A data file format (``file.format``), named as Paimon names it (and the file extension)."""
+
+    PARQUET = "parquet"
+    ORC = "orc"
+    AVRO = "avro"
+
+
 class MergeEngineKind(enum.StrEnum):
     """``merge-engine``: how the rows of one primary key merge."""
 

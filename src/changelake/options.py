@@ -20,6 +20,7 @@ from changelake.option_buckets import BucketOptions
 from changelake.option_operations import OperationOptions
 from changelake.option_spec import OptionEffect, OptionSpec, declare
 from changelake.option_values import (
+    FileFormat,
     ChangelogProducer,
     LookupCompactMode,
     MergeEngineKind,
@@ -68,13 +69,11 @@ class TableOptions(BucketOptions, OperationOptions):
         "changelog-file.prefix", values.text_value, "changelog-", "File name prefix of changelog files."
     )
     # files
-    file_format: str = declare(
+    file_format: FileFormat = declare(
         "file.format",
-        values.choice("parquet", "orc", "avro"),
+        values.member(FileFormat),
         "parquet",
-        "Data file format.",
-        supports=lambda v: v == "parquet",
-        unsupported="changelake writes parquet data files only",
+        "Data file format: `parquet`, `orc` or `avro` (each file is read by its extension).",
     )
     file_compression: str = declare(
         "file.compression",
@@ -89,13 +88,23 @@ class TableOptions(BucketOptions, OperationOptions):
         "Compression of data files by LSM level, overriding `file.compression` there "
         "(`0:lz4,1:zstd`): cheaper level-0 files, which compaction soon rewrites.",
     )
-    file_format_per_level: tuple[tuple[int, str], ...] = declare(
+    file_format_per_level: tuple[tuple[int, FileFormat], ...] = declare(
         "file.format.per.level",
-        values.per_level(values.choice("parquet", "orc", "avro")),
+        values.per_level(values.member(FileFormat)),
         "",
-        "Data file format by LSM level (`0:avro`).",
-        supports=lambda v: all(f == "parquet" for _, f in v),
-        unsupported="changelake writes parquet data files only",
+        "Data file format by LSM level, overriding `file.format` there (`0:avro,5:parquet`).",
+    )
+    changelog_file_format: FileFormat | None = declare(
+        "changelog-file.format",
+        values.member(FileFormat),
+        None,
+        "Format of changelog files (none: `file.format`).",
+    )
+    changelog_file_compression: str | None = declare(
+        "changelog-file.compression",
+        values.compression,
+        None,
+        "Compression of changelog files (none: `file.compression`).",
     )
     zstd_level: int = declare("file.compression.zstd-level", values.int_value, "1", "zstd level of data files.")
     target_file_size: int = declare(
@@ -112,7 +121,10 @@ class TableOptions(BucketOptions, OperationOptions):
     file_index_read_enabled: bool = declare(
         "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read.", effect=_STORED)
     # manifests
-    manifest_format: str = declare("manifest.format", values.choice("avro"), "avro", "Manifest file format.")
+    manifest_format: str = declare(
+        "manifest.format", values.choice("avro", "orc"), "avro",
+        "Manifest file format. Manifests are read by their content whatever it says; changelake writes "
+        "Avro manifests and refuses to commit to a table whose option is `orc` (Java Paimon reads them by it).")
     manifest_compression: str = declare(
         "manifest.compression",
         values.choice("zstd", "snappy", "deflate", "null", "none"),

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 from pyroaring import BitMap
 
-from changelake.errors import ScanError
+from changelake.errors import OptionError, ScanError
 from changelake.options import TableOptions
 from changelake.table.format import binary_row, data_file, kv, snapshot
 from changelake.table.format.data_file import FileSettings
@@ -163,8 +163,11 @@ class TableContext:
 
     @cached_property
     def file_settings(self) -> FileSettings:
+        """How data files are written: each level's format and compression (``file.format``,
+        ``file.compression`` and their ``.per.level`` maps), decided here for every writer.
+        OptionError when a format cannot be written with its compression."""
         options = self.options
-        return FileSettings(
+        settings = FileSettings(
             schema_id=self.schema.id,
             key_names=self.key_names,
             compression=options.file_compression,
@@ -174,16 +177,30 @@ class TableContext:
             dictionary=options.parquet_dictionary,
             prefix=options.data_file_prefix,
             thin=options.data_file_thin_mode,
+            file_format=options.file_format,
+            format_per_level=options.file_format_per_level,
         )
+        problem = settings.unwritable()
+        if problem is not None:
+            raise OptionError(problem, table=self.name, option="file.compression")
+        return settings
 
     @cached_property
     def changelog_file_settings(self) -> FileSettings:
         """How changelog files are written: as data files (Paimon gives them the same layout,
-        thin mode included, and rolling size), named ``changelog-file.prefix``, compressed with
-        ``file.compression`` whatever level they are written for (Paimon's per-level settings
-        are for data files)."""
-        return dataclasses.replace(self.file_settings, prefix=self.options.changelog_file_prefix,
-                                   kill_point=KillPoint.CHANGELOG_FILE, compression_per_level=())
+        thin mode included, and rolling size), named ``changelog-file.prefix``, in
+        ``changelog-file.format`` and ``changelog-file.compression`` (by default ``file.format``
+        and ``file.compression``) whatever level they are written for (Paimon's per-level
+        settings are for data files)."""
+        options = self.options
+        settings = dataclasses.replace(
+            self.file_settings, prefix=options.changelog_file_prefix, kill_point=KillPoint.CHANGELOG_FILE,
+            compression=options.changelog_file_compression or options.file_compression, compression_per_level=(),
+            file_format=options.changelog_file_format or options.file_format, format_per_level=())
+        problem = settings.unwritable()
+        if problem is not None:
+            raise OptionError(f"changelog files: {problem}", table=self.name, option="changelog-file.compression")
+        return settings
 
     def merge_rows(self, rows: pa.Table, *, drop_deletes: bool) -> pa.Table:
         """One row per key (key order) by the table's merge engine; with ``drop_deletes`` the

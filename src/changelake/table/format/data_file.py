@@ -1,4 +1,5 @@
-"""Writing and reading the Parquet data files of a bucket, with their manifest metadata."""
+"""Writing and reading the data files of a bucket (Parquet, ORC or Avro: ``file_format``), with
+their manifest metadata."""
 
 from __future__ import annotations
 
@@ -7,18 +8,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from changelake.errors import CorruptMetadataError, StorageError
-from changelake.table.format import avro_file, binary_row, deletion_vector, kv, parquet_layout
+from changelake.table.format import avro_file, binary_row, deletion_vector, kv, orc_file, parquet_file
+from changelake.table.format.file_format import FileFormat, FormatWriter, codec
+from changelake.table.format.file_format import of_path as file_format_of
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
-from changelake.table.format.parquet_footer import Int96Sink
 from changelake.table.io import killpoints
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
@@ -32,7 +32,9 @@ EMPTY_STATS = SimpleStats(
 
 @dataclass(frozen=True)
 class FileSettings:
-    """How data files (or changelog files, which have the same layout) of one table are written."""
+    """How data files (or changelog files, which have the same layout) of one table are written:
+    the one place that decides each level's format and compression, for every writer (LSM
+    flushes and compactions, changelog files, append tables, postponed rows, overwrites)."""
 
     schema_id: int
     key_names: tuple[str, ...]
@@ -51,9 +53,30 @@ class FileSettings:
     # min/max key are still the first and last rows', as Paimon's, but the key stats are true).
     ordered: bool = True
 
+    file_format: FileFormat = FileFormat.PARQUET
+    # file.format.per.level: (level, format) pairs overriding ``file_format`` there
+    format_per_level: tuple[tuple[int, FileFormat], ...] = ()
+
     def compression_at(self, level: int) -> str:
         """The compression of files at ``level``."""
         return dict(self.compression_per_level).get(level, self.compression)
+
+    def format_at(self, level: int) -> FileFormat:
+        """The format of files written at ``level``."""
+        return dict(self.format_per_level).get(level, self.file_format)
+
+    def unwritable(self) -> str | None:
+        """Why some level's format cannot be written with that level's compression (None: every
+        one can)."""
+        levels = sorted({level for level, _ in (*self.format_per_level, *self.compression_per_level)})
+        pairs = [("", self.file_format, self.compression)]
+        pairs += [(f"level {level}: ", self.format_at(level), self.compression_at(level)) for level in levels]
+        for where, file_format, compression in pairs:
+            try:
+                codec(file_format, compression)
+            except ValueError as exc:
+                return f"{where}{exc}"
+        return None
 
 
 def key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
@@ -62,51 +85,42 @@ def key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
     return binary_row.serialize(binary_row.encode(columns).row(0), len(names))
 
 
-def file_name(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4()}-0.parquet"
-
-
-_ROW_GROUP_ROWS = 128 * 1024
+def file_name(prefix: str, file_format: FileFormat) -> str:
+    return f"{prefix}{uuid.uuid4()}-0.{file_format.value}"
 
 
 class _OpenFile:
-    """A Parquet file being written straight to its place in the bucket, with the metadata
-    gathered so far. A data file's name is unique and it becomes part of the table only
-    through a committed snapshot, so it needs no temporary name: a crash leaves at most an
-    orphan (removed by ``remove_orphan_files``)."""
+    """A data file being written straight to its place in the bucket, in the format of its
+    level, with the metadata gathered so far. A data file's name is unique and it becomes part
+    of the table only through a committed snapshot, so it needs no temporary name: a crash
+    leaves at most an orphan (removed by ``remove_orphan_files``)."""
 
     def __init__(self, file_io: FileIO, bucket_dir: str, schema: pa.Schema, settings: FileSettings, level: int, *,
                  keep: bool = False, first_sequence: int | None = None) -> None:
-        self.name = file_name(settings.prefix)
+        file_format = settings.format_at(level)
+        self.name = file_name(settings.prefix, file_format)
         self.path = f"{bucket_dir}/{self.name}"
         # Rows arrive in the full key-value layout (the metadata needs the keys); a thin file
         # stores them without the _KEY_ columns.
         self.dropped = [kv.key_column(k) for k in settings.key_names] if settings.thin else []
         key_types = [schema.field(kv.key_column(k)).type for k in settings.key_names]
         schema = pa.schema([f for f in schema if f.name not in self.dropped], metadata=schema.metadata)
-        # BINARY(n) and TIMESTAMP(7..9) columns are stored as Paimon stores them (parquet_layout)
-        self.int96 = parquet_layout.int96_leaves(schema)
-        schema = self.schema = parquet_layout.stored_schema(schema)
         compression = settings.compression_at(level)
-        compression_level = settings.zstd_level if compression == "zstd" else None
-        # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space,
-        # but for the row kinds: a merge-free read decodes them to drop retractions, fastest from
-        # runs of dictionary indices. Their statistics tell that read when a file holds none
-        # (Paimon's and pypaimon's writers keep statistics of every column).
-        dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
-                      or pa.types.is_large_string(f.type) or f.name == kv.VALUE_KIND] if settings.dictionary else False
         self.target = file_io.open_output(self.path)
-        # INT96 columns go to pyarrow as FIXED_LEN_BYTE_ARRAY(12), and the sink retypes them in
-        # the footer; the Arrow schema pyarrow would store in the file names that stand-in
-        # type, so such a file stores none (as Paimon's files store none).
-        self.sink: pa.NativeFile | Int96Sink = Int96Sink(self.target, self.int96) if self.int96 else self.target
+        self.writer: FormatWriter
         try:
-            self.writer = pq.ParquetWriter(self.sink, schema, compression=compression,
-                                           compression_level=compression_level, write_statistics=[kv.VALUE_KIND],
-                                           store_schema=not self.int96,
-                                           use_dictionary=dictionary)
+            if file_format is FileFormat.ORC:
+                self.writer = orc_file.OrcWriter(self.target, schema, compression=codec(file_format, compression),
+                                                 target_size=settings.target_file_size)
+            elif file_format is FileFormat.AVRO:
+                self.writer = avro_file.AvroWriter(self.target, schema, codec=codec(file_format, compression),
+                                                   zstd_level=settings.zstd_level)
+            else:
+                self.writer = parquet_file.ParquetWriter(self.target, schema, compression=compression,
+                                                         zstd_level=settings.zstd_level, dictionary=settings.dictionary)
         except BaseException:
             self.target.close()
+            file_io.discard([self.path])
             raise
         self.rows = 0
         self.deletes = 0
@@ -128,8 +142,7 @@ class _OpenFile:
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
         # Bookkeeping is per chunk and whole-column; BinaryRows are encoded once, at close
         # (a level-0 flush writes a small file per bucket, so per-file overhead counts).
-        self.writer.write_table(parquet_layout.to_stored(chunk.drop_columns(self.dropped), self.schema),
-                                row_group_size=_ROW_GROUP_ROWS)
+        self.writer.write(chunk.drop_columns(self.dropped))
         if self.keep:
             self.pieces.append(chunk)
         if self.first is None:
@@ -175,15 +188,9 @@ class _OpenFile:
         return first, last, SimpleStats(low, high, (0,) * arity)
 
     def close(self, settings: FileSettings, level: int, file_source: FileSource) -> DataFileMeta:
-        # The crash test's point: the row groups are on disk, the footer is not (a partial file).
-        killpoints.reached(settings.kill_point, before_kill=self.sink.flush)
-        if isinstance(self.sink, Int96Sink):
-            self.sink.hold()
-            self.writer.close()
-            self.sink.release()
-        else:
-            self.writer.close()
-        size = self.target.tell()
+        # The crash test's point: the rows are on disk, the footer is not (a partial file).
+        killpoints.reached(settings.kill_point, before_kill=self.writer.flush)
+        size = self.writer.close()
         self.target.close()
         min_key, max_key, key_stats = self._key_rows(settings)
         return DataFileMeta(
@@ -207,7 +214,7 @@ class _OpenFile:
     def abandon(self, file_io: FileIO) -> None:
         """Remove the file after a failure while writing it (it may be closed already)."""
         with contextlib.suppress(Exception):
-            self.writer.close()
+            self.writer.abandon()
         with contextlib.suppress(Exception):
             self.target.close()
         file_io.discard([self.path])
@@ -242,7 +249,7 @@ def write(
             # The file size is known after each row group, so row groups are kept well under the
             # target (in-memory size overstates the compressed size): files roll close to it.
             per_row = max(1, chunk.nbytes // max(1, chunk.num_rows))
-            piece_rows = min(_ROW_GROUP_ROWS, max(1024, settings.target_file_size // per_row))
+            piece_rows = min(parquet_file.ROW_GROUP_ROWS, max(1024, settings.target_file_size // per_row))
             for start in range(0, chunk.num_rows, piece_rows):
                 piece = chunk.slice(start, piece_rows)
                 if current is None:
@@ -251,7 +258,7 @@ def write(
                     current = _OpenFile(file_io, bucket_dir, piece.schema, settings, level, keep=on_file is not None,
                                         first_sequence=following)
                 current.add(piece, settings.key_names)
-                if current.sink.tell() >= settings.target_file_size:
+                if current.writer.tell() >= settings.target_file_size:
                     close(current)
                     current = None
         if current is not None:
@@ -289,13 +296,18 @@ def read(
     show it holds none."""
     if deleted is not None and rows is not None:
         raise ValueError("a data file is read either whole minus its deleted rows or by row range")
-    if avro_file.is_avro(path):
-        return _from_avro(file_io, path, schema, columns, rows, renames, deleted)
+    file_format = file_format_of(path)
+    names = list(schema.names if columns is None else columns)
     with opened(file_io, path) as source:
-        parquet = _parquet(source, path)
+        if file_format is not FileFormat.PARQUET:
+            table, stored, (absent, present) = _read_other(source, path, file_format, names, renames, rows)
+            keep = deletion_vector.keep_mask(deleted, table.num_rows)
+            table = table if keep is None else table.filter(keep)
+            return _conform(table, schema, columns, names, present, stored, absent)
+        parquet = parquet_file.opened(source, path)
         if kinds_for_retractions and columns is not None:
-            columns = _kinds_if_retracting(parquet, columns)
-        names = list(schema.names if columns is None else columns)
+            columns = parquet_file.kinds_if_retracting(parquet, columns)
+            names = list(columns)
         absent, present, as_stored = _absent_and_present(names, renames)
         stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
         # A thin file's <k> is read once, for both <k> and _KEY_<k>.
@@ -305,78 +317,34 @@ def read(
             # String columns whose values are all dictionary indices are read as dictionaries
             # and filtered before they are decoded (by _conform's cast), so the strings of
             # deleted rows are never copied.
-            encoded = _dictionary_only_columns(parquet, read_columns)
+            encoded = parquet_file.dictionary_only_columns(parquet, read_columns)
             if encoded:
-                parquet = _parquet(source, path, metadata=parquet.metadata, read_dictionary=encoded)
+                parquet = parquet_file.opened(source, path, metadata=parquet.metadata, read_dictionary=encoded)
             table = parquet.read(columns=read_columns).filter(keep)
         else:
-            table = parquet.read(columns=read_columns) if rows is None else _read_rows(parquet, read_columns, rows)
+            table = parquet.read(columns=read_columns) if rows is None else \
+                parquet_file.read_rows(parquet, read_columns, rows)
     return _conform(table, schema, columns, names, present, stored, absent)
 
 
-def _from_avro(file_io: FileIO, path: str, schema: pa.Schema, columns: Sequence[str] | None,
-               rows: tuple[int, int] | None, renames: Mapping[str, str | None] | None,
-               deleted: BitMap | None) -> pa.Table:
-    """:func:`read` of an Avro data file (another engine's postpone-bucket file)."""
-    with opened(file_io, path) as source:
-        table = avro_file.decode(source.read(), path)
-    names = list(schema.names if columns is None else columns)
+def _read_other(source: pa.NativeFile, path: str, file_format: FileFormat, names: list[str],
+                renames: Mapping[str, str | None] | None, rows: tuple[int, int] | None
+                ) -> tuple[pa.Table, list[str], tuple[list[str], list[str]]]:
+    """:func:`read` of an ORC or Avro file, up to the deletion vector: the file columns that
+    ``names`` are read from (``stored``), and the ``names`` the file lacks and has."""
     absent, present, as_stored = _absent_and_present(names, renames)
-    stored = _stored_columns(as_stored, table.column_names, path)
-    table = table.select(list(dict.fromkeys(stored)))
-    keep = deletion_vector.keep_mask(deleted, table.num_rows)
-    if keep is not None:
-        table = table.filter(keep)
-    elif rows is not None:
-        table = table.slice(rows[0], rows[1] - rows[0])
-    return _conform(table, schema, columns, names, present, stored, absent)
-
-
-def _kinds_if_retracting(parquet: pq.ParquetFile, columns: Sequence[str]) -> list[str]:
-    """``columns`` without ``_VALUE_KIND`` when the footer's statistics show that no row group
-    holds a -U/-D row (only +I rows, or only +U rows), and other columns are read (Arrow loses
-    the row count of a table without columns)."""
-    names = list(columns)
-    metadata = parquet.metadata
-    if kv.VALUE_KIND not in names or len(names) == 1 or not metadata.num_row_groups:
-        return names
-    first = metadata.row_group(0)
-    index = next((i for i in range(first.num_columns) if first.column(i).path_in_schema == kv.VALUE_KIND), None)
-    if index is None:
-        return names
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(index).statistics
-        if stats is None or not stats.has_min_max:
-            return names
-        if not (stats.max == kv.INSERT or stats.min == stats.max == kv.UPDATE_AFTER):
-            return names
-    return [n for n in names if n != kv.VALUE_KIND]
-
-
-def _dictionary_only_columns(parquet: pq.ParquetFile, columns: list[str] | None) -> list[str]:
-    """The string and binary columns (of ``columns``; None: all) whose every page holds
-    dictionary indices, none having fallen back to plain values. Parquet's footer does not
-    say so in a form pyarrow shows; the sizes tell: pages of indices take at most 4 bytes a
-    value (compressed or not), plain strings more. A wrong guess costs time, not results."""
-    metadata = parquet.metadata
-    if not metadata.num_row_groups:
-        return []
-    first = metadata.row_group(0)
-    index = {first.column(i).path_in_schema: i for i in range(first.num_columns)}
-    wanted = set(parquet.schema_arrow.names if columns is None else columns)
-    return [field.name for field in parquet.schema_arrow
-            if field.name in wanted and field.name in index
-            and (pa.types.is_string(field.type) or pa.types.is_binary(field.type))
-            and all(_indices_only(metadata.row_group(g).column(index[field.name]))
-                    for g in range(metadata.num_row_groups))]
-
-
-def _indices_only(chunk: pq.ColumnChunkMetaData) -> bool:
-    start = chunk.dictionary_page_offset
-    if not chunk.has_dictionary_page or start is None or not 0 <= start < chunk.data_page_offset:
-        return False
-    data_pages: int = chunk.total_compressed_size - (chunk.data_page_offset - start)
-    return data_pages <= 4 * int(chunk.num_values)
+    if file_format is FileFormat.ORC:
+        orc = orc_file.opened(source, path)
+        stored = _stored_columns(as_stored, orc_file.column_names(orc), path)
+        table = orc_file.read(orc, list(dict.fromkeys(stored)), rows, path)
+    else:
+        # Avro has no index: the file is decoded whole (files of one level are small)
+        whole = avro_file.read(source.read(), path)
+        stored = _stored_columns(as_stored, whole.column_names, path)
+        table = whole.select(list(dict.fromkeys(stored)))
+        if rows is not None:
+            table = table.slice(rows[0], rows[1] - rows[0])
+    return table, stored, (absent, present)
 
 
 def _absent_and_present(names: Sequence[str], renames: Mapping[str, str | None] | None
@@ -404,22 +372,6 @@ def opened(file_io: FileIO, path: str) -> Iterator[pa.NativeFile]:
         raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
 
 
-def _parquet(source: pa.NativeFile, path: str, **options: Any) -> pq.ParquetFile:
-    try:
-        return pq.ParquetFile(source, **options)
-    except StorageError:
-        raise
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptMetadataError(f"data file is unreadable: {exc}", file=path) from None
-
-
-@contextlib.contextmanager
-def _parquet_file(file_io: FileIO, path: str) -> Iterator[pq.ParquetFile]:
-    """A data file opened as Parquet (errors as :func:`opened` raises them)."""
-    with opened(file_io, path) as source:
-        yield _parquet(source, path)
-
-
 def read_batches(
     file_io: FileIO,
     path: str,
@@ -432,12 +384,24 @@ def read_batches(
 ) -> Iterator[pa.Table]:
     """The rows of a data file as :func:`read` reads them, ``batch_rows`` at a time in file
     order, so a big file is never in memory whole."""
-    if avro_file.is_avro(path):
+    file_format = file_format_of(path)
+    if file_format is FileFormat.AVRO:
         whole = read(file_io, path, schema, columns, renames=renames)
         yield from (whole.slice(start, batch_rows) for start in range(0, whole.num_rows, batch_rows))
         return
-    with _parquet_file(file_io, path) as parquet:
-        names = _kinds_if_retracting(parquet, columns) if kinds_for_retractions else list(columns)
+    with opened(file_io, path) as source:
+        if file_format is FileFormat.ORC:
+            orc = orc_file.opened(source, path)
+            names = list(columns)
+            absent, present, as_stored = _absent_and_present(names, renames)
+            stored = _stored_columns(as_stored, orc_file.column_names(orc), path)
+            for stripe in orc_file.stripes(orc, list(dict.fromkeys(stored)), path):
+                for start in range(0, stripe.num_rows, batch_rows):
+                    piece = pa.Table.from_batches([stripe.slice(start, batch_rows)])
+                    yield _conform(piece, schema, columns, names, present, stored, absent)
+            return
+        parquet = parquet_file.opened(source, path)
+        names = parquet_file.kinds_if_retracting(parquet, columns) if kinds_for_retractions else list(columns)
         columns = names
         absent, present, as_stored = _absent_and_present(names, renames)
         stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
@@ -457,22 +421,6 @@ def _conform(table: pa.Table, schema: pa.Schema, columns: Sequence[str] | None, 
     if table.schema.equals(wanted):
         return table
     return table.select(wanted.names).cast(wanted)
-
-
-def _read_rows(parquet: pq.ParquetFile, columns: list[str] | None, rows: tuple[int, int]) -> pa.Table:
-    """Rows [start, stop) of a Parquet file, reading only the row groups that overlap them."""
-    start, stop = rows
-    groups, first, position = [], None, 0
-    for index in range(parquet.metadata.num_row_groups):
-        size = parquet.metadata.row_group(index).num_rows
-        if position < stop and position + size > start:
-            groups.append(index)
-            first = position if first is None else first
-        position += size
-    if first is None:
-        empty = parquet.schema_arrow.empty_table()
-        return empty if columns is None else empty.select(columns)
-    return parquet.read_row_groups(groups, columns=columns).slice(start - first, stop - start)
 
 
 def _stored_columns(names: Sequence[str], present: Sequence[str], path: str) -> list[str]:

@@ -1,0 +1,135 @@
+"""Parquet data files: the writer (in Paimon's layout, ``parquet_layout``) and the reads that use
+Parquet's footer (row-group ranges, statistics, dictionary pages)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from changelake.errors import CorruptMetadataError, StorageError
+from changelake.table.format import kv, parquet_layout
+from changelake.table.format.parquet_footer import Int96Sink
+
+ROW_GROUP_ROWS = 128 * 1024
+
+
+class ParquetWriter:
+    """A Parquet data file being written to ``target``."""
+
+    def __init__(self, target: pa.NativeFile, schema: pa.Schema, *, compression: str, zstd_level: int,
+                 dictionary: bool) -> None:
+        # BINARY(n) and TIMESTAMP(7..9) columns are stored as Paimon stores them (parquet_layout)
+        self.int96 = parquet_layout.int96_leaves(schema)
+        schema = self.schema = parquet_layout.stored_schema(schema)
+        # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space,
+        # but for the row kinds: a merge-free read decodes them to drop retractions, fastest from
+        # runs of dictionary indices. Their statistics tell that read when a file holds none
+        # (Paimon's and pypaimon's writers keep statistics of every column).
+        encoded = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
+                   or pa.types.is_large_string(f.type) or f.name == kv.VALUE_KIND] if dictionary else False
+        self.target = target
+        # INT96 columns go to pyarrow as FIXED_LEN_BYTE_ARRAY(12), and the sink retypes them in
+        # the footer; the Arrow schema pyarrow would store in the file names that stand-in
+        # type, so such a file stores none (as Paimon's files store none).
+        self.sink: pa.NativeFile | Int96Sink = Int96Sink(target, self.int96) if self.int96 else target
+        self.writer = pq.ParquetWriter(self.sink, schema, compression=compression,
+                                       compression_level=zstd_level if compression == "zstd" else None,
+                                       write_statistics=[kv.VALUE_KIND], store_schema=not self.int96,
+                                       use_dictionary=encoded)
+
+    def write(self, table: pa.Table) -> None:
+        self.writer.write_table(parquet_layout.to_stored(table, self.schema), row_group_size=ROW_GROUP_ROWS)
+
+    def tell(self) -> int:
+        return self.sink.tell()
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+    def close(self) -> int:
+        if isinstance(self.sink, Int96Sink):
+            self.sink.hold()
+            self.writer.close()
+            self.sink.release()
+        else:
+            self.writer.close()
+        return self.target.tell()
+
+    def abandon(self) -> None:
+        self.writer.close()
+
+
+def opened(source: pa.NativeFile, path: str, **options: Any) -> pq.ParquetFile:
+    """``source`` read as Parquet; content that is not is CorruptMetadataError naming the file."""
+    try:
+        return pq.ParquetFile(source, **options)
+    except StorageError:
+        raise
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptMetadataError(f"data file is not Parquet: {exc}", file=path) from None
+
+
+def kinds_if_retracting(parquet: pq.ParquetFile, columns: Sequence[str]) -> list[str]:
+    """``columns`` without ``_VALUE_KIND`` when the footer's statistics show that no row group
+    holds a -U/-D row (only +I rows, or only +U rows), and other columns are read (Arrow loses
+    the row count of a table without columns)."""
+    names = list(columns)
+    metadata = parquet.metadata
+    if kv.VALUE_KIND not in names or len(names) == 1 or not metadata.num_row_groups:
+        return names
+    first = metadata.row_group(0)
+    index = next((i for i in range(first.num_columns) if first.column(i).path_in_schema == kv.VALUE_KIND), None)
+    if index is None:
+        return names
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return names
+        if not (stats.max == kv.INSERT or stats.min == stats.max == kv.UPDATE_AFTER):
+            return names
+    return [n for n in names if n != kv.VALUE_KIND]
+
+
+def dictionary_only_columns(parquet: pq.ParquetFile, columns: list[str] | None) -> list[str]:
+    """The string and binary columns (of ``columns``; None: all) whose every page holds
+    dictionary indices, none having fallen back to plain values. Parquet's footer does not
+    say so in a form pyarrow shows; the sizes tell: pages of indices take at most 4 bytes a
+    value (compressed or not), plain strings more. A wrong guess costs time, not results."""
+    metadata = parquet.metadata
+    if not metadata.num_row_groups:
+        return []
+    first = metadata.row_group(0)
+    index = {first.column(i).path_in_schema: i for i in range(first.num_columns)}
+    wanted = set(parquet.schema_arrow.names if columns is None else columns)
+    return [field.name for field in parquet.schema_arrow
+            if field.name in wanted and field.name in index
+            and (pa.types.is_string(field.type) or pa.types.is_binary(field.type))
+            and all(_indices_only(metadata.row_group(g).column(index[field.name]))
+                    for g in range(metadata.num_row_groups))]
+
+
+def _indices_only(chunk: pq.ColumnChunkMetaData) -> bool:
+    start = chunk.dictionary_page_offset
+    if not chunk.has_dictionary_page or start is None or not 0 <= start < chunk.data_page_offset:
+        return False
+    data_pages: int = chunk.total_compressed_size - (chunk.data_page_offset - start)
+    return data_pages <= 4 * int(chunk.num_values)
+
+
+def read_rows(parquet: pq.ParquetFile, columns: list[str] | None, rows: tuple[int, int]) -> pa.Table:
+    """Rows [start, stop) of a Parquet file, reading only the row groups that overlap them."""
+    start, stop = rows
+    groups, first, position = [], None, 0
+    for index in range(parquet.metadata.num_row_groups):
+        size = parquet.metadata.row_group(index).num_rows
+        if position < stop and position + size > start:
+            groups.append(index)
+            first = position if first is None else first
+        position += size
+    if first is None:
+        empty = parquet.schema_arrow.empty_table()
+        return empty if columns is None else empty.select(columns)
+    return parquet.read_row_groups(groups, columns=columns).slice(start - first, stop - start)
