@@ -107,6 +107,5 @@ def test_the_options_page_says_truly_which_options_changelake_acts_on() -> None:
         if spec.effect is OptionEffect.STORES:
             assert not read, f"{spec.key} is read by the engine: it acts on it"
         else:
-            # manifest.format parses only "avro", the manifests changelake writes
-            assert read or spec.supports is not None or spec.key == "manifest.format", \
+            assert read or spec.supports is not None, \
                 f"{spec.key}: nothing reads it; declare it effect=OptionEffect.STORES"

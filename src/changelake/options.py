@@ -20,8 +20,8 @@ from changelake.option_buckets import BucketOptions
 from changelake.option_operations import OperationOptions
 from changelake.option_spec import OptionEffect, OptionSpec, declare
 from changelake.option_values import (
-    FileFormat,
     ChangelogProducer,
+    FileFormat,
     LookupCompactMode,
     MergeEngineKind,
     ScanMode,

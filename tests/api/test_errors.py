@@ -190,7 +190,7 @@ def test_unknown_option_suggests_the_right_one(catalog: cl.Catalog) -> None:
         ({"write-only": "yes"}, ["'write-only'", "yes"]),
         ({"merge-engine": "dedup"}, ["'merge-engine'", "dedup"]),
         ({"bucket": 4}, ["'bucket'"]),
-        ({"file.format": "orc"}, ["file.format"]),
+        ({"file.format": "csv"}, ["file.format"]),
         ({"sequence.field": "nope"}, ["'sequence.field'", "nope"]),
     ],
 )

@@ -1,6 +1,6 @@
 """``file.compression.per.level``: data files are compressed by their LSM level (changelog
-files keep ``file.compression``), and pypaimon reads the table; ``file.format.per.level``
-accepts only parquet; malformed maps name the option."""
+files keep ``file.compression``), and pypaimon reads the table; malformed maps name the option
+(per-level formats: tests/table/format/test_file_formats.py)."""
 
 from __future__ import annotations
 
@@ -64,14 +64,3 @@ def test_malformed_per_level_maps_name_the_option(tmp_path: Path, key: str, valu
     with pytest.raises(OptionError, match=rf"option '{key}'.*invalid value") as info:
         cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "1", key: value})
     assert info.value.option == key
-
-
-def test_per_level_formats_other_than_parquet_are_refused(tmp_path: Path) -> None:
-    catalog = cl.Catalog(str(tmp_path))
-    with pytest.raises(OptionError, match="parquet data files only"):
-        catalog.create_table("db.t", SCHEMA, primary_keys=["id"],
-                             options={"bucket": "1", "file.format.per.level": "0:avro,1:parquet"})
-    table = catalog.create_table("db.u", SCHEMA, primary_keys=["id"],
-                                 options={"bucket": "1", "file.format.per.level": "0:parquet"})
-    table.write(pa.table({"id": [1], "v": ["a"]}, schema=SCHEMA))
-    assert table.scan().to_arrow().num_rows == 1

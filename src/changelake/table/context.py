@@ -166,6 +166,7 @@ class TableContext:
         """How data files are written: each level's format and compression (``file.format``,
         ``file.compression`` and their ``.per.level`` maps), decided here for every writer.
         OptionError when a format cannot be written with its compression."""
+        self.check_manifests_writable()
         options = self.options
         settings = FileSettings(
             schema_id=self.schema.id,
@@ -178,12 +179,23 @@ class TableContext:
             prefix=options.data_file_prefix,
             thin=options.data_file_thin_mode,
             file_format=options.file_format,
-            format_per_level=options.file_format_per_level,
+            # Paimon's append writers write file.format at every level (its per-level formats are
+            # the key-value writers')
+            format_per_level=options.file_format_per_level if self.key_value_files else (),
         )
         problem = settings.unwritable()
         if problem is not None:
             raise OptionError(problem, table=self.name, option="file.compression")
         return settings
+
+    def check_manifests_writable(self) -> None:
+        """OptionError naming ``manifest.format`` when it is ``orc``: changelake writes Avro
+        manifests, and Java Paimon reads a table's manifests in the format the option names,
+        so a commit here would break Java's reads (the table still reads here)."""
+        if self.options.manifest_format != "avro":
+            raise OptionError(f"changelake writes Avro manifests only; writing to a table whose manifests are "
+                              f"{self.options.manifest_format!r} would break Java Paimon's reads of it",
+                              table=self.name, option="manifest.format")
 
     @cached_property
     def changelog_file_settings(self) -> FileSettings:

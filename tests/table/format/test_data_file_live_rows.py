@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyroaring import BitMap
 
-from changelake.table.format import data_file
+from changelake.table.format import data_file, parquet_file
 from changelake.table.io.fileio import FileIO
 
 ROWS = 20_000
@@ -41,9 +41,10 @@ def test_live_rows_equal_a_plain_read_and_filter(tmp_path: Path, row_group_size:
     pq.write_table(table, path, compression=compression, row_group_size=row_group_size,
                    dictionary_pagesize_limit=64 * 1024)
     file_io, _ = FileIO.for_url(str(tmp_path))
-    with data_file._parquet_file(file_io, path) as parquet:
-        assert data_file._dictionary_only_columns(parquet, None) == ["few", "raw"]
-        assert data_file._dictionary_only_columns(parquet, ["unique", "raw"]) == ["raw"]
+    with data_file.opened(file_io, path) as source:
+        parquet = parquet_file.opened(source, path)
+        assert parquet_file.dictionary_only_columns(parquet, None) == ["few", "raw"]
+        assert parquet_file.dictionary_only_columns(parquet, ["unique", "raw"]) == ["raw"]
     rng = np.random.default_rng(5)
     deleted = BitMap(rng.choice(ROWS, size=ROWS // 3, replace=False).tolist())
     keep = np.ones(ROWS, dtype=bool)

@@ -131,6 +131,7 @@ def _partition_stats(ctx: TableContext, partitions: Sequence[bytes]) -> SimpleSt
 
 
 def write_manifest(ctx: TableContext, entries: Sequence[ManifestEntry], attempt: Attempt) -> ManifestFileMeta:
+    ctx.check_manifests_writable()
     name = f"manifest-{uuid.uuid4()}-0"
     data = manifest.encode_avro(
         manifest.ENTRY_SCHEMA, [e.to_avro() for e in entries], ctx.options.manifest_compression

@@ -9,9 +9,10 @@ type ``map``). Avro has no TIMESTAMP(7..9) or TIME(4..9): such columns are refus
 refuses them.
 
 fastavro encodes and decodes the records (Avro's blocks hold rows); everything around it is
-whole-column Arrow: logical values cross fastavro as their plain ints and bytes (the file's
-schema read without its logical types) and become Arrow's types with numpy, never as Python
-datetimes or Decimals. Avro files have no index, so a file is read whole (a reader slices it).
+whole-column Arrow. Writing hands fastavro plain values (longs for timestamps, two's complement
+bytes for decimals, made with numpy); reading takes fastavro's values column by column into
+Arrow (its logical types come as Python dates and decimals, which Arrow converts in bulk). Avro
+files have no index, so a file is read whole (a reader slices it).
 """
 
 from __future__ import annotations
@@ -106,14 +107,14 @@ class AvroWriter:
         collections.deque(map(self.writer.write, plain.to_pylist(maps_as_pydicts="strict")), maxlen=0)
 
     def tell(self) -> int:
-        return self.target.tell()
+        return int(self.target.tell())
 
     def flush(self) -> None:
         self.target.flush()
 
     def close(self) -> int:
         self.writer.flush()
-        return self.target.tell()
+        return int(self.target.tell())
 
     def abandon(self) -> None:
         """Nothing to release: the writer holds only its pending block."""
@@ -134,24 +135,24 @@ def _plain(array: pa.Array) -> pa.Array:
         return _decimal_bytes(array)
     mask = array.is_null() if array.null_count else None
     if types.is_struct(t):
-        children = [_plain(array.field(i)) for i in range(t.num_fields)]  # type: ignore[attr-defined]
+        children = [_plain(array.field(i)) for i in range(t.num_fields)]
         return pa.StructArray.from_arrays(children, names=[f.name for f in t], mask=mask)
     if types.is_map(t):
-        keys, items = _plain(array.keys), _plain(array.items)  # type: ignore[attr-defined]
+        keys, items = _plain(array.keys), _plain(array.items)
         offsets = _offsets(array, mask)
         if types.is_string(t.key_type) or types.is_large_string(t.key_type):
             return pa.MapArray.from_arrays(offsets, keys, items, mask=mask)
         entries = pa.StructArray.from_arrays([keys, items], names=["key", "value"])
         return pa.ListArray.from_arrays(offsets, entries, mask=mask)
     if types.is_list(t) or types.is_large_list(t):
-        values = _plain(array.values)  # type: ignore[attr-defined]
+        values = _plain(array.values)
         return pa.ListArray.from_arrays(_offsets(array, mask), values, mask=mask)
     return array
 
 
 def _offsets(array: pa.Array, mask: pa.Array | None) -> pa.Array:
     # With a mask Arrow takes only offsets of their own buffer, so a slice's are copied.
-    offsets: pa.Array = array.offsets  # type: ignore[attr-defined]
+    offsets: pa.Array = array.offsets
     return offsets if mask is None or not array.offset else pa.array(offsets.to_numpy())
 
 
@@ -178,18 +179,19 @@ def read(data: bytes, path: str) -> pa.Table:
     its Avro types (the caller casts them to the table's)."""
     try:
         reader = fastavro.reader(io.BytesIO(data))
-        written: Any = reader.writer_schema
-        if written.get("type") != "record":
+        # Java Paimon's top-level record is nullable: the union ["null", record]
+        written: Any = _non_null(reader.writer_schema, path)
+        if not isinstance(written, dict) or written.get("type") != "record":
             raise CorruptMetadataError("Avro data file does not hold records", file=path)
         fields = written["fields"]
         plain_types = [_plain_type(f["type"], path) for f in fields]
-        plain = dict(written, fields=[dict(f, type=_no_logical(f["type"])) for f in fields])
-        records = fastavro.reader(io.BytesIO(data), reader_schema=plain)
+        records = reader
         names = [f["name"] for f in fields]
+        rows: list[Any] = list(records)
         if len(names) == 1:
-            columns: list[Any] = [[record[names[0]] for record in records]]
+            columns: list[Any] = [[record[names[0]] for record in rows]]
         else:
-            rows = list(map(operator.itemgetter(*names), records))
+            rows = list(map(operator.itemgetter(*names), rows))
             columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
     except CorruptMetadataError:
         raise
@@ -198,22 +200,6 @@ def read(data: bytes, path: str) -> pa.Table:
     arrays = [_typed(pa.array(values, plain_type), f["type"])
               for values, plain_type, f in zip(columns, plain_types, fields, strict=True)]
     return pa.Table.from_arrays(arrays, names=names)
-
-
-def _no_logical(avro_type: Any) -> Any:
-    """``avro_type`` without its logical types: fastavro then hands over plain ints and bytes."""
-    if isinstance(avro_type, list):
-        return [_no_logical(t) for t in avro_type]
-    if not isinstance(avro_type, dict):
-        return avro_type
-    plain = {k: v for k, v in avro_type.items() if k != "logicalType"}
-    if plain["type"] == "record":
-        plain["fields"] = [dict(f, type=_no_logical(f["type"])) for f in plain["fields"]]
-    elif plain["type"] == "array":
-        plain["items"] = _no_logical(plain["items"])
-    elif plain["type"] == "map":
-        plain["values"] = _no_logical(plain["values"])
-    return plain
 
 
 def _non_null(avro_type: Any, path: str) -> Any:
@@ -232,9 +218,13 @@ _PRIMITIVES = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "fl
 
 
 def _plain_type(avro_type: Any, path: str) -> pa.DataType:
-    """The Arrow type of the plain values fastavro reads for ``avro_type``."""
+    """The Arrow type of the values fastavro reads for ``avro_type`` (a map of other than
+    string keys as its key/value records)."""
     t = _non_null(avro_type, path)
     name = t if isinstance(t, str) else t["type"]
+    logical = _logical_type(t)
+    if logical is not None:
+        return logical
     if name in _PRIMITIVES:
         return _PRIMITIVES[name]
     if name == "record":
@@ -247,27 +237,32 @@ def _plain_type(avro_type: Any, path: str) -> pa.DataType:
     raise CorruptMetadataError(f"Avro data file has a type {t!r} Paimon does not write", file=path)
 
 
+def _logical_type(t: Any) -> pa.DataType | None:
+    logical = t.get("logicalType") if isinstance(t, dict) else None
+    if logical in _TIMESTAMPS:
+        unit, tz = _TIMESTAMPS[logical]
+        return pa.timestamp(unit, tz)
+    if logical == "date":
+        return pa.date32()
+    if logical == "time-millis":
+        return pa.time32("ms")
+    if logical == "decimal":
+        return pa.decimal128(int(t["precision"]), int(t.get("scale", 0)))
+    return None
+
+
 def _nullable(avro_type: Any) -> bool:
     return isinstance(avro_type, list) and "null" in avro_type
 
 
 def _typed(array: pa.Array, avro_type: Any) -> pa.Array:
-    """Plain values read for ``avro_type`` as the Arrow type of its logical type."""
+    """Values read for ``avro_type`` with its maps of other than string keys (arrays of
+    key/value records) as Arrow maps."""
     t = avro_type
     if isinstance(t, list):
         t = next(b for b in t if b != "null")
-    if not isinstance(t, dict):
+    if not isinstance(t, dict) or t.get("logicalType") not in ("map", None):
         return array
-    logical = t.get("logicalType")
-    if logical in _TIMESTAMPS:
-        unit, tz = _TIMESTAMPS[logical]
-        return array.cast(pa.timestamp(unit, tz))
-    if logical == "date":
-        return array.cast(pa.date32())
-    if logical == "time-millis":
-        return array.cast(pa.time32("ms"))
-    if logical == "decimal":
-        return _decimals(array, int(t["precision"]), int(t.get("scale", 0)))
     mask = array.is_null() if array.null_count else None
     if t["type"] == "record":
         assert isinstance(array, pa.StructArray)
@@ -278,7 +273,7 @@ def _typed(array: pa.Array, avro_type: Any) -> pa.Array:
         assert isinstance(array, pa.ListArray)
         values = _typed(array.values, t["items"])
         offsets = _offsets(array, mask)
-        if logical == "map":
+        if t.get("logicalType") == "map":
             assert isinstance(values, pa.StructArray)
             return pa.MapArray.from_arrays(offsets, values.field("key"), values.field("value"), mask=mask)
         return pa.ListArray.from_arrays(offsets, values, mask=mask)
@@ -286,27 +281,3 @@ def _typed(array: pa.Array, avro_type: Any) -> pa.Array:
         assert isinstance(array, pa.MapArray)
         return pa.MapArray.from_arrays(_offsets(array, mask), array.keys, _typed(array.items, t["values"]), mask=mask)
     return array
-
-
-def _decimals(array: pa.Array, precision: int, scale: int) -> pa.Array:
-    """Avro decimal bytes (big-endian two's complement, any length up to 16) as decimal128."""
-    binary = array.cast(pa.binary())
-    n = len(binary)
-    offsets = np.frombuffer(binary.buffers()[1], dtype=np.int32)[binary.offset:binary.offset + n + 1]
-    data = np.frombuffer(binary.buffers()[2], dtype=np.uint8) if binary.buffers()[2] is not None else \
-        np.zeros(0, np.uint8)
-    lengths = np.diff(offsets)
-    if n and lengths.max(initial=0) > 16:
-        raise ValueError("a decimal wider than 16 bytes")
-    starts = offsets[:-1]
-    negative = np.zeros(n, dtype=bool)
-    nonempty = lengths > 0
-    negative[nonempty] = data[starts[nonempty]] >= 0x80
-    big = np.where(negative[:, None], np.uint8(0xFF), np.uint8(0)).astype(np.uint8) * np.ones((n, 16), np.uint8)
-    rows = np.repeat(np.arange(n), lengths)
-    within = np.arange(int(lengths.sum())) - np.repeat(offsets[:-1] - offsets[0], lengths)
-    big[rows, 16 - np.repeat(lengths, lengths) + within] = data[offsets[0]:offsets[-1]]
-    little = np.ascontiguousarray(big[:, ::-1])
-    validity = binary.is_valid().buffers()[1] if binary.null_count else None
-    return pa.Array.from_buffers(pa.decimal128(precision, scale), n, [validity, pa.py_buffer(little.tobytes())],
-                                 null_count=binary.null_count)

@@ -1,4 +1,5 @@
-"""Manifests: Avro files listing data files (ADD/DELETE), and manifest lists of manifests.
+"""Manifests: Avro files listing data files (ADD/DELETE), and manifest lists of manifests (read
+in ORC too, as Java Paimon writes them under ``manifest.format = orc``).
 
 Field names, order and types are exactly Paimon's (see ``ManifestEntry`` / ``DataFileMeta`` /
 ``ManifestFileMeta`` in Apache Paimon), so any Paimon reader reads what we write.
@@ -14,6 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import fastavro
+import pyarrow as pa
+import pyarrow.orc as orc
 
 from changelake.errors import CorruptMetadataError
 from changelake.table.io.fileio import FileIO
@@ -33,6 +36,7 @@ class FileSource(enum.IntEnum):
     COMPACT = 1
 
 
+_ORC_MAGIC = b"ORC"
 _NULLABLE_LONG_ARRAY: Any = ["null", {"type": "array", "items": ["null", "long"]}]
 
 
@@ -327,15 +331,34 @@ def encode_avro(schema: Any, records: Iterable[dict[str, Any]], compression: str
 
 
 def read_avro(file_io: FileIO, path: str) -> list[dict[str, Any]]:
-    """Records of an Avro metadata file; a missing or corrupt file names itself in the error."""
+    """Records of a metadata file, told Avro or ORC by its content whatever ``manifest.format``
+    says (Java Paimon writes ORC manifests under ``manifest.format = orc``; their columns are
+    the Avro ones, so their rows read as the same records); a missing or corrupt file names
+    itself in the error."""
     try:
         data = file_io.read_bytes(path)
     except FileNotFoundError:
         raise CorruptMetadataError("metadata file is missing", file=path) from None
+    if data[:3] == _ORC_MAGIC:
+        try:
+            rows = orc.ORCFile(pa.BufferReader(data)).read().to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptMetadataError(f"ORC metadata file is corrupt: {exc}", file=path) from None
+        return [_utc_times(r) for r in rows]
     try:
         return [cast(dict[str, Any], r) for r in fastavro.reader(io.BytesIO(data))]
     except Exception as exc:  # fastavro raises many types for garbage input
         raise CorruptMetadataError(f"metadata file is corrupt: {exc}", file=path) from None
+
+
+def _utc_times(record: dict[str, Any]) -> dict[str, Any]:
+    """An ORC manifest row with its timestamps in UTC, as Avro's timestamp-millis reads."""
+    for name, value in record.items():
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            record[name] = value.replace(tzinfo=dt.UTC)
+        elif isinstance(value, dict):
+            _utc_times(value)
+    return record
 
 
 def read_entries(file_io: FileIO, path: str) -> list[ManifestEntry]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.orc as orc
 
 from changelake.errors import CorruptMetadataError, StorageError
@@ -31,7 +32,8 @@ def stored_type(data_type: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(data_type):
         return pa.struct([f.with_type(stored_type(f.type)) for f in data_type])
     if pa.types.is_map(data_type):
-        return pa.map_(stored_type(data_type.key_type), data_type.item_field.with_type(stored_type(data_type.item_type)))
+        item = data_type.item_field
+        return pa.map_(stored_type(data_type.key_type), item.with_type(stored_type(item.type)))
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
         return pa.list_(data_type.value_field.with_type(stored_type(data_type.value_type)))
     return data_type
@@ -62,14 +64,14 @@ class OrcWriter:
         self.writer.write(table)
 
     def tell(self) -> int:
-        return self.target.tell()
+        return int(self.target.tell())
 
     def flush(self) -> None:
         self.target.flush()
 
     def close(self) -> int:
         self.writer.close()
-        return self.target.tell()
+        return int(self.target.tell())
 
     def abandon(self) -> None:
         self.writer.close()
@@ -85,12 +87,37 @@ def opened(source: pa.NativeFile, path: str) -> orc.ORCFile:
         raise CorruptMetadataError(f"data file is not ORC: {exc}", file=path) from None
 
 
+def _hidden_nulls_filled(array: pa.Array) -> pa.Array:
+    """A ROW column with the fields of its null rows set to a value the field holds elsewhere
+    (ORC has no NOT NULL: a field is null where its row is, which a NOT NULL field of the
+    table's type cannot take; the value is never seen, its row being null)."""
+    if not pa.types.is_struct(array.type) or not array.null_count:
+        return array
+    assert isinstance(array, pa.StructArray)
+    valid = array.is_valid()
+    children = []
+    for index in range(array.type.num_fields):
+        child = _hidden_nulls_filled(array.field(index))
+        if child.null_count and child.null_count < len(child):
+            some = child.filter(child.is_valid())[0]
+            child = pc.if_else(pc.or_(valid, child.is_valid()), child, some)
+        children.append(child)
+    return pa.StructArray.from_arrays(children, fields=list(array.type), mask=pc.invert(valid))
+
+
+def _filled(table: pa.Table) -> pa.Table:
+    if not any(pa.types.is_struct(t) for t in table.schema.types):
+        return table
+    return pa.Table.from_arrays([pa.chunked_array([_hidden_nulls_filled(c) for c in column.chunks], column.type)
+                                 for column in table.columns], names=table.column_names)
+
+
 def read(file: orc.ORCFile, columns: list[str] | None, rows: tuple[int, int] | None, path: str) -> pa.Table:
     """The ``columns`` (None: all) of an ORC file, rows [start, stop) only when ``rows`` is
     given (the stripes up to ``stop`` are decoded)."""
     try:
         if rows is None:
-            return file.read(columns=columns)
+            return _filled(file.read(columns=columns))
         start, stop = rows
         pieces, position = [], 0
         for batch in stripes(file, columns, path):
@@ -102,7 +129,7 @@ def read(file: orc.ORCFile, columns: list[str] | None, rows: tuple[int, int] | N
         if not pieces:
             empty = file.schema.empty_table()
             return empty if columns is None else empty.select(columns)
-        return pa.Table.from_batches(pieces)
+        return _filled(pa.Table.from_batches(pieces))
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"ORC data file is unreadable: {exc}", file=path) from None
 
@@ -111,7 +138,8 @@ def stripes(file: orc.ORCFile, columns: Sequence[str] | None, path: str) -> Iter
     """The stripes of an ORC file, one batch each, in file order."""
     try:
         for index in range(file.nstripes):
-            yield file.read_stripe(index, columns=None if columns is None else list(columns))
+            stripe = file.read_stripe(index, columns=None if columns is None else list(columns))
+            yield _filled(pa.Table.from_batches([stripe])).to_batches()[0] if stripe.num_rows else stripe
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"ORC data file is unreadable: {exc}", file=path) from None
 

@@ -44,7 +44,7 @@ class ParquetWriter:
         self.writer.write_table(parquet_layout.to_stored(table, self.schema), row_group_size=ROW_GROUP_ROWS)
 
     def tell(self) -> int:
-        return self.sink.tell()
+        return int(self.sink.tell())
 
     def flush(self) -> None:
         self.sink.flush()
@@ -56,7 +56,7 @@ class ParquetWriter:
             self.sink.release()
         else:
             self.writer.close()
-        return self.target.tell()
+        return int(self.target.tell())
 
     def abandon(self) -> None:
         self.writer.close()
