@@ -16,6 +16,7 @@ import pytest
 from java_paimon import EPOCH, JavaPaimon
 
 import changelake as cl
+from changelake.errors import OptionError
 from pypaimon_oracle import Pypaimon
 
 D = decimal.Decimal
@@ -119,3 +120,22 @@ def test_java_and_pypaimon_read_changelake_append_tables(tmp_path: Path, java: J
     ours = _sorted(table.scan().to_arrow().to_pylist())
     assert _sorted(java.read(warehouse, "db.t")) == [_as_java(r) for r in ours]
     assert _sorted(pypaimon.read(warehouse, "db.t").cast(SCHEMA).to_pylist()) == ours
+
+
+def test_changelake_reads_java_orc_manifests_and_refuses_to_write_them(tmp_path: Path, java: JavaPaimon) -> None:
+    warehouse = str(tmp_path)
+    java.create_table(warehouse, "db.t", JAVA_FIELDS, primary_keys=["id"],
+                      options={"bucket": "1", "manifest.format": "orc", "file.format": "orc"})
+    java.write(warehouse, "db.t", [("+I", {"id": i, "v": f"v{i}", "d": i / 4, "n": i}) for i in range(5)])
+    java.write(warehouse, "db.t", [("-D", {"id": 2, "v": "v2", "d": 0.5, "n": 2})], full_compaction=True)
+    manifests = glob.glob(f"{warehouse}/db.db/t/manifest/manifest-*")
+    assert manifests and all(open(p, "rb").read(3) == b"ORC" for p in manifests)
+    table = cl.Catalog(warehouse).get_table("db.t")
+    snapshots = table.snapshots()
+    for snapshot in snapshots:
+        ours = _sorted(table.scan(snapshot.id).to_arrow().to_pylist())
+        assert ours == _sorted(java.read(warehouse, "db.t", snapshot.id)), f"snapshot {snapshot.id}"
+    with pytest.raises(OptionError, match="Avro manifests only") as info:
+        table.write(pa.table({"id": [9], "v": ["x"], "d": [1.0], "n": [9]}, schema=table.schema))
+    assert info.value.option == "manifest.format"
+    assert table.snapshots() == snapshots

@@ -174,6 +174,11 @@ MODES = {m.name: m for m in (
          options=COMPACTION | EXPIRY | {"bucket": "-1", "dynamic-bucket.target-row-num": "20"}),
     Mode("changelog", one_shot=False, engine="deduplicate",
          options=INPUT_CHANGELOG | COMPACTION | {"write-buffer-size": "4 kb"}, calls=3, rows=150, keys=300),
+    # ORC and Avro data files: level 0 in Avro, compaction rewrites into ORC, changelog files in
+    # Avro (killed half written, as Parquet files are).
+    Mode("file-formats", one_shot=False, engine="deduplicate",
+         options=INPUT_CHANGELOG | COMPACTION | {"file.format": "orc", "file.format.per.level": "0:avro",
+                                                 "changelog-file.format": "avro"}),
     # A flaky store under the hints: every commit must still be reported as landed (a sum shows
     # a write applied twice), and a kill between a hint's tries leaves a landed commit.
     Mode("hint-faults", one_shot=True, engine="aggregation", options=COMPACTION, hint_faults=True),
