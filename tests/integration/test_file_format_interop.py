@@ -129,7 +129,7 @@ def test_changelake_reads_java_orc_manifests_and_refuses_to_write_them(tmp_path:
     java.write(warehouse, "db.t", [("+I", {"id": i, "v": f"v{i}", "d": i / 4, "n": i}) for i in range(5)])
     java.write(warehouse, "db.t", [("-D", {"id": 2, "v": "v2", "d": 0.5, "n": 2})], full_compaction=True)
     manifests = glob.glob(f"{warehouse}/db.db/t/manifest/manifest-*")
-    assert manifests and all(open(p, "rb").read(3) == b"ORC" for p in manifests)
+    assert manifests and all(Path(p).read_bytes()[:3] == b"ORC" for p in manifests)
     table = cl.Catalog(warehouse).get_table("db.t")
     snapshots = table.snapshots()
     for snapshot in snapshots:
