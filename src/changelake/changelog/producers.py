@@ -59,7 +59,7 @@ class NoChangelog:
 @dataclass(frozen=True)
 class InputChangelog(NoChangelog):
     """``input``: a flush also writes its raw input as level-0 changelog files
-    (``changelog-<uuid>-<n>.parquet``), as Paimon's MergeTreeWriter does: rows sorted by key
+    (``changelog-<uuid>-<n>.<format>``), as Paimon's MergeTreeWriter does: rows sorted by key
     and sequence number, unmerged, with their row kinds, in the data-file layout."""
 
     def on_flush(self, ctx: TableContext, bucket_dir: str, rows: Iterable[pa.Table]) -> list[DataFileMeta]:

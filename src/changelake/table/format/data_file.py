@@ -231,8 +231,9 @@ def write(
     *,
     first_sequence: int | None = None,
 ) -> list[DataFileMeta]:
-    """Write key-ordered chunks of key-value rows as Parquet files, rolling to a new file once
-    one reaches ``target-file-size``; returns each file's manifest metadata. ``on_file`` is
+    """Write key-ordered chunks of key-value rows as data files in ``level``'s format, rolling
+    to a new file once one reaches ``target-file-size``; returns each file's manifest metadata
+    (the same whatever the format: gathered from the rows written). ``on_file`` is
     called with each file written and its rows (as given, zero-copy). An append table's rows
     (its columns only, in write order) are numbered from ``first_sequence``."""
     written: list[DataFileMeta] = []
