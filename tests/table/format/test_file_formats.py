@@ -223,3 +223,21 @@ def test_manifest_format_orc_opens_and_refuses_writes(tmp_path: Path) -> None:
         table.write(_rows())
     assert info.value.option == "manifest.format"
     assert len(table.snapshots()) == 1
+
+
+@pytest.mark.parametrize("file_format", ["orc", "avro"])
+def test_deletion_vectors_and_lookup_changelog_over_other_formats(tmp_path: Path, file_format: str) -> None:
+    table = _table(tmp_path, {"file.format": file_format, "deletion-vectors.enabled": "true",
+                              "changelog-producer": "lookup"})
+    rows = _rows()
+    table.write(rows)
+    table.write(rows.slice(0, 2).set_column(7, "s", pa.array(["new", "newer"])))  # updates marked in vectors
+    table.delete("id = 3")
+    expected = _sorted(rows.slice(0, 2).set_column(7, "s", pa.array(["new", "newer"])))
+    assert _sorted(table.scan().to_arrow()) == expected
+    assert any(n.startswith("index-") for n in (p.name for p in (tmp_path / "db.db" / "t" / "index").iterdir()))
+    latest = table.latest_snapshot()
+    assert latest is not None
+    changes = table.changes(1, latest.id, columns=["id", "s"]).to_arrow().to_pylist()
+    assert {"id": 2, "s": "newer"} in [{"id": r["id"], "s": r["s"]} for r in changes]
+    assert 3 in [r["id"] for r in changes]  # the lookup changelog's -D of the deleted key
