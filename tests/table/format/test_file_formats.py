@@ -162,6 +162,8 @@ def _written(tmp_path: Path, file_format: FileFormat) -> tuple[FileIO, str, str]
                             target_file_size=1 << 20, file_format=file_format)
     (meta,) = data_file.write(file_io, f"{root}/b", [rows], settings, level=0)
     assert meta.file_name.endswith(f".{file_format.value}") and meta.row_count == 2
+    assert Path(f"{root}/b/{meta.file_name}").stat().st_size == meta.file_size
+    assert (meta.min_sequence_number, meta.max_sequence_number) == (1, 2)
     return file_io, f"{root}/b/{meta.file_name}", root
 
 
@@ -241,3 +243,18 @@ def test_deletion_vectors_and_lookup_changelog_over_other_formats(tmp_path: Path
     changes = table.changes(1, latest.id, columns=["id", "s"]).to_arrow().to_pylist()
     assert {"id": 2, "s": "newer"} in [{"id": r["id"], "s": r["s"]} for r in changes]
     assert 3 in [r["id"] for r in changes]  # the lookup changelog's -D of the deleted key
+
+
+@pytest.mark.parametrize("file_format", [FileFormat.ORC, FileFormat.AVRO])
+def test_files_roll_at_the_target_size(tmp_path: Path, file_format: FileFormat) -> None:
+    schema = kv.file_schema(pa.schema([pa.field("a", pa.int64(), nullable=False), pa.field("v", pa.string())]), ("a",))
+    n = 120_000
+    rows = pa.table({"_KEY_a": range(n), kv.SEQUENCE: range(n), kv.VALUE_KIND: pa.array([0] * n, pa.int8()),
+                     "a": range(n), "v": [f"value-{i * 7919 % 1000003}" for i in range(n)]}, schema=schema)
+    file_io, root = FileIO.for_url(str(tmp_path))
+    settings = FileSettings(schema_id=0, key_names=("a",), compression="none", zstd_level=1,
+                            target_file_size=1 << 20, file_format=file_format)
+    metas = data_file.write(file_io, f"{root}/b", [rows], settings, level=0)
+    assert len(metas) > 1 and sum(m.row_count for m in metas) == n
+    back = pa.concat_tables(data_file.read(file_io, f"{root}/b/{m.file_name}", schema) for m in metas)
+    assert back.equals(rows)
