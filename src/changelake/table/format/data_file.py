@@ -288,13 +288,14 @@ def read(
     """Rows of a data file in ``schema``'s types (a subset of columns when given), in the full
     key-value layout whatever the file's: a thin file (Paimon's ``data-file.thin-mode``, which
     pypaimon-rust always writes) has no ``_KEY_<k>`` columns, and ``_KEY_<k>`` is read as its
-    value column ``<k>`` (the same array under the key's name). ``rows`` = (start, stop) reads
-    only those rows, decoding only the row groups that hold them. ``renames`` maps columns the
-    file stores under another name (a file of an older schema) to that name, or to None for a
-    column the file lacks, read as all nulls. ``deleted`` (a deletion vector; not with ``rows``)
+    value column ``<k>`` (the same array under the key's name). The file's format is told by
+    its extension. ``rows`` = (start, stop) reads only those rows, decoding only the Parquet row
+    groups that hold them (an ORC file's stripes up to them; an Avro file whole). ``renames``
+    maps columns the file stores under another name (a file of an older schema) to that name,
+    or to None for a column the file lacks, read as all nulls. ``deleted`` (a deletion vector; not with ``rows``)
     leaves out the rows at the positions it holds. With ``kinds_for_retractions`` (the caller
-    reads ``_VALUE_KIND`` only to drop -U/-D rows) it is left out where the file's statistics
-    show it holds none."""
+    reads ``_VALUE_KIND`` only to drop -U/-D rows) it is left out where a Parquet file's
+    statistics show it holds none."""
     if deleted is not None and rows is not None:
         raise ValueError("a data file is read either whole minus its deleted rows or by row range")
     file_format = file_format_of(path)
