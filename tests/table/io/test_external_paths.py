@@ -185,13 +185,13 @@ def test_bad_external_paths_name_the_option_and_change_nothing(tmp_path: Path) -
     def create(name: str, options: dict[str, str]) -> cl.Table:
         return catalog.create_table(name, SCHEMA, primary_keys=["p", "k"], options={"bucket": "1", **options})
 
-    with pytest.raises(OptionError, match="data-file.external-paths.strategy") as unknown:
+    with pytest.raises(OptionError, match=r"data-file.external-paths.strategy") as unknown:
         create("db.a", {"data-file.external-paths.strategy": "random"})
     assert "random" in str(unknown.value)
-    with pytest.raises(OptionError, match="data-file.external-paths.*scheme"):
+    with pytest.raises(OptionError, match=r"data-file.external-paths.*scheme"):
         create("db.b", {"data-file.external-paths": str(tmp_path / "bare"), "data-file.external-paths.strategy":
                         "round-robin"})
-    with pytest.raises(OptionError, match="data-file.external-paths.strategy.*round-robin"):
+    with pytest.raises(OptionError, match=r"data-file.external-paths.strategy.*round-robin"):
         create("db.c", {"data-file.external-paths": f"file://{tmp_path}/e",
                         "data-file.external-paths.strategy": "entropy-inject"})
 
