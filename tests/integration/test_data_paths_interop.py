@@ -1,8 +1,9 @@
 """Tables whose data files live elsewhere than their bucket directories, across Paimon clients:
 ``data-file.path-directory`` (bucket directories under ``<table>/<directory>``) and
 ``data-file.external-paths`` (new files under other directories, each manifest entry recording
-its ``file:`` URI), written alternately by pypaimon 2.1 and changelake, each reading what the
-other wrote, changelake compacting files of both.
+its URI), written alternately by pypaimon 2.1 and changelake, each reading what the
+other wrote, changelake compacting files of both; and on S3, a table whose external path is another
+prefix of the store, which pypaimon reads.
 
 Java Paimon 0.9 (the bridge jar here) has neither option (they came in later Paimon releases):
 it would write a table that has them at the table's root and read no external file, so there
@@ -11,6 +12,7 @@ is no Java case.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 
 import changelake as cl
 from pypaimon_oracle import Pypaimon
+from s3_support import S3Endpoint
 
 SCHEMA = pa.schema([pa.field("p", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
                     pa.field("v", pa.string())])
@@ -87,4 +90,29 @@ def test_pypaimon_and_changelake_write_one_table(tmp_path: Path, pypaimon: Pypai
         _expected(0, 6, 20, 3)
     assert _sorted(pypaimon.read(warehouse, "db.t").to_pylist()) == expected
     table.refresh()
+    assert _sorted(table.scan().to_arrow().to_pylist()) == expected
+
+
+def test_external_paths_on_s3(s3: S3Endpoint, s3_warehouse: str, pypaimon: Pypaimon) -> None:
+    external = f"{s3_warehouse}-external"
+    table = cl.Catalog(s3_warehouse, storage_options=s3.storage_options).create_table(
+        "db.t", SCHEMA, primary_keys=["p", "k"], partition_keys=["p"],
+        options={"bucket": "2", "data-file.external-paths": external,
+                 "data-file.external-paths.strategy": "round-robin"})
+    table.write(_rows(0))
+    table.write(_rows(6))
+    table.compact(full=True)
+    prefix = external.removeprefix(f"s3://{s3.bucket}/")
+    written = [k for k in s3.keys(prefix) if k.rsplit("/", 1)[-1].startswith("data-")]
+    assert written and all(k.startswith((f"{prefix}/p=a/bucket-", f"{prefix}/p=b/bucket-", f"{prefix}/p=c/bucket-"))
+                           for k in written)
+    table_prefix = s3_warehouse.removeprefix(f"s3://{s3.bucket}/") + "/"
+    assert not [k for k in s3.keys(table_prefix) if k.rsplit("/", 1)[-1].startswith("data-")]
+    expected = _expected(0, 6)
+    assert _sorted(table.scan().to_arrow().to_pylist()) == expected
+    theirs = pypaimon.read(s3_warehouse, "db.t", catalog_options=s3.paimon_options)
+    assert _sorted(theirs.to_pylist()) == expected
+    stray = f"{s3.bucket}/{written[0].rsplit('/', 1)[0]}/data-stray-0.parquet"
+    table.context.file_io.write_bytes(stray, b"x")
+    assert table.remove_orphan_files(older_than=dt.timedelta(0)) == [stray]
     assert _sorted(table.scan().to_arrow().to_pylist()) == expected
