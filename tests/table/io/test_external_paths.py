@@ -120,9 +120,10 @@ def test_external_paths_round_robin(tmp_path: Path, directory: str | None) -> No
     assert table.changes(0, snapshot.id).to_arrow().num_rows >= len(_expected(*range(0, 40, 5)))  # changelog files
 
     table.write(_rows(100))
-    rolled_back = _data_files(external[0]) | _data_files(external[1]) - written
+    rolled_back = (_data_files(external[0]) | _data_files(external[1])) - written
     assert rolled_back
     table.rollback_to(snapshot_id=snapshot.id)
+    assert not rolled_back & (_data_files(external[0]) | _data_files(external[1]))
     assert _read(table) == _expected(*range(0, 40, 5))
     table.expire_snapshots(retain_min=1, older_than_ms=FAR_FUTURE)
     left = _data_files(external[0]) | _data_files(external[1])
