@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from changelake.table import metadata
@@ -135,6 +135,17 @@ def external_directories(ctx: TableContext) -> list[str]:
             for d in _bucket_dirs(ctx, root, len(ctx.partition_keys))]
 
 
+def kept_externally(ctx: TableContext, used: Container[str]) -> Callable[[str], bool]:
+    """Whether a file (by path) in a bucket directory under an external path is kept: ``used``
+    holds it, or it is not named as a data or changelog file (an external path may hold files
+    that are not the table's: only the table's own kind of file can be its orphan)."""
+    prefixes = (ctx.options.data_file_prefix, ctx.options.changelog_file_prefix)
+
+    def kept(path: str) -> bool:
+        return path in used or not path.rsplit("/", 1)[-1].startswith(prefixes)
+    return kept
+
+
 def orphans_in(ctx: TableContext, directory: str, is_kept: Callable[[str], bool], cutoff_ms: int) -> list[str]:
     """The paths of the files in ``directory`` that ``is_kept`` (given a file's path) does not
     keep and that were modified before ``cutoff_ms`` (a file whose time the filesystem does
@@ -162,12 +173,7 @@ def remove_orphan_files(ctx: TableContext, older_than: dt.datetime | dt.timedelt
     (directories listed, directories) while the table's directories are searched."""
     cutoff = threshold_ms(older_than)
     used = references.files_in_use(ctx)
-    prefixes = (ctx.options.data_file_prefix, ctx.options.changelog_file_prefix)
-
-    def external_kept(path: str) -> bool:
-        # an external directory may hold what is not the table's: only data files can go
-        return path in used or not path.rsplit("/", 1)[-1].startswith(prefixes)
-
+    external_kept = kept_externally(ctx, used)
     searches = [*metadata_directories(ctx).items(),
                 *((directory, used.__contains__) for directory in data_directories(ctx)),
                 *((directory, external_kept) for directory in external_directories(ctx))]
