@@ -142,6 +142,30 @@ def test_external_paths_round_robin(tmp_path: Path, directory: str | None) -> No
     assert _data_files(external[0]) | _data_files(external[1]) == left | {str(fresh)}
     assert _read(table) == _expected(*range(0, 40, 5))
 
+    assert table.rescale(bucket=3) is not None  # rewritten at the external paths too
+    assert not _data_files(root) and _live_paths(table) <= _data_files(external[0]) | _data_files(external[1])
+    assert {os.path.basename(os.path.dirname(p)) for p in _live_paths(table)} == {"bucket-0", "bucket-1", "bucket-2"}
+    assert _read(table) == _expected(*range(0, 40, 5))
+
+
+def test_postpone_bucket_files_at_the_external_paths(tmp_path: Path) -> None:
+    """A postpone-bucket table: the writer's ``bucket-postpone`` files and the buckets its
+    compaction makes of them are all under the external path."""
+    external = tmp_path / "ext"
+    table = cl.Catalog(str(tmp_path / "wh")).create_table(
+        "db.t", SCHEMA, primary_keys=["p", "k"], partition_keys=["p"],
+        options={"bucket": "-2", "postpone.default-bucket-num": "2", "data-file.path-directory": "data",
+                 "postpone.batch-write-fixed-bucket": "false",
+                 "data-file.external-paths": f"file://{external}", "data-file.external-paths.strategy": "round-robin"})
+    table.write(_rows(0))
+    assert {os.path.basename(os.path.dirname(p)) for p in _data_files(external)} == {"bucket-postpone"}
+    table.write(_rows(5))
+    table.compact()
+    assert not _data_files(table.location)
+    assert {os.path.relpath(os.path.dirname(p), external) for p in _live_paths(table)} <= \
+        {f"data/p={p}/bucket-{b}" for p in "ab" for b in (0, 1)}
+    assert _read(table) == _expected(0, 5)
+
 
 def test_specific_fs_on_an_append_table(tmp_path: Path) -> None:
     """``specific-fs`` writes only to the external paths of the named scheme (the s3 one is never
