@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import uuid
 from pathlib import Path
 
+import fsspec
 import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.errors import OptionError
+from changelake.errors import OptionError, StorageError
 from changelake.table.read import live_files
 
 SCHEMA = pa.schema([pa.field("p", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
@@ -238,3 +240,24 @@ def test_bad_external_paths_name_the_option_and_change_nothing(tmp_path: Path) -
         with pytest.raises(OptionError, match=message):
             table.write(_rows(0))
         assert table.latest_snapshot() is None and _files(tmp_path) == before
+
+
+def test_a_file_on_another_filesystem_is_refused_when_read(tmp_path: Path) -> None:
+    """A table read through another filesystem than the one its external files are on (here
+    its metadata copied to memory://) names the file it cannot open."""
+    table = cl.Catalog(str(tmp_path / "wh")).create_table(
+        "db.t", SCHEMA, primary_keys=["p", "k"],
+        options={"bucket": "1", "data-file.external-paths": f"file://{tmp_path}/ext",
+                 "data-file.external-paths.strategy": "round-robin"})
+    table.write(_rows(0))
+    memory = fsspec.filesystem("memory")
+    copy = f"/{uuid.uuid4().hex}"
+    for path in _files(table.location):
+        memory.pipe_file(f"{copy}/{os.path.relpath(path, table.location)}", Path(path).read_bytes())
+    try:
+        [external] = _live_paths(table)
+        with pytest.raises(StorageError, match="another filesystem") as refused:
+            cl.open_table(f"memory://{copy}").scan().to_arrow()
+        assert refused.value.file == f"file:{external}"
+    finally:
+        memory.rm(copy, recursive=True)
