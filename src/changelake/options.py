@@ -79,7 +79,7 @@ class TableOptions(BucketOptions, OperationOptions):
     data_file_external_paths_strategy: ExternalPathStrategy = declare(
         "data-file.external-paths.strategy", values.member(ExternalPathStrategy), "none",
         "Which external path a new data file goes to: `none` (the table's own directories), "
-        "`round-robin` (each writer from a random one), `specific-fs` (round-robin over those of "
+        "`round-robin` (a bucket's files in turn, from a random one), `specific-fs` (round-robin over those of "
         "the scheme `data-file.external-paths.specific-fs`).",
         supports=lambda v: v in (ExternalPathStrategy.NONE, ExternalPathStrategy.ROUND_ROBIN,
                                  ExternalPathStrategy.SPECIFIC_FS),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -235,13 +234,12 @@ def write(
     one reaches ``target-file-size``; returns each file's manifest metadata. ``on_file`` is
     called with each file written and its rows (as given, zero-copy). An append table's rows
     (its columns only, in write order) are numbered from ``first_sequence``. With
-    ``settings.external`` the files go under the external paths in turn, each recording its
-    URI (``external_path``)."""
+    ``settings.external`` the files go under its external paths, each recording its URI
+    (``external_path``)."""
     written: list[DataFileMeta] = []
     paths: list[str] = []
     current: _OpenFile | None = None
-    places: Iterator[tuple[str, str | None]] = \
-        itertools.repeat((bucket_dir, None)) if settings.external is None else settings.external.places(bucket_dir)
+    external = settings.external
 
     def close(current: _OpenFile) -> None:
         meta = current.close(settings, level, file_source)
@@ -261,7 +259,8 @@ def write(
                 if current is None:
                     following = first_sequence if not written or first_sequence is None else \
                         written[-1].max_sequence_number + 1
-                    current = _OpenFile(file_io, next(places), piece.schema, settings, level, keep=on_file is not None,
+                    place = (bucket_dir, None) if external is None else external.place(bucket_dir)
+                    current = _OpenFile(file_io, place, piece.schema, settings, level, keep=on_file is not None,
                                         first_sequence=following)
                 current.add(piece, settings.key_names)
                 if current.sink.tell() >= settings.target_file_size:

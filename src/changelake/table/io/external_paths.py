@@ -12,11 +12,9 @@ ones).
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from changelake.errors import OptionError, StorageError
 from changelake.option_values import ExternalPathStrategy, uri_scheme
@@ -37,15 +35,20 @@ class ExternalPaths:
     uris: tuple[str, ...]
     paths: tuple[str, ...]
     table_root: str
+    # the external path of each bucket's next file (by bucket directory), in this process
+    following: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
-    def places(self, bucket_dir: str) -> Iterator[tuple[str, str]]:
-        """The bucket ``bucket_dir``'s directory under each external path in turn, as (path,
-        URI), without end: round-robin from a random one, as each of Paimon's writers starts
-        (``RoundRobinExternalPathProvider``), so that writers spread their files."""
+    def place(self, bucket_dir: str) -> tuple[str, str]:
+        """The directory of the next file of the bucket ``bucket_dir``, as (path, URI): a
+        bucket's files go under the external paths in turn, from a random one, as each of
+        Paimon's bucket writers places them (``RoundRobinExternalPathProvider``), so that
+        writers spread their files."""
+        index = self.following.get(bucket_dir)
+        if index is None:
+            index = random.randrange(len(self.uris))
+        self.following[bucket_dir] = (index + 1) % len(self.uris)
         relative = bucket_dir[len(self.table_root) + 1:]
-        start = random.randrange(len(self.uris))
-        order = [*range(start, len(self.uris)), *range(start)]
-        return itertools.cycle([(f"{self.paths[i]}/{relative}", f"{self.uris[i]}/{relative}") for i in order])
+        return f"{self.paths[index]}/{relative}", f"{self.uris[index]}/{relative}"
 
 
 def _java_uri(uri: str) -> str:
