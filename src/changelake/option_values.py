@@ -56,6 +56,16 @@ class LookupCompactMode(enum.StrEnum):
     GENTLE = "gentle"
 
 
+class ExternalPathStrategy(enum.StrEnum):
+    """``data-file.external-paths.strategy``: which of the external paths a new data file goes to."""
+
+    NONE = "none"
+    ROUND_ROBIN = "round-robin"
+    SPECIFIC_FS = "specific-fs"
+    ENTROPY_INJECT = "entropy-inject"
+    WEIGHT_ROBIN = "weight-robin"
+
+
 class SortOrder(enum.StrEnum):
     """``sequence.field.sort-order``."""
 
@@ -159,6 +169,20 @@ def text_value(text: str) -> str:
 def names(text: str) -> tuple[str, ...]:
     """A comma-separated list of column names."""
     return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def uris(text: str) -> tuple[str, ...]:
+    """A comma-separated list of URIs (or paths), each without its trailing slash."""
+    return tuple(uri.strip().rstrip("/") for uri in text.split(",") if uri.strip())
+
+
+def uri_scheme(uri: str) -> str | None:
+    """The scheme of a URI (``s3`` of ``s3://bucket/t``), lowercase; None for a bare path."""
+    found = _SCHEME.match(uri)
+    return found.group(1).lower() if found else None
 
 
 def per_level(parse: Callable[[str], str]) -> Callable[[str], tuple[tuple[int, str], ...]]:

@@ -21,6 +21,7 @@ from changelake.option_operations import OperationOptions
 from changelake.option_spec import OptionEffect, OptionSpec, declare
 from changelake.option_values import (
     ChangelogProducer,
+    ExternalPathStrategy,
     FileFormat,
     LookupCompactMode,
     MergeEngineKind,
@@ -64,6 +65,31 @@ class TableOptions(BucketOptions, OperationOptions):
         values.parse_bool,
         "false",
         "Data files without the `_KEY_` columns (keys read from values).",
+    )
+    data_file_path_directory: str | None = declare(
+        "data-file.path-directory", values.text_value, None,
+        "Directory (relative to the table) holding the partition and bucket directories of data files.",
+    )
+    data_file_external_paths: tuple[str, ...] = declare(
+        "data-file.external-paths", values.uris, "",
+        "Comma-separated URIs (`file:///mnt/fast,s3://bucket/t`) new data files are written under, "
+        "each at `<uri>/<partition>/bucket-<n>/`, when `data-file.external-paths.strategy` is not `none`.",
+        supports=lambda v: all(values.uri_scheme(u) for u in v),
+        unsupported="each external path must be a URI with a scheme (file:///data/t, s3://bucket/t)",
+    )
+    data_file_external_paths_strategy: ExternalPathStrategy = declare(
+        "data-file.external-paths.strategy", values.member(ExternalPathStrategy), "none",
+        "Which external path a new data file goes to: `none` (the table's own directories), "
+        "`round-robin` (a bucket's files in turn, from a random one), `specific-fs` (round-robin over those of "
+        "the scheme `data-file.external-paths.specific-fs`).",
+        supports=lambda v: v in (ExternalPathStrategy.NONE, ExternalPathStrategy.ROUND_ROBIN,
+                                 ExternalPathStrategy.SPECIFIC_FS),
+        unsupported="changelake writes with none, round-robin or specific-fs",
+    )
+    data_file_external_paths_specific_fs: str | None = declare(
+        "data-file.external-paths.specific-fs", values.text_value, None,
+        "With `data-file.external-paths.strategy` `specific-fs`: the scheme (`s3`, `file`) of the "
+        "external paths used.",
     )
     changelog_file_prefix: str = declare(
         "changelog-file.prefix", values.text_value, "changelog-", "File name prefix of changelog files."

@@ -10,6 +10,7 @@ commit always shows.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import multiprocessing
 import multiprocessing.context
@@ -28,6 +29,7 @@ import pyarrow as pa
 import changelake as cl
 from changelake.table.format import data_file, kv, manifest
 from changelake.table.format.manifest import ManifestEntry
+from changelake.table.io import external_paths
 from changelake.table.read import deletion_vectors, live_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,6 +45,7 @@ KEY = ("p", "k")
 PARTITIONS = ("x", "y")
 TABLE_NAME = "db.t"
 # Small manifests and frequent manifest compaction, so short runs reach every code path.
+WAREHOUSE = "{warehouse}"  # in an option's value: the warehouse the table is created in
 BASE_OPTIONS = {
     "bucket": "2",
     "manifest.target-file-size": "8 kb",
@@ -190,10 +193,19 @@ MODES = {m.name: m for m in (
     Mode("cross-partition", one_shot=False, engine="deduplicate", cross_partition=True,
          options=COMPACTION | EXPIRY | {"bucket": "-1", "dynamic-bucket.target-row-num": "20",
                                         "lookup.cache-max-memory-size": "1 kb"}),
+    # Data files under two external paths in turn (the bucket directories under data/ there),
+    # killed half written; expiry deletes them there.
+    Mode("external-paths", one_shot=False, engine="deduplicate",
+         options=COMPACTION | EXPIRY | {"data-file.path-directory": "data",
+                                        "data-file.external-paths.strategy": "round-robin",
+                                        "data-file.external-paths": f"file://{WAREHOUSE}/external-1,"
+                                                                    f"file://{WAREHOUSE}/external-2"}),
 )}
 
 
 def create_table(warehouse: str, options: dict[str, str], primary_keys: Sequence[str] = KEY) -> cl.Table:
+    """The table of a mode in ``warehouse`` (``{warehouse}`` in an option's value names it)."""
+    options = {key: value.replace(WAREHOUSE, warehouse) for key, value in options.items()}
     return cl.Catalog(warehouse).create_table(TABLE_NAME, schema=SCHEMA, primary_keys=list(primary_keys),
                                               partition_keys=["p"], options=options)
 
@@ -359,8 +371,7 @@ def changelog_rows(table: cl.Table, snap: cl.Snapshot) -> list[Row]:
     rows: list[Row] = []
     for meta in live_files.manifest_list(ctx, snap.changelog_manifest_list):
         for entry in live_files.manifest_entries(ctx, meta.file_name):
-            path = f"{ctx.bucket_dir(entry.partition, entry.bucket)}/{entry.file.file_name}"
-            data = data_file.read(ctx.file_io, path, kv.file_schema(ctx.arrow_schema, ctx.key_names))
+            data = data_file.read(ctx.file_io, ctx.entry_path(entry), kv.file_schema(ctx.arrow_schema, ctx.key_names))
             kinds = [kv.ROW_KIND_SYMBOLS[k] for k in data.column(kv.VALUE_KIND).to_pylist()]
             rows += [{n: r[n] for n in SCHEMA.names} | {"rowkind": kind}
                      for r, kind in zip(data.select(SCHEMA.names).to_pylist(), kinds, strict=True)]
@@ -432,12 +443,10 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
                 found += live_files.manifest_entries(ctx, meta.file_name)
             except (OSError, cl.errors.ChangelakeError):
                 missing.append(ctx.paths.manifest(meta.file_name))
-        referenced.update(f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}" for e in found)
+        referenced.update(ctx.entry_path(e) for e in found)
         return found
 
-    def path(e: ManifestEntry) -> str:
-        return f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
-
+    path = ctx.entry_path
     for snap in snapshots:
         if snap.index_manifest is not None:
             referenced.add(ctx.paths.manifest(snap.index_manifest))
@@ -465,7 +474,8 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
             referenced.update(ctx.paths.manifest(m.file_name)
                               for m in live_files.manifest_list(ctx, kept.base_manifest_list))
     present: set[str] = set()
-    for directory, _, names in os.walk(table.location):
+    external = external_paths.listed_roots(ctx.file_io, ctx.options)
+    for directory, _, names in itertools.chain(os.walk(table.location), *map(os.walk, external)):
         for name in names:
             full = os.path.join(directory, name)
             if directory in (ctx.paths.schema_dir, ctx.paths.changelog_dir, ctx.paths.consumer_dir,

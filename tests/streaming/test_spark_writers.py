@@ -5,6 +5,7 @@ are refused clearly and change nothing."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from pathlib import Path
@@ -113,3 +114,31 @@ def test_sql_reads_and_inserts_through_a_catalog_table(spark: SparkSession, tmp_
         spark.sql("DROP TABLE IF EXISTS changelake_log")
         spark.sql("DROP TABLE IF EXISTS changelake_cols")
     assert log_rows(log) == [(1, "a"), (2, "b"), (3, "c")]  # dropping the catalog entries kept the table
+
+
+def test_spark_tasks_write_and_clean_up_at_the_external_paths(spark: SparkSession, tmp_path: Path) -> None:
+    """Each task (its table context unpickled on the executor) writes its data files under the
+    table's external paths, inside its path directory, each recorded with its URI; Spark's
+    orphan cleanup searches the bucket directories there (data files only)."""
+    streaming.register(spark)
+    external = [tmp_path / "ext1", tmp_path / "ext2"]
+    log = cl.Catalog(str(tmp_path / "warehouse")).create_table("db.log", LOG_SCHEMA, options={
+        "data-file.path-directory": "data", "data-file.external-paths.strategy": "round-robin",
+        "data-file.external-paths": ",".join(f"file://{e}" for e in external)})
+    rows = [(i, f"m{i}") for i in range(50)]
+    spark.createDataFrame(rows, "id long, msg string").repartition(3).write.format("changelake") \
+        .mode("append").save(log.location)
+    assert log_rows(log) == rows
+    written = sorted(str(p) for e in external for p in e.rglob("*.parquet"))
+    assert len(written) == 3 and all(p.startswith(tuple(f"{e}/data/bucket-0/" for e in external)) for p in written)
+    assert not list(Path(log.location).rglob("*.parquet"))
+    assert sorted(log.system("files").column("file_path").to_pylist()) == [f"file:{p}" for p in written]
+
+    stray = Path(written[0]).parent / "data-stray-0.parquet"
+    stray.write_bytes(b"x")
+    (stray.parent / "README").write_text("not a data file")
+    old = (dt.datetime.now() - dt.timedelta(days=2)).timestamp()
+    for path in [stray, stray.parent / "README"]:
+        os.utime(path, (old, old))
+    assert streaming.remove_orphan_files(spark, log, older_than=dt.timedelta(days=1)) == [str(stray)]
+    assert not stray.exists() and (stray.parent / "README").exists() and log_rows(log) == rows

@@ -3,9 +3,10 @@ stays on the driver, the listing and deleting of many files goes to the executor
 
 Orphan cleanup: the driver reads which files the snapshots, tags, changelogs and branches name
 and searches the few metadata directories itself; the data directories (manifests, index
-files, every bucket) are listed and cleaned by the tasks, each told the names in use in its
-directories. Expiry: the driver expires the snapshots exactly as :meth:`Table.expire_snapshots`
-does (the commit users' last commits recorded, the snapshot files and ``EARLIEST`` first); only
+files, every bucket, and every bucket under the external paths) are listed and cleaned by the
+tasks, each told the names in use in its directories. Expiry: the driver expires the snapshots
+exactly as :meth:`Table.expire_snapshots` does (the commit users' last commits recorded, the
+snapshot files and ``EARLIEST`` first); only
 the deletion of the files the expired snapshots alone named is spread over the tasks. Either
 way a crash leaves files nothing names, never a snapshot naming a deleted one (tasks are killed
 at ``orphan-file`` and ``expire-files`` in the crash test).
@@ -49,8 +50,10 @@ def remove_orphan_files(spark: SparkSession, table: Table | str, *,
     for path in used:
         directory, _, name = path.rpartition("/")
         in_use[directory].append(name)
-    directories = orphans.data_directories(ctx)
-    rows = pa.table({"directory": directories, "used": [in_use.get(d, []) for d in directories]})
+    own, external = orphans.data_directories(ctx), orphans.external_directories(ctx)
+    directories = [*own, *external]
+    rows = pa.table({"directory": directories, "used": [in_use.get(d, []) for d in directories],
+                     "external": [False] * len(own) + [True] * len(external)})
     run = functools.partial(orphans_task, ctx, cutoff, dry_run=dry_run)
     in_data = on_executors(spark, rows, max_tasks(spark), run, f"{_PATH} string").column(_PATH).to_pylist()
     if not dry_run:
@@ -60,13 +63,15 @@ def remove_orphan_files(spark: SparkSession, table: Table | str, *,
 
 def orphans_task(ctx: TableContext, cutoff_ms: int, batches: Iterator[pa.RecordBatch], *,
                  dry_run: bool) -> Iterator[pa.RecordBatch]:
-    """A task's search of the data directories it got (rows ``directory, used``: the names
-    in use there): the orphans it found (and, unless ``dry_run``, deleted), one row each."""
+    """A task's search of the data directories it got (rows ``directory, used, external``:
+    the names in use there, and whether it is under an external path): the orphans it found
+    (and, unless ``dry_run``, deleted), one row each."""
     for batch in batches:
-        for directory, used in zip(batch.column("directory").to_pylist(), batch.column("used").to_pylist(),
-                                   strict=True):
+        for directory, used, external in zip(batch.column("directory").to_pylist(), batch.column("used").to_pylist(),
+                                             batch.column("external").to_pylist(), strict=True):
             in_use = {f"{directory}/{name}" for name in used}
-            found = orphans.orphans_in(ctx, directory, in_use.__contains__, cutoff_ms)
+            kept = orphans.kept_externally(ctx, in_use) if external else in_use.__contains__
+            found = orphans.orphans_in(ctx, directory, kept, cutoff_ms)
             if not dry_run:
                 orphans.delete(ctx, found)
             if found:

@@ -23,9 +23,11 @@ from changelake.options import TableOptions
 from changelake.table.format import binary_row, data_file, kv, snapshot
 from changelake.table.format.data_file import FileSettings
 from changelake.table.format.kv import KeyCodec
-from changelake.table.format.manifest import DataFileMeta
+from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.format.schema import SchemaHistory, TableKind, TableSchema
 from changelake.table.format.snapshot import Snapshot
+from changelake.table.io import external_paths
+from changelake.table.io.external_paths import ExternalPaths
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.io.paths import TablePaths, partition_path
@@ -93,7 +95,7 @@ class TableContext:
         renames = None
         if meta.schema_id != self.schema.id:
             renames = self.schema.names_in(self.schemas.get(meta.schema_id))
-        return data_file.read(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns, rows,
+        return data_file.read(self.file_io, self.file_path(bucket_dir, meta), self.file_schema, columns, rows,
                               renames, deleted=deleted, kinds_for_retractions=kinds_for_retractions)
 
     def read_file_batches(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str],
@@ -102,7 +104,7 @@ class TableContext:
         renames = None
         if meta.schema_id != self.schema.id:
             renames = self.schema.names_in(self.schemas.get(meta.schema_id))
-        return data_file.read_batches(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns,
+        return data_file.read_batches(self.file_io, self.file_path(bucket_dir, meta), self.file_schema, columns,
                                       batch_rows, renames, kinds_for_retractions=kinds_for_retractions)
 
     def selected_columns(self, columns: Sequence[str]) -> tuple[str, ...]:
@@ -182,6 +184,7 @@ class TableContext:
             # Paimon's append writers write file.format at every level (its per-level formats are
             # the key-value writers')
             format_per_level=options.file_format_per_level if self.key_value_files else (),
+            external=self.external_paths,
         )
         problem = settings.unwritable()
         if problem is not None:
@@ -196,6 +199,13 @@ class TableContext:
             raise OptionError(f"changelake writes Avro manifests only; writing to a table whose manifests are "
                               f"{self.options.manifest_format!r} would break Java Paimon's reads of it",
                               table=self.name, option="manifest.format")
+
+    @cached_property
+    def external_paths(self) -> ExternalPaths | None:
+        """Where new data files go instead of their bucket's directory
+        (``data-file.external-paths``), checked and made once: OptionError naming the option
+        when they cannot be written to (see :func:`external_paths.of_table`)."""
+        return external_paths.of_table(self.file_io, self.paths.root, self.options, self.name)
 
     @cached_property
     def changelog_file_settings(self) -> FileSettings:
@@ -246,8 +256,28 @@ class TableContext:
                                          for k, v in zip(self.partition_keys, values, strict=True)) + "}"
 
     def bucket_dir(self, partition: bytes, bucket: int) -> str:
-        """Directory of a bucket given its serialized partition BinaryRow."""
-        return self.paths.bucket_dir(self._partition_dir(partition), bucket)
+        """Directory of a bucket given its serialized partition BinaryRow (under
+        ``data-file.path-directory`` when set)."""
+        return self.paths.bucket_dir(self._partition_dir(partition), bucket,
+                                     directory=self.options.data_file_path_directory)
+
+    @property
+    def data_root(self) -> str:
+        """The directory of the partition and bucket directories: the table's, or its
+        ``data-file.path-directory``."""
+        return self.paths.data_root(self.options.data_file_path_directory)
+
+    def file_path(self, bucket_dir: str, meta: DataFileMeta) -> str:
+        """Where a data or changelog file of the bucket ``bucket_dir`` is: at its recorded
+        external path when it has one (``data-file.external-paths``), else in the bucket's
+        directory. Every read, copy and delete of a data file finds it here."""
+        if meta.external_path is not None:
+            return external_paths.resolve(self.file_io, meta.external_path)
+        return f"{bucket_dir}/{meta.file_name}"
+
+    def entry_path(self, entry: ManifestEntry) -> str:
+        """Where the data or changelog file of a manifest entry is (see :meth:`file_path`)."""
+        return self.file_path(self.bucket_dir(entry.partition, entry.bucket), entry.file)
 
     @cached_property
     def _partition_dir(self) -> Callable[[bytes], str]:

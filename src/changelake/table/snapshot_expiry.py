@@ -145,7 +145,7 @@ def _expire_changelogs(ctx: TableContext, result: ExpireResult, delete: FileDele
     gone = decoupled_changelog.expired(ctx, min_next_snapshot(ctx))
     if not gone:
         return result
-    files = {_data_path(ctx, e) for c in gone for e in _entries(ctx, c.changelog_manifest_list)}
+    files = {ctx.entry_path(e) for c in gone for e in _entries(ctx, c.changelog_manifest_list)}
     manifests = {n for c in gone if c.changelog_manifest_list is not None
                  for n in (c.changelog_manifest_list,
                            *(m.file_name for m in live_files.manifest_list(ctx, c.changelog_manifest_list)))}
@@ -189,10 +189,6 @@ def _end(ctx: TableContext, retention: Retention, earliest: int, latest: int) ->
     return max_exclusive
 
 
-def _data_path(ctx: TableContext, entry: ManifestEntry) -> str:
-    return f"{ctx.bucket_dir(entry.partition, entry.bucket)}/{entry.file.file_name}"
-
-
 def _entries(ctx: TableContext, manifest_list: str | None) -> list[ManifestEntry]:
     if manifest_list is None:
         return []
@@ -217,9 +213,9 @@ def _removed(ctx: TableContext, deltas: Iterable[Snapshot], *, keep_appended: bo
         for e in _entries(ctx, s.delta_manifest_list):
             if e.kind == FileKind.DELETE:
                 if not (keep_appended and e.file.file_source in (FileSource.APPEND, None)):
-                    removed.add(_data_path(ctx, e))
+                    removed.add(ctx.entry_path(e))
             else:
-                removed.discard(_data_path(ctx, e))
+                removed.discard(ctx.entry_path(e))
     return removed
 
 
@@ -229,7 +225,7 @@ def _kept(ctx: TableContext, retained: Snapshot, tagged: Iterable[Snapshot]) -> 
     first retained snapshot. (The retained snapshot's own live files need no listing: no
     delta up to it removed them.)"""
     tags = list(tagged)
-    paths = {_data_path(ctx, e) for s in tags for e in live_files.live_entries(ctx, s)}
+    paths = {ctx.entry_path(e) for s in tags for e in live_files.live_entries(ctx, s)}
     names = {n for s in [retained, *tags] for n in _manifest_names(ctx, s)}
     return paths, names
 
@@ -267,7 +263,7 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
     branched = references.files_of_branches(ctx)
     data_files = sorted(_removed(ctx, [*expired[1:], retained], keep_appended=keep_deltas) - kept_paths - branched)
     changelog_files = [] if keep_changelog else sorted(
-        {_data_path(ctx, e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)} - kept_paths - branched)
+        {ctx.entry_path(e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)} - kept_paths - branched)
     manifests: set[str] = set()
     for s in expired:
         if not keep_deltas:
@@ -383,9 +379,9 @@ def release_tag(ctx: TableContext, tagged: Snapshot) -> ExpireResult:
         return ExpireResult()  # the snapshot is still there: its own expiry deletes its files
     earliest = ctx.snapshot(earliest_id)
     kept_paths, kept_manifests = _kept(ctx, earliest, metadata.tags(ctx).values())
-    kept_paths |= {_data_path(ctx, e) for e in live_files.live_entries(ctx, earliest)}
+    kept_paths |= {ctx.entry_path(e) for e in live_files.live_entries(ctx, earliest)}
     branched = references.files_of_branches(ctx)
-    data_files = sorted({_data_path(ctx, e) for e in live_files.live_entries(ctx, tagged)} - kept_paths - branched)
+    data_files = sorted({ctx.entry_path(e) for e in live_files.live_entries(ctx, tagged)} - kept_paths - branched)
     manifests = sorted({ctx.paths.manifest(name) for name in _manifest_names(ctx, tagged) - kept_manifests} - branched)
     _delete(ctx, data_files)
     _delete(ctx, manifests)

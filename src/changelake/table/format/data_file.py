@@ -20,6 +20,7 @@ from changelake.table.format.file_format import FileFormat, FormatWriter, codec
 from changelake.table.format.file_format import of_path as file_format_of
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
 from changelake.table.io import killpoints
+from changelake.table.io.external_paths import ExternalPaths
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.killpoints import KillPoint
 
@@ -52,6 +53,8 @@ class FileSettings:
     # Rows come in key order; postpone-bucket files keep their arrival order instead (their
     # min/max key are still the first and last rows', as Paimon's, but the key stats are true).
     ordered: bool = True
+    # data-file.external-paths: new files go under these instead of the bucket's directory
+    external: ExternalPaths | None = None
 
     file_format: FileFormat = FileFormat.PARQUET
     # file.format.per.level: (level, format) pairs overriding ``file_format`` there
@@ -95,11 +98,13 @@ class _OpenFile:
     of the table only through a committed snapshot, so it needs no temporary name: a crash
     leaves at most an orphan (removed by ``remove_orphan_files``)."""
 
-    def __init__(self, file_io: FileIO, bucket_dir: str, schema: pa.Schema, settings: FileSettings, level: int, *,
-                 keep: bool = False, first_sequence: int | None = None) -> None:
+    def __init__(self, file_io: FileIO, place: tuple[str, str | None], schema: pa.Schema, settings: FileSettings,
+                 level: int, *, keep: bool = False, first_sequence: int | None = None) -> None:
         file_format = settings.format_at(level)
         self.name = file_name(settings.prefix, file_format)
-        self.path = f"{bucket_dir}/{self.name}"
+        directory, external_dir = place  # the file's directory, and its URI when external
+        self.path = f"{directory}/{self.name}"
+        self.external_path = None if external_dir is None else f"{external_dir}/{self.name}"
         # Rows arrive in the full key-value layout (the metadata needs the keys); a thin file
         # stores them without the _KEY_ columns.
         self.dropped = [kv.key_column(k) for k in settings.key_names] if settings.thin else []
@@ -209,6 +214,7 @@ class _OpenFile:
             delete_row_count=self.deletes,
             file_source=file_source,
             value_stats_cols=(),
+            external_path=self.external_path,
         )
 
     def abandon(self, file_io: FileIO) -> None:
@@ -235,13 +241,18 @@ def write(
     to a new file once one reaches ``target-file-size``; returns each file's manifest metadata
     (the same whatever the format: gathered from the rows written). ``on_file`` is
     called with each file written and its rows (as given, zero-copy). An append table's rows
-    (its columns only, in write order) are numbered from ``first_sequence``."""
+    (its columns only, in write order) are numbered from ``first_sequence``. With
+    ``settings.external`` the files go under its external paths, each recording its URI
+    (``external_path``)."""
     written: list[DataFileMeta] = []
+    paths: list[str] = []
     current: _OpenFile | None = None
+    external = settings.external
 
     def close(current: _OpenFile) -> None:
         meta = current.close(settings, level, file_source)
         written.append(meta)
+        paths.append(current.path)
         if on_file is not None:
             on_file(meta, pa.concat_tables(current.pieces))
 
@@ -256,7 +267,8 @@ def write(
                 if current is None:
                     following = first_sequence if not written or first_sequence is None else \
                         written[-1].max_sequence_number + 1
-                    current = _OpenFile(file_io, bucket_dir, piece.schema, settings, level, keep=on_file is not None,
+                    place = (bucket_dir, None) if external is None else external.place(bucket_dir)
+                    current = _OpenFile(file_io, place, piece.schema, settings, level, keep=on_file is not None,
                                         first_sequence=following)
                 current.add(piece, settings.key_names)
                 if current.writer.tell() >= settings.target_file_size:
@@ -269,7 +281,7 @@ def write(
         if current is not None:
             current.abandon(file_io)
         # the files closed before the failure: the caller never learns of them
-        file_io.discard(f"{bucket_dir}/{meta.file_name}" for meta in written)
+        file_io.discard(paths)
         raise
     return written
 

@@ -204,6 +204,14 @@ class TablePaths:
         directory name)."""
         return f"{self.commit_user_dir}/user-{urllib.parse.quote(commit_user, safe='')}"
 
-    def bucket_dir(self, partition: str, bucket: int) -> str:
+    def data_root(self, directory: str | None = None) -> str:
+        """Where the partition and bucket directories are: the root, or its subdirectory
+        ``directory`` (``data-file.path-directory``)."""
+        return self.root if not directory else f"{self.root}/{directory.strip('/')}"
+
+    def bucket_dir(self, partition: str, bucket: int, *, directory: str | None = None) -> str:
+        """A bucket's directory (``partition`` its partition's, '' when unpartitioned), under
+        the data directory ``directory`` when given."""
         name = "bucket-postpone" if bucket == POSTPONE_BUCKET else f"bucket-{bucket}"
-        return f"{self.root}/{partition}/{name}" if partition else f"{self.root}/{name}"
+        root = self.data_root(directory)
+        return f"{root}/{partition}/{name}" if partition else f"{root}/{name}"

@@ -309,7 +309,7 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
         # Rewriting it in this older schema would lose the columns added since.
         raise SchemaError(f"was written with schema {newer.schema_id}, newer than this writer's schema "
                           f"{ctx.schema.id}; reopen the table (table.refresh()) to compact it",
-                          table=ctx.name, file=f"{bucket_dir}/{newer.file_name}")
+                          table=ctx.name, file=ctx.file_path(bucket_dir, newer))
     output = unit.output_level
     drop_delete = output != 0 and output >= levels.highest_non_empty_level()
     lookup: tuple[DataFileMeta, ...] = ()
@@ -325,7 +325,7 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
         result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit, vectors)
     except BaseException:
         # a failed compaction (an input gone, say) is void: nothing will name what it wrote
-        ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in task.result.written())
+        ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in task.result.written())
         raise
     if store is not None:  # removed files are never looked up again
         removed = {f.file_name for f in levels.files} - {f.file_name for f in after.files}
@@ -364,12 +364,12 @@ def compact_bucket(
         try:
             result = compact(ctx, bucket_dir, levels, unit, changelog, vectors)
         except BaseException:
-            ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in total.written())  # void as a whole
+            ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in total.written())  # void as a whole
             raise
         if result.vectors is not None:
             vectors = result.vectors
         levels = levels.replace(result.before, result.after)
-        ctx.file_io.discard(f"{bucket_dir}/{f.file_name}" for f in total.merge(result))
+        ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in total.merge(result))
         within = len(levels.sorted_runs(ctx.key_of)) <= stop and not (force_level0 and levels.level0())
         if full or within:
             return levels, total

@@ -8,6 +8,8 @@ each branch (temp files; Paimon's rule), plus our own temp files in ``schema/``,
 ``consumer/`` and ``commit-user/``, and the index files in ``index/`` that no index manifest
 names. ``statistics/`` is left alone: changelake does not write it. Directories are left in
 place (removing an empty bucket directory races with a writer about to create a file in it).
+A table's external paths (``data-file.external-paths``) are searched too, their bucket
+directories only, and there only files named as data or changelog files go.
 
 Branches (``branch/branch-<name>/``, made by Paimon or pypaimon) share the table's manifest,
 index and bucket directories: whatever a branch's snapshots, tags and changelogs name is in
@@ -22,12 +24,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from changelake.table import metadata
 from changelake.table.context import TableContext
-from changelake.table.io import killpoints
+from changelake.table.io import external_paths, killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.maintenance import references
 
@@ -115,9 +117,33 @@ def metadata_directories(ctx: TableContext) -> dict[str, Callable[[str], bool]]:
 
 def data_directories(ctx: TableContext) -> list[str]:
     """The directories whose files must each be named by a snapshot, tag or changelog: the
-    manifest and index directories and every bucket directory."""
+    manifest and index directories and every bucket directory (under
+    ``data-file.path-directory`` when set)."""
     return [ctx.paths.manifest_dir, ctx.paths.index_dir,
-            *_bucket_dirs(ctx, ctx.paths.root, len(ctx.partition_keys))]
+            *_bucket_dirs(ctx, ctx.data_root, len(ctx.partition_keys))]
+
+
+def external_directories(ctx: TableContext) -> list[str]:
+    """The bucket directories under each external path of the table
+    (``data-file.external-paths``, at the bucket's path relative to the table), as Paimon's
+    ``OrphanFilesClean`` lists them: whatever data files there no snapshot, tag or changelog
+    names are orphans."""
+    directory = ctx.options.data_file_path_directory
+    roots = [root if not directory else f"{root}/{directory.strip('/')}"
+             for root in external_paths.listed_roots(ctx.file_io, ctx.options)]
+    return [d for root in dict.fromkeys(roots) if root != ctx.data_root
+            for d in _bucket_dirs(ctx, root, len(ctx.partition_keys))]
+
+
+def kept_externally(ctx: TableContext, used: Container[str]) -> Callable[[str], bool]:
+    """Whether a file (by path) in a bucket directory under an external path is kept: ``used``
+    holds it, or it is not named as a data or changelog file (an external path may hold files
+    that are not the table's: only the table's own kind of file can be its orphan)."""
+    prefixes = (ctx.options.data_file_prefix, ctx.options.changelog_file_prefix)
+
+    def kept(path: str) -> bool:
+        return path in used or not path.rsplit("/", 1)[-1].startswith(prefixes)
+    return kept
 
 
 def orphans_in(ctx: TableContext, directory: str, is_kept: Callable[[str], bool], cutoff_ms: int) -> list[str]:
@@ -147,8 +173,10 @@ def remove_orphan_files(ctx: TableContext, older_than: dt.datetime | dt.timedelt
     (directories listed, directories) while the table's directories are searched."""
     cutoff = threshold_ms(older_than)
     used = references.files_in_use(ctx)
+    external_kept = kept_externally(ctx, used)
     searches = [*metadata_directories(ctx).items(),
-                *((directory, used.__contains__) for directory in data_directories(ctx))]
+                *((directory, used.__contains__) for directory in data_directories(ctx)),
+                *((directory, external_kept) for directory in external_directories(ctx))]
     found: list[str] = []
     for listed, (directory, is_kept) in enumerate(searches, start=1):
         found += orphans_in(ctx, directory, is_kept, cutoff)
