@@ -22,6 +22,7 @@ from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
 
 _DB_SUFFIX = ".db"
+_BRANCH_SUFFIX = "$branch_"  # ``t$branch_b``: branch b of table t
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -146,12 +147,15 @@ class Catalog:
                                            list(partition_keys or []), dict(options or {}), comment))
 
     def get_table(self, name: str) -> Table:
-        """Open ``database.table``."""
+        """Open ``database.table``, or its branch ``database.table$branch_<name>`` (Paimon's
+        naming) as :meth:`Table.branch` opens it."""
         database, table_name = _split_name(name)
+        table_name, _, branch = table_name.partition(_BRANCH_SUFFIX)
         db_dir = self._database_dir(database)
         if not self.file_io.exists(db_dir):
             raise DatabaseNotFoundError(f"database {database} does not exist ({db_dir})")
-        return Table(metadata.open_context(self.file_io, f"{db_dir}/{table_name}", name))
+        table = Table(metadata.open_context(self.file_io, f"{db_dir}/{table_name}", f"{database}.{table_name}"))
+        return table.branch(branch) if branch else table
 
 
 def open_table(path: str, storage_options: dict[str, Any] | None = None, *,

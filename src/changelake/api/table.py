@@ -20,7 +20,7 @@ from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import LookupCompactMode, ScanMode
-from changelake.table import metadata, partition_drops, partition_expiry, schema_update, snapshot_expiry
+from changelake.table import branches, metadata, partition_drops, partition_expiry, schema_update, snapshot_expiry
 from changelake.table.append import compaction as append_compaction
 from changelake.table.append import merge as append_merge
 from changelake.table.append import row_level as append_rows
@@ -118,7 +118,7 @@ class Table:
 
     def refresh(self) -> None:
         """Move to the table's newest schema (after another process changed it)."""
-        self._use(metadata.open_context(self._context.file_io, self._context.paths.root, self._context.name))
+        self._use(metadata.reopened(self._context))
 
     def _use(self, context: TableContext) -> None:
         self._context = context
@@ -163,6 +163,47 @@ class Table:
         tagged = metadata.tag(self._context, name)
         metadata.delete_tag(self._context, name)
         snapshot_expiry.release_tag(self._context, tagged)
+
+    # -- branches ---------------------------------------------------------------------------
+
+    @property
+    def branch_name(self) -> str:
+        """The branch this Table reads and writes: ``main`` for the table itself."""
+        return self._context.paths.branch or branches.MAIN
+
+    def branch(self, name: str) -> Table:
+        """The table's branch ``name`` as a Table (named ``database.table$branch_<name>``):
+        reads, writes, tags, expiry, compaction and streams all work within the branch, on its
+        own snapshots, schemas and tags; ``main`` is the table itself. BranchNotFoundError when
+        there is no such branch."""
+        return Table(branches.checked(self._context, name))
+
+    def list_branches(self) -> list[str]:
+        """The names of the table's branches, sorted (``main``, the table itself, not among them)."""
+        return metadata.branch_names(self._context)
+
+    def create_branch(self, name: str, *, from_tag: str | None = None, from_snapshot: int | None = None) -> Table:
+        """Create branch ``name`` and return it (Paimon's ``createBranch``): with neither
+        argument an empty branch holding the table's latest schema; ``from_tag`` starts it at
+        the tag's snapshot (the tag, that snapshot and its schemas are copied into the branch);
+        ``from_snapshot`` at that snapshot. InvalidBranchNameError for ``main``, a blank or
+        all-digit name; BranchAlreadyExistsError for a taken one; TagNotFoundError or
+        SnapshotNotFoundError for a missing start. Nothing changes on an error."""
+        branches.create(self._context, name, from_tag=from_tag, from_snapshot=from_snapshot)
+        return self.branch(name)
+
+    def delete_branch(self, name: str) -> None:
+        """Delete branch ``name`` (BranchNotFoundError if absent). The table's files only it
+        named go with the table's next orphan cleanup."""
+        branches.delete(self._context, name)
+
+    def fast_forward(self, name: str) -> None:
+        """Make this table (or branch) what branch ``name`` is (Paimon's ``fast_forward``): its
+        snapshots, schemas and tags from the branch's earliest snapshot on are replaced by the
+        branch's. Stop writers first. SnapshotNotFoundError for a branch with no snapshot; a
+        crash leaves the table readable, and running it again completes it."""
+        branches.fast_forward(self._context, name)
+        self._use(metadata.reopened(self._context))
 
     # -- maintenance ------------------------------------------------------------------------
 
@@ -458,7 +499,8 @@ class Table:
         time, or an age; default one day, as Paimon's); with ``dry_run`` only list them. Returns
         their paths. The threshold must exceed the longest commit of any concurrent writer:
         newer files are never touched. ``progress`` gets (directories searched, directories)."""
-        return orphans.remove_orphan_files(self._context, older_than, dry_run=dry_run, progress=progress)
+        return orphans.remove_orphan_files(metadata.main_context(self._context), older_than, dry_run=dry_run,
+                                           progress=progress)
 
     def rollback_to(self, *, snapshot_id: int | None = None, tag: str | None = None) -> Snapshot:
         """Make a snapshot (by id, or a tag's) the latest again: later snapshots and tags go,
