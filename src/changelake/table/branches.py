@@ -15,10 +15,11 @@ Crash safety (every operation has kill points, ``tests/reliability``):
   then the snapshot, then the tag: a part is an empty branch, or one without its tag);
 - delete: the snapshots and tags go first, newest first, so a crash leaves a branch that reads
   (an empty one at worst) and is deleted by running the deletion again;
-- fast-forward: the target's snapshots from the branch's earliest on go newest first, so the
-  target reads as a prefix of its history; then its tags of those snapshots; then the branch's
-  schemas, snapshots (oldest first) and tags are copied in, each file whole, so the target reads
-  as the prefix of the branch's history copied so far. Running it again completes it.
+- fast-forward: the target's snapshots from the branch's earliest on that differ from the
+  branch's go newest first, so the target reads as a prefix of its history; then its tags of
+  those snapshots; then the branch's schemas, snapshots (oldest first) and tags are copied in,
+  each file replaced whole, so the target reads as the prefix of the branch's history copied so
+  far. Running it again completes it.
 """
 
 from __future__ import annotations
@@ -130,50 +131,56 @@ def delete(ctx: TableContext, name: str) -> None:
 def fast_forward(ctx: TableContext, name: str) -> None:
     """Replace ``ctx``'s snapshots, schemas and tags from branch ``name``'s earliest snapshot on
     with the branch's (Paimon's ``fastForward``): ``ctx`` then reads as the branch does. Stop
-    writers of ``ctx`` first. The files only the replaced snapshots named are left for orphan
-    cleanup, as in Paimon."""
+    writers of ``ctx`` first. A file both already hold alike is left in place; the files only
+    the replaced snapshots named are left for orphan cleanup, as in Paimon."""
     table = metadata.main_name(ctx)
     if name == MAIN or (isinstance(name, str) and not name.strip()):
         raise InvalidBranchNameError(f"branch name {name!r} cannot be fast-forwarded to", table=table)
     if name == ctx.paths.branch:
         raise InvalidBranchNameError(f"branch {name!r} cannot be fast-forwarded to itself", table=table)
     branch = checked(ctx, name)
-    io = ctx.file_io
-    branch_ids = snapshot_file.list_ids(io, branch.paths)
-    if not branch_ids:
+    io, here, there = ctx.file_io, ctx.paths, branch.paths
+    snapshots = {i: io.read_bytes(there.snapshot(i)) for i in snapshot_file.list_ids(io, there)}
+    if not snapshots:
         raise SnapshotNotFoundError(f"branch {name!r} has no snapshot to fast-forward to", table=table)
-    earliest = branch.snapshot(branch_ids[0])
-    io.delete(f"{ctx.paths.snapshot_dir}/{snapshot_file.LATEST}")  # it may name a snapshot about to go
-    for snapshot_id in reversed(snapshot_file.list_ids(io, ctx.paths)):
-        if snapshot_id >= earliest.id:
-            killpoints.reached(KillPoint.FAST_FORWARD)
-            io.delete(ctx.paths.snapshot(snapshot_id))
-    for tag_name, tagged in metadata.tags(ctx).items():
-        if tagged.id >= earliest.id:
-            killpoints.reached(KillPoint.FAST_FORWARD)
-            io.delete(ctx.paths.tag(tag_name))
-    # Schemas before snapshots: a copied snapshot must find its schema. A schema id both lines
-    # hold is replaced whole (the snapshots left before the branch's use only ids both share).
-    branch_schemas = {s: io.read_text(branch.paths.schema(s)) for s in metadata.schema_ids(io, branch.paths)}
-    for schema_id, text in sorted(branch_schemas.items()):
-        if schema_id >= earliest.schema_id:
-            killpoints.reached(KillPoint.FAST_FORWARD)
-            io.overwrite_hint(ctx.paths.schema(schema_id), text)  # replaced whole, as a hint is
-    for schema_id in metadata.schema_ids(io, ctx.paths):
-        if schema_id not in branch_schemas and schema_id >= earliest.schema_id:
-            killpoints.reached(KillPoint.FAST_FORWARD)
-            io.delete(ctx.paths.schema(schema_id))
-    for snapshot_id in branch_ids:
-        killpoints.reached(KillPoint.FAST_FORWARD)
-        try:
-            content = io.read_bytes(branch.paths.snapshot(snapshot_id))
-        except FileNotFoundError:  # expired in the branch meanwhile
-            continue
-        io.overwrite_hint(ctx.paths.snapshot(snapshot_id), content.decode("utf-8"))
-    for tag_name in metadata.tags(branch):
-        killpoints.reached(KillPoint.FAST_FORWARD)
-        io.overwrite_hint(ctx.paths.tag(tag_name), io.read_text(branch.paths.tag(tag_name)))
-    snapshot_file.commit_hint(io, ctx.paths, snapshot_file.LATEST, branch_ids[-1])
-    earliest_id = snapshot_file.list_ids(io, ctx.paths)[0]
-    snapshot_file.commit_hint(io, ctx.paths, snapshot_file.EARLIEST, earliest_id)
+    earliest = snapshot_file.parse(snapshots[min(snapshots)], there.snapshot(min(snapshots)))
+    schemas = {i: io.read_bytes(there.schema(i)) for i in metadata.schema_ids(io, there)}
+    tags = {n: io.read_bytes(there.tag(n)) for n in metadata.tags(branch)}
 
+    def differs(path: str, content: bytes | None) -> bool:
+        try:
+            return io.read_bytes(path) != content
+        except FileNotFoundError:
+            return content is not None
+
+    def delete(path: str) -> None:
+        killpoints.reached(KillPoint.FAST_FORWARD)
+        io.delete(path)
+
+    def copy(path: str, content: bytes) -> None:
+        killpoints.reached(KillPoint.FAST_FORWARD)
+        io.overwrite_hint(path, content.decode("utf-8"))  # replaced whole, as a hint is
+
+    io.delete(f"{here.snapshot_dir}/{snapshot_file.LATEST}")  # it may name a snapshot about to go
+    # Newest first: the table reads as a prefix of its own history until the branch's lands.
+    for snapshot_id in reversed(snapshot_file.list_ids(io, here)):
+        if snapshot_id >= earliest.id and differs(here.snapshot(snapshot_id), snapshots.get(snapshot_id)):
+            delete(here.snapshot(snapshot_id))
+    for tag_name, tagged in metadata.tags(ctx).items():
+        if tagged.id >= earliest.id and differs(here.tag(tag_name), tags.get(tag_name)):
+            delete(here.tag(tag_name))
+    # Schemas before the snapshots that use them; the snapshots left use only ids both share.
+    for schema_id, content in sorted(schemas.items()):
+        if schema_id >= earliest.schema_id and differs(here.schema(schema_id), content):
+            copy(here.schema(schema_id), content)
+    for schema_id in metadata.schema_ids(io, here):
+        if schema_id >= earliest.schema_id and schema_id not in schemas:
+            delete(here.schema(schema_id))
+    for snapshot_id, content in sorted(snapshots.items()):  # oldest first: a prefix of the branch's
+        if differs(here.snapshot(snapshot_id), content):
+            copy(here.snapshot(snapshot_id), content)
+    for tag_name, content in sorted(tags.items()):
+        if differs(here.tag(tag_name), content):
+            copy(here.tag(tag_name), content)
+    snapshot_file.commit_hint(io, here, snapshot_file.LATEST, max(snapshots))
+    snapshot_file.commit_hint(io, here, snapshot_file.EARLIEST, snapshot_file.list_ids(io, here)[0])
