@@ -73,6 +73,10 @@ def test_a_branch_from_a_tag_reads_and_writes_apart_from_the_table(tmp_path: Pat
     table.compact(full=True)
     table.expire_snapshots(retain_min=1, older_than_ms=FAR_FUTURE)
     assert table.remove_orphan_files(older_than=dt.timedelta(0)) == []
+    stray = Path(table.location) / "snapshot" / f".snapshot-9.{'a' * 32}.tmp"  # a crashed commit's, in the table
+    stray.write_text("{}")
+    os.utime(stray, (1_000_000_000, 1_000_000_000))  # from long ago
+    assert branch.remove_orphan_files(older_than=dt.timedelta(0)) == [str(stray)]  # the whole table's cleanup
     assert _rows(table) == {1: "a", 2: "main", 3: "main"}
     assert _rows(table.branch("dev")) == {1: "dev", 4: "dev2"}
     assert _rows(table.branch("dev"), tag="t1") == _rows(table, tag="t1") == {1: "a", 2: "a"}
@@ -168,3 +172,27 @@ def test_fast_forward_makes_the_table_what_the_branch_is(tmp_path: Path) -> None
     table.remove_orphan_files(older_than=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5))
     assert _rows(table) == {1: "a", 5: "dev", 6: "dev", 7: "after"} and _rows(branch) == {1: "a", 5: "dev", 6: "dev"}
     assert _rows(table, tag="t1") == {1: "a"}
+
+
+def test_a_branch_fast_forwards_to_another_and_rolls_back_in_itself(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    _write(table, {1: "a"})
+    table.create_tag("t1")
+    one = table.create_branch("one", from_tag="t1")
+    two = table.create_branch("two", from_tag="t1")
+    _write(one, {2: "one"})
+    _write(two, {3: "two"})
+    _write(two, {4: "two"})
+    one.fast_forward("two")
+    assert _rows(one) == {1: "a", 3: "two", 4: "two"} and [s.id for s in one.snapshots()] == [1, 2, 3]
+    assert _rows(table) == {1: "a"}
+    one.rollback_to(snapshot_id=2)
+    assert _rows(one) == {1: "a", 3: "two"} and _rows(two) == {1: "a", 3: "two", 4: "two"}
+    with pytest.raises(errors.InvalidBranchNameError, match="itself"):
+        one.fast_forward("one")
+    # What a creation killed before its rename leaves is no branch, and is in nobody's way.
+    staging = Path(table.location) / "branch" / f".branch-three.{'0' * 32}.tmp" / "schema"
+    staging.mkdir(parents=True)
+    (staging / "schema-0").write_text((Path(table.location) / "schema" / "schema-0").read_text())
+    assert table.list_branches() == ["one", "two"]
+    assert _rows(table.create_branch("three", from_snapshot=1)) == {1: "a"}

@@ -499,8 +499,7 @@ class Table:
         time, or an age; default one day, as Paimon's); with ``dry_run`` only list them. Returns
         their paths. The threshold must exceed the longest commit of any concurrent writer:
         newer files are never touched. ``progress`` gets (directories searched, directories)."""
-        return orphans.remove_orphan_files(metadata.main_context(self._context), older_than, dry_run=dry_run,
-                                           progress=progress)
+        return orphans.remove_orphan_files(self._context, older_than, dry_run=dry_run, progress=progress)
 
     def rollback_to(self, *, snapshot_id: int | None = None, tag: str | None = None) -> Snapshot:
         """Make a snapshot (by id, or a tag's) the latest again: later snapshots and tags go,
