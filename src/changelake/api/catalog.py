@@ -150,12 +150,12 @@ class Catalog:
         """Open ``database.table``, or its branch ``database.table$branch_<name>`` (Paimon's
         naming) as :meth:`Table.branch` opens it."""
         database, table_name = _split_name(name)
-        table_name, _, branch = table_name.partition(_BRANCH_SUFFIX)
+        table_name, on_branch, branch = table_name.partition(_BRANCH_SUFFIX)
         db_dir = self._database_dir(database)
         if not self.file_io.exists(db_dir):
             raise DatabaseNotFoundError(f"database {database} does not exist ({db_dir})")
         table = Table(metadata.open_context(self.file_io, f"{db_dir}/{table_name}", f"{database}.{table_name}"))
-        return table.branch(branch) if branch else table
+        return table.branch(branch) if on_branch else table
 
 
 def open_table(path: str, storage_options: dict[str, Any] | None = None, *,

@@ -114,10 +114,10 @@ def create(ctx: TableContext, name: str, *, from_tag: str | None = None, from_sn
 def delete(ctx: TableContext, name: str) -> None:
     """Delete branch ``name`` (its directory; the table's files it named are left to expiry
     and orphan cleanup of the table, as in Paimon)."""
-    branch = checked(ctx, name) if name != MAIN else None
-    if branch is None:
+    if name == MAIN:
         raise InvalidBranchNameError(f"branch name {name!r} is the default branch, the table itself",
                                      table=metadata.main_name(ctx))
+    branch = checked(ctx, name)
     io, paths = branch.file_io, branch.paths
     for snapshot_id in reversed(snapshot_file.list_ids(io, paths)):
         killpoints.reached(KillPoint.BRANCH_DELETE)
