@@ -97,6 +97,10 @@ def test_an_empty_branch_and_one_from_a_snapshot(tmp_path: Path) -> None:
     assert table.remove_orphan_files(older_than=dt.timedelta(0)) == []
     assert _rows(first) == {1: "a"}
     assert table.list_branches() == ["empty", "first"]
+    branches = table.system("branches")
+    assert branches.column("branch_name").to_pylist() == ["empty", "first"]
+    assert branches.schema.field("create_time").type == pa.timestamp("ms")
+    assert branches.column("create_time").null_count == 0
 
     table.delete_branch("first")
     assert table.list_branches() == ["empty"]

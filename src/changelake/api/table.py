@@ -528,6 +528,6 @@ class Table:
 
     def system(self, name: str) -> pa.Table:
         """Paimon's system table ``name`` (``snapshots``, ``schemas``, ``options``, ``tags``,
-        ``consumers``, ``manifests``, ``files``, ``partitions``, ``buckets``, ``audit_log``),
+        ``branches``, ``consumers``, ``manifests``, ``files``, ``partitions``, ``buckets``, ``audit_log``),
         read now, with Paimon's column names."""
         return system_tables.system_table(self._context, name)
