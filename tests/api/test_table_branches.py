@@ -90,6 +90,12 @@ def test_an_empty_branch_and_one_from_a_snapshot(tmp_path: Path) -> None:
     assert empty.latest_snapshot() is None and empty.scan().to_arrow().num_rows == 0
     _write(empty, {9: "e"})
     assert _rows(empty) == {9: "e"} and [s.id for s in empty.snapshots()] == [1]
+    source = pa.table({"k": pa.array([9, 10], pa.int64()), "v": ["m", "m"]})
+    empty.merge(source).when_matched_update().when_not_matched_insert().execute()
+    assert _rows(empty) == {9: "m", 10: "m"}
+    empty.overwrite(pa.table({"k": pa.array([11], pa.int64()), "v": ["o"]}))
+    assert _rows(empty) == {11: "o"} and [s.id for s in empty.snapshots()] == [1, 2, 3]
+    assert _rows(table) == {1: "a", 2: "b"}
 
     first = table.create_branch("first", from_snapshot=1)
     assert _rows(first) == {1: "a"} and first.tags() == {}
