@@ -1,5 +1,6 @@
 """The ``changelake`` Spark data source on a branch: Paimon's ``branch`` option (or a path
-``<table>$branch_<name>``) reads the branch, batch and streaming; the sink writes a branch Table."""
+``<table>$branch_<name>``) reads the branch, batch and streaming, and Spark's own writer writes
+into it; the sink writes a branch Table."""
 
 from __future__ import annotations
 
@@ -62,6 +63,13 @@ def test_spark_reads_and_writes_a_branch(spark: Any, tmp_path: Path) -> None:
                     .get_table("db.t$branch_dev"))
     assert read(branch="dev") == [(1, "dev"), (2, "a"), (4, "dev"), (5, "spark")]
     assert read() == [(1, "a"), (2, "main"), (3, "main")]
+
+    # Spark's own writer (a bucket-unaware append table) with the option writes into the branch.
+    log = cl.Catalog(str(tmp_path / "wh")).create_table("db.log", SCHEMA)
+    log.create_branch("dev")
+    spark.createDataFrame([(1, "x")], "k long, v string").write.format("changelake").mode("append") \
+        .option("branch", "dev").save(log.location)
+    assert log.latest_snapshot() is None and log.branch("dev").scan().to_arrow().to_pylist() == [{"k": 1, "v": "x"}]
 
     # A stream of the branch's changes from its snapshot 2 on, with a consumer kept in the branch.
     batches: list[list[tuple[Any, ...]]] = []

@@ -161,8 +161,12 @@ class Catalog:
 def open_table(path: str, storage_options: dict[str, Any] | None = None, *,
                lock: CommitLock | None = None) -> Table:
     """Open the table in directory ``path`` (a local path or any fsspec URL), with the
-    filesystem's ``storage_options`` and a commit ``lock`` as for :class:`Catalog`."""
-    file_io, root = FileIO.for_url(str(path), storage_options, lock=lock)
+    filesystem's ``storage_options`` and a commit ``lock`` as for :class:`Catalog`; a path
+    ``<table directory>$branch_<name>`` opens that branch of it (:meth:`Table.branch`)."""
+    parent, slash, last = str(path).rstrip("/").rpartition("/")
+    directory, on_branch, branch = last.partition(_BRANCH_SUFFIX)
+    file_io, root = FileIO.for_url(f"{parent}{slash}{directory}", storage_options, lock=lock)
     parts = root.rstrip("/").rsplit("/", 2)
     name = f"{parts[-2].removesuffix(_DB_SUFFIX)}.{parts[-1]}" if len(parts) >= 2 else parts[-1]
-    return Table(metadata.open_context(file_io, root, name))
+    table = Table(metadata.open_context(file_io, root, name))
+    return table.branch(branch) if on_branch else table
