@@ -57,6 +57,8 @@ def test_a_branch_from_a_tag_reads_and_writes_apart_from_the_table(tmp_path: Pat
     changes = pa.concat_tables(b.data for b in stream)
     assert changes.to_pydict() == {"rowkind": ["+I", "+I", "+U", "-D"], "k": [1, 4, 4, 2],
                                    "v": ["dev", "dev", "dev2", "a"]}
+    with pytest.raises(errors.OffsetError):  # a position in the table's history is none in the branch's
+        list(branch.stream(offset=table.stream(mode="latest").offset))
 
     # The catalog opens it by Paimon's name; the schema evolves within the branch only.
     same = cl.Catalog(str(tmp_path)).get_table("db.t$branch_dev")

@@ -176,10 +176,10 @@ def identity(ctx: TableContext) -> str:
     """A fingerprint of the table: a hash of its oldest schema file, which never changes once
     written, so saved positions (stream offsets) can tell this table from another one, even
     one of the same name at the same location."""
-    ids = [int(m.group(1)) for n in ctx.file_io.list_names(ctx.paths.schema_dir) if (m := _SCHEMA_FILE.match(n))]
+    ids = schema_ids(ctx.file_io, ctx.paths)
     if not ids:
         raise TableNotFoundError(f"does not exist (no schema under {ctx.paths.schema_dir})", table=ctx.name)
-    digest = hashlib.sha256(ctx.file_io.read_bytes(ctx.paths.schema(min(ids))))
+    digest = hashlib.sha256(ctx.file_io.read_bytes(ctx.paths.schema(ids[0])))
     if ctx.paths.branch is not None:  # a branch's first schema is a copy of the table's
         digest.update(f"$branch_{ctx.paths.branch}".encode())
     return digest.hexdigest()[:16]
