@@ -101,6 +101,8 @@ def test_an_empty_branch_and_one_from_a_snapshot(tmp_path: Path) -> None:
 
     first = table.create_branch("first", from_snapshot=1)
     assert _rows(first) == {1: "a"} and first.tags() == {}
+    assert first.rescale(bucket=2) is not None  # the branch's schema and files only
+    assert (first.options["bucket"], table.options["bucket"]) == ("2", "1") and _rows(first) == {1: "a"}
     table.expire_snapshots(retain_min=1, older_than_ms=FAR_FUTURE)  # the branch keeps snapshot 1's files
     assert table.remove_orphan_files(older_than=dt.timedelta(0)) == []
     assert _rows(first) == {1: "a"}
