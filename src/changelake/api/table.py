@@ -164,7 +164,7 @@ class Table:
         metadata.delete_tag(self._context, name)
         snapshot_expiry.release_tag(self._context, tagged)
 
-    # -- branches ---------------------------------------------------------------------------
+    # -- branches (docs/branches.md) --------------------------------------------------------
 
     @property
     def branch_name(self) -> str:
@@ -172,36 +172,30 @@ class Table:
         return self._context.paths.branch or branches.MAIN
 
     def branch(self, name: str) -> Table:
-        """The table's branch ``name`` as a Table (named ``database.table$branch_<name>``):
-        reads, writes, tags, expiry, compaction and streams all work within the branch, on its
-        own snapshots, schemas and tags; ``main`` is the table itself. BranchNotFoundError when
-        there is no such branch."""
+        """Branch ``name`` as a Table (``database.table$branch_<name>``) whose every operation
+        stays within the branch; ``main`` is the table. BranchNotFoundError if absent."""
         return Table(branches.checked(self._context, name))
 
     def list_branches(self) -> list[str]:
-        """The names of the table's branches, sorted (``main``, the table itself, not among them)."""
+        """The names of the table's branches, sorted (``main`` not among them)."""
         return metadata.branch_names(self._context)
 
     def create_branch(self, name: str, *, from_tag: str | None = None, from_snapshot: int | None = None) -> Table:
-        """Create branch ``name`` and return it (Paimon's ``createBranch``): with neither
-        argument an empty branch holding the table's latest schema; ``from_tag`` starts it at
-        the tag's snapshot (the tag, that snapshot and its schemas are copied into the branch);
-        ``from_snapshot`` at that snapshot. InvalidBranchNameError for ``main``, a blank or
-        all-digit name; BranchAlreadyExistsError for a taken one; TagNotFoundError or
-        SnapshotNotFoundError for a missing start. Nothing changes on an error."""
+        """Create branch ``name`` (Paimon's ``createBranch``) and return it: empty (the latest
+        schema only), or from a tag or snapshot (copied with its schemas into the branch).
+        InvalidBranchNameError (``main``, blank, all digits), BranchAlreadyExistsError,
+        TagNotFoundError or SnapshotNotFoundError change nothing."""
         branches.create(self._context, name, from_tag=from_tag, from_snapshot=from_snapshot)
         return self.branch(name)
 
     def delete_branch(self, name: str) -> None:
-        """Delete branch ``name`` (BranchNotFoundError if absent). The table's files only it
-        named go with the table's next orphan cleanup."""
+        """Delete branch ``name``; files only it named go with the next orphan cleanup."""
         branches.delete(self._context, name)
 
     def fast_forward(self, name: str) -> None:
-        """Make this table (or branch) what branch ``name`` is (Paimon's ``fast_forward``): its
-        snapshots, schemas and tags from the branch's earliest snapshot on are replaced by the
-        branch's. Stop writers first. SnapshotNotFoundError for a branch with no snapshot; a
-        crash leaves the table readable, and running it again completes it."""
+        """Replace this table's (or branch's) snapshots, schemas and tags from branch ``name``'s
+        earliest snapshot on with the branch's (Paimon's ``fast_forward``). Stop writers first;
+        after a crash, run it again."""
         branches.fast_forward(self._context, name)
         self._use(metadata.reopened(self._context))
 
@@ -528,6 +522,6 @@ class Table:
 
     def system(self, name: str) -> pa.Table:
         """Paimon's system table ``name`` (``snapshots``, ``schemas``, ``options``, ``tags``,
-        ``branches``, ``consumers``, ``manifests``, ``files``, ``partitions``, ``buckets``, ``audit_log``),
-        read now, with Paimon's column names."""
+        ``branches``, ``consumers``, ``manifests``, ``files``, ``partitions``, ``buckets``,
+        ``audit_log``), read now, with Paimon's column names."""
         return system_tables.system_table(self._context, name)
