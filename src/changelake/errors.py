@@ -131,6 +131,19 @@ class TagAlreadyExistsError(ChangelakeError):
     """A tag of that name already exists."""
 
 
+class BranchNotFoundError(ChangelakeError):
+    """The named branch does not exist."""
+
+
+class InvalidBranchNameError(ChangelakeError):
+    """A branch name is ``main`` (the table itself), blank, a pure number, or holds a path
+    separator."""
+
+
+class BranchAlreadyExistsError(ChangelakeError):
+    """A branch of that name already exists."""
+
+
 class CorruptMetadataError(ChangelakeError):
     """A metadata file (schema, snapshot, manifest) is missing or unreadable."""
 

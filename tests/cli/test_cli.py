@@ -67,7 +67,7 @@ def test_help_lists_every_command() -> None:
     result = cli("--help")
     assert result.returncode == 0
     for command in ("ls", "show", "scan", "changes", "compact", "rescale", "expire", "remove-orphans", "rollback",
-                    "tag"):
+                    "tag", "branch"):
         assert command in result.stdout
 
 

@@ -97,6 +97,31 @@ def test_tags(capfd: pytest.CaptureFixture[str], table: changelake.Table) -> Non
     assert list(table.tags()) == ["[last]"]
 
 
+def test_branches(capfd: pytest.CaptureFixture[str], table: changelake.Table) -> None:
+    assert run(capfd, "branch", "create", table.location, "dev", "--snapshot", "1")[1] == \
+        "created branch dev at snapshot 1\n"
+    assert run(capfd, "branch", "create", table.location, "empty")[1] == "created branch empty\n"
+    table.branch("dev").write(pa.table({"id": [9], "d": [None], "name": ["dev"]}, schema=SCHEMA))
+    code, out, _ = run(capfd, "branch", "list", table.location)
+    assert code == 0
+    dev = next(r for r in out.splitlines() if "dev" in r)
+    assert [c.strip() for c in dev.strip("│ ").split("│")][:3] == ["dev", "2", "4"]
+    warehouse = str(Path(table.location).parents[1])
+    code, out, _ = run(capfd, "scan", "-w", warehouse, "db.t$branch_dev", "--format", "csv", "--columns", "name")
+    assert out.splitlines() == ['"name"', '"a"', '"b"', '"it\'s"', '"dev"']
+    code, _, err = run(capfd, "branch", "create", table.location, "123")
+    assert code == 1 and "branch name '123' is a pure number" in err
+    code, _, err = run(capfd, "branch", "create", table.location, "x", "--tag", "a", "--snapshot", "1")
+    assert code == 2 and "at most one of --tag and --snapshot" in err
+    assert run(capfd, "branch", "fast-forward", table.location, "dev")[1] == \
+        "fast-forwarded db.t to branch dev (snapshot 2)\n"
+    assert sorted(table.scan().to_arrow().column("name").to_pylist()) == ["a", "b", "dev", "it's"]
+    assert run(capfd, "branch", "delete", table.location, "dev")[1] == "deleted branch dev\n"
+    code, _, err = run(capfd, "branch", "delete", table.location, "dev")
+    assert code == 1 and "has no branch 'dev'" in err
+    assert table.list_branches() == ["empty"]
+
+
 def test_remove_orphans_deletes_only_old_files(capfd: pytest.CaptureFixture[str], table: changelake.Table) -> None:
     old, new = (Path(table.location) / "bucket-0" / f"data-{n}.parquet" for n in ("old", "new"))
     for orphan in (old, new):

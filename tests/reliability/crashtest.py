@@ -16,7 +16,7 @@ of a few commits with a few kills; a last child completes it and a last fresh pr
 The modes of operations.py run table operations (delete, update, overwrite, merge, drop,
 expire, truncate) between their writes; a plan ``point@operation`` arms the point only while an
 operation of that kind runs, so every operation is killed inside, and the check knows each
-operation's effect on the model.
+operation's effect on the model. The ``branches`` mode runs branch operations (branching.py).
 
 Run as a script for the full figure: ``./dev crashtest --kills 200``.
 """
@@ -39,6 +39,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
+import branching
 import operations
 import workload
 from crashtest_verify import WRITER_USER, Report, verify
@@ -50,7 +51,7 @@ from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import live_files
 from pypaimon_oracle import PypaimonWorker
 
-MODES = workload.MODES | operations.MODES
+MODES = workload.MODES | operations.MODES | {branching.MODE.name: branching.MODE}
 RANDOM = "random"
 # How many times each named point is typically reached in one child's run: kill at 1..N.
 REACH = {
@@ -77,6 +78,7 @@ REACH = {
     KillPoint.OVERWRITE: 2,
     KillPoint.OVERWRITE_WRITTEN: 1,
     KillPoint.ROW_LEVEL_REWRITTEN: 1,
+    KillPoint.BRANCH_CREATED: 2, KillPoint.BRANCH_DELETE: 3, KillPoint.FAST_FORWARD: 2,
 }
 # The mode whose children maintain the table before writing: remove orphans (two strays made
 # for the purpose, and whatever a kill left), roll back a full compaction made for the
@@ -109,7 +111,8 @@ def points_of(mode: Mode) -> list[str]:
                KillPoint.HINT_RETRY: mode.hint_faults,
                # a postpone writer's commit is an APPEND only, its compaction a COMPACT only; an
                # append writer's compaction lands as a commit of its own
-               KillPoint.BEFORE_COMPACT_SNAPSHOT: not (mode.postpones or mode.append)}
+               KillPoint.BEFORE_COMPACT_SNAPSHOT: not (mode.postpones or mode.append),
+               **{p: mode.name == branching.MODE.name for p in branching.POINTS}}
     points = [p.value for p in KillPoint if p not in SPARK_ONLY and reaches.get(p, True)]
     return [*points, *operations.kill_points(mode), RANDOM, RANDOM]
 
@@ -144,6 +147,8 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
     run = spec["run"]
     if mode.name == MAINTAINED:
         maintain(table)
+    if mode.name == branching.MODE.name:
+        branching.branch_round(table)
     writer = None if mode.one_shot else table.writer(commit_user=WRITER_USER)
     for index in range(report.start, spec["end"] + 1):
         expected = None
@@ -174,6 +179,8 @@ def child(conn: Connection, spec: dict[str, Any]) -> None:
         writer.close()
     if mode.name == MAINTAINED:
         rescale(table)
+    if mode.name == branching.MODE.name:
+        branching.branch_round(table)
 
 
 # Which tries of the hint writes fail, in turn: one write fails once, the next on every try

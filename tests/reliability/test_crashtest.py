@@ -58,6 +58,8 @@ PLANS = {
     "append-operations": ["row-level-rewritten@delete", "data-file@update", "overwrite@overwrite",
                           "snapshot-before-latest@drop", "overwrite@expire", "manifest@truncate"],
     "dv-operations": ["before-compact-snapshot@delete", "data-file@overwrite", "overwrite@truncate"],
+    # branch operations before the writes (branching.py): a kill inside each
+    "branches": [KillPoint.BRANCH_CREATED, KillPoint.FAST_FORWARD, KillPoint.BRANCH_DELETE],
     # the writer drops the expired partition after each commit: killed inside the drop
     "partition-expiry": [KillPoint.OVERWRITE, KillPoint.MANIFEST_LIST, crashtest.RANDOM],
 }

@@ -22,6 +22,7 @@ from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
 
 _DB_SUFFIX = ".db"
+_BRANCH_SUFFIX = "$branch_"  # ``t$branch_b``: branch b of table t
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -146,19 +147,26 @@ class Catalog:
                                            list(partition_keys or []), dict(options or {}), comment))
 
     def get_table(self, name: str) -> Table:
-        """Open ``database.table``."""
+        """Open ``database.table``, or its branch ``database.table$branch_<name>`` (Paimon's
+        naming) as :meth:`Table.branch` opens it."""
         database, table_name = _split_name(name)
+        table_name, on_branch, branch = table_name.partition(_BRANCH_SUFFIX)
         db_dir = self._database_dir(database)
         if not self.file_io.exists(db_dir):
             raise DatabaseNotFoundError(f"database {database} does not exist ({db_dir})")
-        return Table(metadata.open_context(self.file_io, f"{db_dir}/{table_name}", name))
+        table = Table(metadata.open_context(self.file_io, f"{db_dir}/{table_name}", f"{database}.{table_name}"))
+        return table.branch(branch) if on_branch else table
 
 
 def open_table(path: str, storage_options: dict[str, Any] | None = None, *,
                lock: CommitLock | None = None) -> Table:
     """Open the table in directory ``path`` (a local path or any fsspec URL), with the
-    filesystem's ``storage_options`` and a commit ``lock`` as for :class:`Catalog`."""
-    file_io, root = FileIO.for_url(str(path), storage_options, lock=lock)
+    filesystem's ``storage_options`` and a commit ``lock`` as for :class:`Catalog`; a path
+    ``<table directory>$branch_<name>`` opens that branch of it (:meth:`Table.branch`)."""
+    parent, slash, last = str(path).rstrip("/").rpartition("/")
+    directory, on_branch, branch = last.partition(_BRANCH_SUFFIX)
+    file_io, root = FileIO.for_url(f"{parent}{slash}{directory}", storage_options, lock=lock)
     parts = root.rstrip("/").rsplit("/", 2)
     name = f"{parts[-2].removesuffix(_DB_SUFFIX)}.{parts[-1]}" if len(parts) >= 2 else parts[-1]
-    return Table(metadata.open_context(file_io, root, name))
+    table = Table(metadata.open_context(file_io, root, name))
+    return table.branch(branch) if on_branch else table

@@ -14,7 +14,7 @@ import pyarrow as pa
 from changelake.api import paimon_text, system_files
 from changelake.api.scan import Scan
 from changelake.changelog import consumers
-from changelake.errors import ScanError
+from changelake.errors import ChangelakeError, ScanError
 from changelake.table import metadata
 from changelake.table.context import TableContext
 from changelake.table.format import consumer, kv
@@ -29,6 +29,7 @@ class SystemTable(enum.StrEnum):
     SCHEMAS = "schemas"
     OPTIONS = "options"
     TAGS = "tags"
+    BRANCHES = "branches"
     CONSUMERS = "consumers"
     MANIFESTS = "manifests"
     FILES = "files"
@@ -108,6 +109,20 @@ def _tags(ctx: TableContext) -> pa.Table:
     })
 
 
+def _branches(ctx: TableContext) -> pa.Table:
+    """Paimon's ``BranchesTable``: each branch and when its directory was made (its
+    modification time, as Paimon takes it; null where the store keeps none for directories)."""
+    names = metadata.branch_names(ctx)
+    created: list[int | None] = []
+    for name in names:
+        try:
+            created.append(int(ctx.file_io.modified_ms(metadata.branch_context(ctx, name).paths.metadata_root)))
+        except (OSError, ChangelakeError):
+            created.append(None)
+    return pa.table({"branch_name": pa.array(names, pa.string()),
+                     "create_time": pa.array(created, pa.int64()).cast(_TS)})
+
+
 def _consumers(ctx: TableContext) -> pa.Table:
     ids = consumer.ids(ctx.file_io, ctx.paths)
     nexts = [consumers.next_snapshot(ctx, i) for i in ids]
@@ -126,7 +141,8 @@ def _read_optimized(ctx: TableContext) -> pa.Table:
 
 _BUILDERS = {
     SystemTable.SNAPSHOTS: _snapshots, SystemTable.SCHEMAS: _schemas, SystemTable.OPTIONS: _options,
-    SystemTable.TAGS: _tags, SystemTable.CONSUMERS: _consumers, SystemTable.MANIFESTS: system_files.manifests,
+    SystemTable.TAGS: _tags, SystemTable.BRANCHES: _branches, SystemTable.CONSUMERS: _consumers,
+    SystemTable.MANIFESTS: system_files.manifests,
     SystemTable.FILES: system_files.files, SystemTable.PARTITIONS: system_files.partitions,
     SystemTable.BUCKETS: system_files.buckets,
     SystemTable.AUDIT_LOG: _audit_log, SystemTable.RO: _read_optimized,

@@ -20,7 +20,7 @@ from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
 from changelake.option_values import LookupCompactMode, ScanMode
-from changelake.table import metadata, partition_drops, partition_expiry, schema_update, snapshot_expiry
+from changelake.table import branches, metadata, partition_drops, partition_expiry, schema_update, snapshot_expiry
 from changelake.table.append import compaction as append_compaction
 from changelake.table.append import merge as append_merge
 from changelake.table.append import row_level as append_rows
@@ -118,7 +118,7 @@ class Table:
 
     def refresh(self) -> None:
         """Move to the table's newest schema (after another process changed it)."""
-        self._use(metadata.open_context(self._context.file_io, self._context.paths.root, self._context.name))
+        self._use(metadata.reopened(self._context))
 
     def _use(self, context: TableContext) -> None:
         self._context = context
@@ -163,6 +163,41 @@ class Table:
         tagged = metadata.tag(self._context, name)
         metadata.delete_tag(self._context, name)
         snapshot_expiry.release_tag(self._context, tagged)
+
+    # -- branches (docs/branches.md) --------------------------------------------------------
+
+    @property
+    def branch_name(self) -> str:
+        """The branch this Table reads and writes: ``main`` for the table itself."""
+        return self._context.paths.branch or branches.MAIN
+
+    def branch(self, name: str) -> Table:
+        """Branch ``name`` as a Table (``database.table$branch_<name>``) whose every operation
+        stays within the branch; ``main`` is the table. BranchNotFoundError if absent."""
+        return Table(branches.checked(self._context, name))
+
+    def list_branches(self) -> list[str]:
+        """The names of the table's branches, sorted (``main`` not among them)."""
+        return metadata.branch_names(self._context)
+
+    def create_branch(self, name: str, *, from_tag: str | None = None, from_snapshot: int | None = None) -> Table:
+        """Create branch ``name`` (Paimon's ``createBranch``) and return it: empty (the latest
+        schema only), or from a tag or snapshot (copied with its schemas into the branch).
+        InvalidBranchNameError (``main``, blank, all digits), BranchAlreadyExistsError,
+        TagNotFoundError or SnapshotNotFoundError change nothing."""
+        branches.create(self._context, name, from_tag=from_tag, from_snapshot=from_snapshot)
+        return self.branch(name)
+
+    def delete_branch(self, name: str) -> None:
+        """Delete branch ``name``; files only it named go with the next orphan cleanup."""
+        branches.delete(self._context, name)
+
+    def fast_forward(self, name: str) -> None:
+        """Replace this table's (or branch's) snapshots, schemas and tags from branch ``name``'s
+        earliest snapshot on with the branch's (Paimon's ``fast_forward``). Stop writers first;
+        after a crash, run it again."""
+        branches.fast_forward(self._context, name)
+        self._use(metadata.reopened(self._context))
 
     # -- maintenance ------------------------------------------------------------------------
 
@@ -487,6 +522,6 @@ class Table:
 
     def system(self, name: str) -> pa.Table:
         """Paimon's system table ``name`` (``snapshots``, ``schemas``, ``options``, ``tags``,
-        ``consumers``, ``manifests``, ``files``, ``partitions``, ``buckets``, ``audit_log``),
-        read now, with Paimon's column names."""
+        ``branches``, ``consumers``, ``manifests``, ``files``, ``partitions``, ``buckets``,
+        ``audit_log``), read now, with Paimon's column names."""
         return system_tables.system_table(self._context, name)

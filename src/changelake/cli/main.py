@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Protocol, cast
 
 import typer
 
-from changelake.cli import browse, edit, inspect, maintain, read, tags
+from changelake.cli import branches, browse, edit, inspect, maintain, read, tags
 from changelake.cli.common import CommandError, UsageError
 from changelake.errors import ChangelakeError
 
@@ -104,3 +104,4 @@ app.command()(edit.truncate)
 app.command("drop-partition")(edit.drop_partition)
 app.command("expire-partitions")(edit.expire_partitions)
 app.add_typer(tags.app, name="tag")
+app.add_typer(branches.app, name="branch")

@@ -1,6 +1,7 @@
 """What a read of the ``changelake`` Spark data source asks for: the table at its ``path``
-option (or one of its system tables), the options over the table's, the columns Spark reads
-with, and the record batches Spark receives."""
+option (or one of its system tables; or a branch: Paimon's ``branch`` option, or a path
+``<table>$branch_<name>``), the options over the table's, the columns Spark reads with, and the
+record batches Spark receives."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from changelake.table.format.kv import RowKind
 # What Spark adds to a source's options, not table options: a CREATE TABLE ... USING changelake
 # adds these (and "option."-prefixed copies of the user's), a streaming write its checkpoint.
 _SPARK_KEYS = frozenset({"location", "owner", "provider", "checkpointlocation"})
+BRANCH_OPTION = "branch"  # Paimon's CoreOptions.BRANCH: the branch read or written (default main)
+_BRANCH_PATH = "branch_"  # a path ``<table>$branch_<name>``
 _UPSERTS = pa.array([RowKind.INSERT.symbol, RowKind.UPDATE_AFTER.symbol])
 
 
@@ -58,9 +61,14 @@ class ReadRequest:
                  if k.lower() not in _SPARK_KEYS and not k.lower().startswith("option.")}
         table_options, storage = storage_options.split(given)
         table = open_table(location, storage or None)
+        branch = next((v for k, v in table_options.items() if k.lower() == BRANCH_OPTION), None)
+        if system_name.startswith(_BRANCH_PATH):
+            branch, system_name = system_name.removeprefix(_BRANCH_PATH), ""
+        if branch:
+            table = table.branch(branch)
         system = system_tables.parse_name(table.context, system_name) if system_name else None
         overrides = {canonical_key(key, table=table.name): value for key, value in table_options.items()
-                     if key != "path"}
+                     if key != "path" and key.lower() != BRANCH_OPTION}
         parsed = TableOptions.parse({**table.options, **overrides}, table=table.name)
         if parsed.read_changelog and ROWKIND in table.schema.names and system is None:
             raise SchemaError(f"read.changelog adds a {ROWKIND!r} column, and the table has one", table=table.name,

@@ -43,9 +43,14 @@ _TAG_FILE = re.compile(r"^tag-(.+)$")
 _BRANCH_DIR = re.compile(r"^branch-(.+)$")
 
 
+def schema_ids(file_io: FileIO, paths: TablePaths) -> list[int]:
+    """The ids of the schema files at ``paths``, sorted."""
+    return sorted(int(m.group(1)) for n in file_io.list_names(paths.schema_dir) if (m := _SCHEMA_FILE.match(n)))
+
+
 def latest_schema_id(file_io: FileIO, paths: TablePaths, name: str) -> int:
     """Id of the newest schema of the table at ``paths``; TableNotFoundError when there is none."""
-    ids = [int(m.group(1)) for n in file_io.list_names(paths.schema_dir) if (m := _SCHEMA_FILE.match(n))]
+    ids = schema_ids(file_io, paths)
     if not ids:
         raise TableNotFoundError(f"does not exist (no schema under {paths.schema_dir})", table=name)
     return max(ids)
@@ -115,33 +120,69 @@ def open_context(file_io: FileIO, root: str, name: str) -> TableContext:
     return TableContext(name, file_io, paths, read_latest_schema(file_io, paths, name))
 
 
+def reopened(ctx: TableContext) -> TableContext:
+    """The same table (or branch) at its newest schema (after another process changed it)."""
+    return TableContext(ctx.name, ctx.file_io, ctx.paths, read_latest_schema(ctx.file_io, ctx.paths, ctx.name))
+
+
+def main_name(ctx: TableContext) -> str:
+    """``database.table`` of the table ``ctx`` is a branch of (or is)."""
+    return ctx.name if ctx.paths.branch is None else ctx.name.removesuffix(f"$branch_{ctx.paths.branch}")
+
+
+def main_context(ctx: TableContext) -> TableContext:
+    """The table itself (its main branch), for ``ctx`` being the table or one of its branches."""
+    if ctx.paths.branch is None:
+        return ctx
+    paths = TablePaths(ctx.paths.root)
+    return TableContext(main_name(ctx), ctx.file_io, paths, read_latest_schema(ctx.file_io, paths, main_name(ctx)))
+
+
+def branch_context(ctx: TableContext, branch: str) -> TableContext:
+    """Branch ``branch`` of the table ``ctx`` is (or is a branch of), named
+    ``database.table$branch_<name>`` as Paimon names it, at the branch's newest schema; at
+    ``ctx``'s when the branch has none (Paimon copies a branch's schemas last, so a creation
+    that crashed leaves snapshots and tags without them)."""
+    paths = TablePaths(ctx.paths.root, branch)
+    name = f"{main_name(ctx)}$branch_{branch}"
+    try:
+        branch_schema = read_latest_schema(ctx.file_io, paths, name)
+    except TableNotFoundError:
+        branch_schema = ctx.schema
+    return TableContext(name, ctx.file_io, paths, branch_schema)
+
+
+def branch_names(ctx: TableContext) -> list[str]:
+    """The names of the table's branches (``branch/branch-<name>``, Paimon's
+    ``FileSystemBranchManager``), sorted; the same for the table and each of its branches."""
+    return sorted(m.group(1) for n in ctx.file_io.list_names(ctx.paths.branch_dir) if (m := _BRANCH_DIR.match(n)))
+
+
 def branches(ctx: TableContext) -> list[TableContext]:
-    """The table's branches (``branch/branch-<name>``, Paimon's ``FileSystemBranchManager``),
-    each as a context that reads the branch's snapshots, tags and changelogs, at the branch's
-    newest schema; at the table's when the branch has none (Paimon copies a branch's schemas
-    last, so a creation that crashed leaves snapshots and tags without them)."""
-    found = []
-    for directory in sorted(ctx.file_io.list_names(ctx.paths.branch_dir)):
-        match = _BRANCH_DIR.match(directory)
-        if match is None:
-            continue
-        paths = TablePaths(ctx.paths.root, match.group(1))
-        try:
-            branch_schema = read_latest_schema(ctx.file_io, paths, ctx.name)
-        except TableNotFoundError:
-            branch_schema = ctx.schema
-        found.append(TableContext(f"{ctx.name}$branch_{match.group(1)}", ctx.file_io, paths, branch_schema))
-    return found
+    """The table's branches, each as a context that reads the branch's snapshots, tags and
+    changelogs (:func:`branch_context`)."""
+    return [branch_context(ctx, name) for name in branch_names(ctx)]
+
+
+def other_lines(ctx: TableContext) -> list[TableContext]:
+    """Every line of the table's history but ``ctx``'s: for the table, its branches; for a
+    branch, the table and its other branches. They share manifests and data files, so what
+    they name is kept by the maintenance of ``ctx``."""
+    others = [b for b in branches(ctx) if b.paths.branch != ctx.paths.branch]
+    return others if ctx.paths.branch is None else [main_context(ctx), *others]
 
 
 def identity(ctx: TableContext) -> str:
     """A fingerprint of the table: a hash of its oldest schema file, which never changes once
     written, so saved positions (stream offsets) can tell this table from another one, even
     one of the same name at the same location."""
-    ids = [int(m.group(1)) for n in ctx.file_io.list_names(ctx.paths.schema_dir) if (m := _SCHEMA_FILE.match(n))]
+    ids = schema_ids(ctx.file_io, ctx.paths)
     if not ids:
         raise TableNotFoundError(f"does not exist (no schema under {ctx.paths.schema_dir})", table=ctx.name)
-    return hashlib.sha256(ctx.file_io.read_bytes(ctx.paths.schema(min(ids)))).hexdigest()[:16]
+    digest = hashlib.sha256(ctx.file_io.read_bytes(ctx.paths.schema(ids[0])))
+    if ctx.paths.branch is not None:  # a branch's first schema is a copy of the table's
+        digest.update(f"$branch_{ctx.paths.branch}".encode())
+    return digest.hexdigest()[:16]
 
 
 def snapshots(ctx: TableContext) -> list[Snapshot]:

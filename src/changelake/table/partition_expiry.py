@@ -118,10 +118,10 @@ class CheckClock:
         """Whether a check is due now; if so, it counts as made."""
         now = time.monotonic()
         with self._lock:
-            last = self._checked.get(ctx.paths.root)
+            last = self._checked.get(ctx.paths.metadata_root)
             if last is not None and (now - last) * 1000 < ctx.options.partition_expiration_check_interval:
                 return False
-            self._checked[ctx.paths.root] = now
+            self._checked[ctx.paths.metadata_root] = now
             return True
 
     def clear(self) -> None:

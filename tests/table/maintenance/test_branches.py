@@ -89,3 +89,28 @@ def test_maintenance_of_the_table_keeps_what_a_branch_names(tmp_path: Path, main
         check.unlink()
     assert table.scan().to_arrow().num_rows == 3
     assert removed == [str(stray)]  # the branch's snapshot directory is swept as Paimon's OrphanFilesClean does
+
+
+@pytest.mark.parametrize("maintain", [_rollback, _expire, _release_tag])
+def test_maintenance_of_the_table_keeps_what_a_changelake_branch_names(
+        tmp_path: Path, maintain: Callable[[cl.Table], None]) -> None:
+    """A branch changelake made from a snapshot (no tag holds its files in the table) and wrote
+    on stays whole through the table's rollback, expiry and orphan cleanup."""
+    table = _table(tmp_path)
+    table.create_tag("t2", 2)
+    branch = table.create_branch("b", from_snapshot=2)
+    _write(branch, 7)
+    branch.compact(full=True)
+    expected = {s.id: branch.scan(snapshot_id=s.id).to_arrow() for s in branch.snapshots()}
+
+    maintain(table)
+    table.remove_orphan_files(older_than=dt.timedelta(0))
+
+    live_files.MANIFEST_CACHE.clear()
+    assert {s.id: table.branch("b").scan(snapshot_id=s.id).to_arrow() for s in branch.snapshots()} == expected
+    assert table.scan().to_arrow().num_rows == 3
+    # and the other way round: the branch's expiry keeps what the table names
+    main = {s.id: table.scan(snapshot_id=s.id).to_arrow() for s in table.snapshots()}
+    assert table.branch("b").expire_snapshots(retain_min=1, older_than_ms=FAR_FUTURE).snapshots
+    live_files.MANIFEST_CACHE.clear()
+    assert {s.id: table.scan(snapshot_id=s.id).to_arrow() for s in table.snapshots()} == main

@@ -43,6 +43,9 @@ class KillPoint(enum.StrEnum):
     EXPIRE_RECORDED = "expire-recorded"  # expiry recorded its commit users' last commits, no snapshot deleted yet
     EXPIRE_SNAPSHOTS = "expire-snapshots"  # expiry deleted some expired snapshot files, EARLIEST not updated
     EXPIRE_FILES = "expire-files"  # expiry deleted some files only expired snapshots referenced
+    BRANCH_CREATED = "branch-created"  # a new branch's files are staged, not yet moved into place
+    BRANCH_DELETE = "branch-delete"  # a branch deletion is about to delete its next snapshot or tag
+    FAST_FORWARD = "fast-forward"  # a fast-forward is about to delete or copy its next metadata file
     # The Spark sink's driver (changelake.streaming.sink.commit_batch):
     SINK_WRITTEN = "sink-written"  # the executors wrote the batch's files, nothing committed
     SINK_COMMITTED = "sink-committed"  # our commit landed, Spark's commit log not yet written

@@ -300,7 +300,7 @@ def store_for(ctx: TableContext) -> LookupFiles | None:
         return None
     max_memory = options.lookup_cache_max_memory_size if lookups else WRITTEN_ROWS_MEMORY
     max_disk = options.lookup_cache_max_disk_size if lookups else 0
-    location = ctx.file_io.url(ctx.paths.root)
+    location = ctx.file_io.url(ctx.paths.metadata_root)  # a branch has its own rows
     with _STORES_LOCK:
         store = _STORES.get((location, ctx.schema.id))
         if store is None:

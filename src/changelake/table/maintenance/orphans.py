@@ -91,6 +91,8 @@ def metadata_directories(ctx: TableContext) -> dict[str, Callable[[str], bool]]:
     """The metadata directories searched, each with whether a file (by path) is kept there
     (everything else in them is an orphan): snapshots and changelogs (of the table and of each
     branch), and beside schemas, tags, consumers and commit users all but our own temp files."""
+    ctx = metadata.main_context(ctx)  # the whole table's, when asked of a branch
+
     def not_temp(path: str) -> bool:
         return not _OUR_TEMP.search(path)
 

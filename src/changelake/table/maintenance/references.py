@@ -28,10 +28,12 @@ def files_in_use(ctx: TableContext) -> set[str]:
 
 
 def files_of_branches(ctx: TableContext) -> set[str]:
-    """The files the snapshots, tags and long-lived changelogs of the table's branches name
-    (empty without branches): expiry, rollback and orphan cleanup of the table keep them."""
+    """The files the snapshots, tags and long-lived changelogs of the other lines of the
+    table's history name (:func:`metadata.other_lines`: of a table, its branches, empty
+    without; of a branch, the table and its other branches): expiry, rollback and orphan
+    cleanup of ``ctx`` keep them."""
     used: set[str] = set()
-    for branch in metadata.branches(ctx):
+    for branch in metadata.other_lines(ctx):
         used |= _files_of_history(branch)
     return used
 

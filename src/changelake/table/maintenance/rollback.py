@@ -54,7 +54,7 @@ class RollbackRecord(BaseModel):
 
 
 def _record_dir(ctx: TableContext) -> str:
-    return f"{ctx.paths.root}/rollback"
+    return f"{ctx.paths.metadata_root}/rollback"
 
 
 def _ids(ctx: TableContext) -> list[int]:

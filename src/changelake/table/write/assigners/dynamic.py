@@ -321,7 +321,7 @@ class DynamicBuckets(Stateless):
         return index.committed()
 
     def _key(self, partition: bytes, names: tuple[str, ...]) -> tuple[str, str, bytes, tuple[str, ...]]:
-        return self.ctx.file_io.protocol, self.ctx.paths.root, partition, names
+        return self.ctx.file_io.protocol, self.ctx.paths.metadata_root, partition, names
 
     def _read(self, entry: IndexManifestEntry) -> np.ndarray:
         return hash_index.read(self.ctx.file_io, read_index.index_path(self.ctx, entry.file), entry.file,
