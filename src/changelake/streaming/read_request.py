@@ -22,6 +22,7 @@ from changelake.errors import OptionError, SchemaError
 from changelake.options import TableOptions, canonical_key
 from changelake.streaming import storage_options
 from changelake.streaming.spark_schema import check_requested, struct_type
+from changelake.table import time_travel
 from changelake.table.format.kv import RowKind
 
 # What Spark adds to a source's options, not table options: a CREATE TABLE ... USING changelake
@@ -62,6 +63,8 @@ class ReadRequest:
         overrides = {canonical_key(key, table=table.name): value for key, value in table_options.items()
                      if key != "path"}
         parsed = TableOptions.parse({**table.options, **overrides}, table=table.name)
+        if system is None:  # a read of a snapshot by id, tag or time offers that snapshot's columns
+            table = Table(time_travel.read_context(table.context, parsed))
         if parsed.read_changelog and ROWKIND in table.schema.names and system is None:
             raise SchemaError(f"read.changelog adds a {ROWKIND!r} column, and the table has one", table=table.name,
                               column=ROWKIND)

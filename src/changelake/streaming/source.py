@@ -171,7 +171,7 @@ def batch_scan(table: Table, options: TableOptions, *, read_optimized: bool = Fa
     if mode is ScanMode.COMPACTED_FULL:
         raise OptionError("compacted-full is for streaming reads; a batch read reads one snapshot",
                           table=table.name, option="scan.mode")
-    scan = table.scan(read_optimized=read_optimized)
+    scan = table.scan(read_optimized=read_optimized, time_travel_schema=options.scan_time_travel_schema)
     if options.scan_tag_name is not None:
         return scan.at_tag(options.scan_tag_name)
     if options.scan_snapshot_id is not None:
