@@ -288,11 +288,6 @@ def test_java_paimon_sees_no_descriptions_or_comment_on_changelake_tables(tmp_pa
     assert (descriptions, table.comment().orElse(None)) == ([None] * len(EVOLVING), None)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Java Paimon converts values of a file's older schema with its CastExecutors; changelake's casts differ "
-    "for type changes only Java makes: DOUBLE->STRING gives '1'/'1e+20' (Java: '1.0'/'1.0E20'), "
-    "DOUBLE->DECIMAL rounds the binary double half-even (0.125 -> 0.12, -2.675 -> -2.67; Java rounds "
-    "BigDecimal.valueOf(d) HALF_UP: 0.13, -2.68) and raises ArrowInvalid on overflow (Java: null)."))
 @pytest.mark.parametrize("cast", ["double-to-string", "double-to-decimal", "double-to-decimal-overflow"])
 def test_changelake_casts_columns_java_paimon_changed_type_as_java_does(
         tmp_path: Any, java: JavaPaimon, cast: str) -> None:

@@ -1,0 +1,163 @@
+"""Paimon's cast rules for dates and timestamps (Java Paimon 0.9's ``TimestampToTimestamp``,
+``DateToTimestamp``, ``TimestampToDate``, ``TimestampToNumericPrimitive``,
+``NumericPrimitiveToTimestamp``, ``DateToString``, ``TimestampToString``, ``StringToDate``
+and ``StringToTimestamp`` rules), whole arrays at a time.
+
+Java works on milliseconds and nanoseconds within the millisecond, dividing with Java's
+integer division (toward zero): a timestamp cut to a precision of 3 or less moves toward the
+epoch (``1969-12-31 23:59:59.5`` at precision 0 is ``1970-01-01 00:00:00``), and so does a
+timestamp made a date or a number of seconds. Text is
+``yyyy-MM-dd HH:mm:ss`` with a fraction of at least ``precision`` digits (trailing zeros
+beyond it dropped). Java turns local-time-zone timestamps with the JVM's default zone; here
+that zone is UTC, the zone changelake gives every TIMESTAMP_LTZ. TIME has no rule here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from changelake.table.format import types
+from changelake.table.format.types import PaimonType, root
+
+Rule = Callable[[pa.Array, PaimonType, PaimonType], pa.Array]
+_TIMESTAMPS = frozenset({"TIMESTAMP", "TIMESTAMP_LTZ"})
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_MILLIS_PER_DAY = 86_400_000
+
+
+def rule(source: str, target: str) -> Rule | None:
+    """The rule for ``source`` to ``target`` roots, one of them DATE, TIMESTAMP,
+    TIMESTAMP_LTZ or TIME; None for Arrow's cast (TIME)."""
+    text = {"CHAR", "VARCHAR", "STRING"}
+    rules: list[tuple[bool, Rule]] = [
+        (source in _TIMESTAMPS and target in _TIMESTAMPS, _timestamp_to_timestamp),
+        (source == "DATE" and target in _TIMESTAMPS, _date_to_timestamp),
+        (source in _TIMESTAMPS and target == "DATE", _timestamp_to_date),
+        (source in _TIMESTAMPS and target in ("INT", "BIGINT"), _timestamp_to_seconds),
+        (source in ("INT", "BIGINT") and target in _TIMESTAMPS, _seconds_to_timestamp),
+        (source == "DATE" and target in text, _date_to_text),
+        (source in _TIMESTAMPS and target in text, _timestamp_to_text),
+        (source in text and target == "DATE", _text_to_date),
+        (source in text and target in _TIMESTAMPS, _text_to_timestamp),
+    ]
+    return next((r for applies, r in rules if applies), None)
+
+
+def _precision(paimon_type: PaimonType) -> int:
+    params = root(paimon_type)[1]
+    return params[0] if params else 6
+
+
+def _parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Milliseconds since the epoch (floored, as Paimon's Timestamp keeps them), nanoseconds
+    within the millisecond (0..999999), and the null mask."""
+    unit = array.type.unit
+    values = np.asarray(array.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False))
+    per_milli = _PER_SECOND[unit] // 1000 if unit in ("us", "ns") else 1
+    if unit == "s":
+        return values * 1000, np.zeros_like(values), _nulls(array)
+    millis = values // per_milli
+    return millis, (values - millis * per_milli) * (1_000_000 // per_milli), _nulls(array)
+
+
+def _nulls(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+
+
+def _java_div(values: np.ndarray, divisor: int) -> np.ndarray:
+    """Java's long division: toward zero."""
+    return np.where(values < 0, -((-values) // divisor), values // divisor)
+
+
+def _timestamp(millis: np.ndarray, nanos: np.ndarray, nulls: np.ndarray, target: PaimonType) -> pa.Array:
+    """Milliseconds and nanoseconds within them as ``target`` timestamps."""
+    arrow_type = types.to_arrow(target)
+    unit = arrow_type.unit
+    if unit in ("s", "ms"):
+        values = millis // (1000 if unit == "s" else 1)
+    else:
+        per_milli = _PER_SECOND[unit] // 1000
+        values = millis * per_milli + nanos // (1_000_000 // per_milli)
+    return pa.array(values, pa.int64(), mask=nulls).cast(arrow_type)
+
+
+def _timestamp_to_timestamp(array: pa.Array, _source: PaimonType, target: PaimonType) -> pa.Array:
+    """DateTimeUtils.truncate: precision 3 or less zeroes the milliseconds' last digits (Java
+    division, toward zero), a finer one the nanoseconds' last digits."""
+    millis, nanos, nulls = _parts(array)
+    precision = _precision(target)
+    if precision <= 3:
+        step = 10 ** (3 - precision)
+        millis, nanos = _java_div(millis, step) * step, np.zeros_like(nanos)
+    else:
+        step = 10 ** (9 - precision)
+        nanos = nanos // step * step
+    return _timestamp(millis, nanos, nulls, target)
+
+
+def _date_to_timestamp(array: pa.Array, _source: PaimonType, target: PaimonType) -> pa.Array:
+    days = np.asarray(array.cast(pa.int32()).fill_null(0).to_numpy(zero_copy_only=False)).astype(np.int64)
+    return _timestamp(days * _MILLIS_PER_DAY, np.zeros_like(days), _nulls(array), target)
+
+
+def _timestamp_to_date(array: pa.Array, _source: PaimonType, _target: PaimonType) -> pa.Array:
+    """``(int) (millis / MILLIS_PER_DAY)``: before 1970, toward the epoch."""
+    millis, _, nulls = _parts(array)
+    days = _java_div(millis, _MILLIS_PER_DAY).astype(np.int32)
+    return pa.array(days, pa.int32(), mask=nulls).cast(pa.date32())
+
+
+def _timestamp_to_seconds(array: pa.Array, _source: PaimonType, target: PaimonType) -> pa.Array:
+    """``unixTimestamp(millis)``: milliseconds / 1000 toward zero; INT wraps."""
+    millis, _, nulls = _parts(array)
+    seconds = pa.array(_java_div(millis, 1000), pa.int64(), mask=nulls)
+    return seconds.cast(types.to_arrow(target), safe=False)
+
+
+def _seconds_to_timestamp(array: pa.Array, _source: PaimonType, target: PaimonType) -> pa.Array:
+    seconds = np.asarray(array.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False))
+    return _timestamp(seconds * 1000, np.zeros_like(seconds), _nulls(array), target)
+
+
+def _date_to_text(array: pa.Array, _source: PaimonType, _target: PaimonType) -> pa.Array:
+    return array.cast(pa.string())  # DateTimeUtils.formatDate: yyyy-MM-dd
+
+
+def _timestamp_to_text(array: pa.Array, source: PaimonType, _target: PaimonType) -> pa.Array:
+    """DateTimeUtils.formatTimestamp: ``yyyy-MM-dd HH:mm:ss`` and the nanoseconds of the second
+    as nine digits, trailing zeros dropped down to ``precision`` digits (none at 0)."""
+    millis, nanos, nulls = _parts(array)
+    seconds = np.floor_divide(millis, 1000)
+    of_second = (millis - seconds * 1000) * 1_000_000 + nanos
+    whole = pa.array(seconds, pa.int64(), mask=nulls).cast(pa.timestamp("s"))
+    text = pc.strftime(whole, format="%Y-%m-%d %H:%M:%S")
+    nine = pc.utf8_lpad(pa.array(of_second).cast(pa.string()), width=9, padding="0")
+    significant = 9 - np.asarray(pc.subtract(pc.utf8_length(nine), pc.utf8_length(
+        pc.utf8_rtrim(nine, characters="0"))).to_numpy())
+    keep = np.maximum(significant, _precision(source))
+    result = text
+    for length in np.unique(keep):
+        if length == 0:
+            continue
+        fraction = pc.utf8_slice_codeunits(nine, 0, int(length))
+        with_fraction = pc.binary_join_element_wise(text, fraction, ".")
+        result = pc.if_else(pa.array(keep == length), with_fraction, result)
+    return result
+
+
+def _text_to_date(array: pa.Array, _source: PaimonType, _target: PaimonType) -> pa.Array:
+    """BinaryStringUtils.toDate: digits alone are days since the epoch, else a date."""
+    numeric = pc.fill_null(pc.match_substring_regex(array, r"^\d+$"), False)
+    days = pc.if_else(numeric, array, pa.scalar(None, pa.string())).cast(pa.int32()).cast(pa.date32())
+    dates = pc.if_else(numeric, pa.scalar(None, pa.string()), pc.utf8_trim_whitespace(array)).cast(pa.date32())
+    return pc.if_else(numeric, days, dates)
+
+
+def _text_to_timestamp(array: pa.Array, _source: PaimonType, target: PaimonType) -> pa.Array:
+    """DateTimeUtils.parseTimestampData: a date with an optional time, cut to the precision."""
+    parsed = pc.utf8_trim_whitespace(array).cast(pa.timestamp("ns"))
+    return _timestamp_to_timestamp(parsed, "TIMESTAMP(9)", target)
