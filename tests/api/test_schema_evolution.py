@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import changelake
-from changelake.errors import OptionError, ScanError, SchemaError, SchemaMismatchError
+from changelake.errors import DataError, OptionError, ScanError, SchemaError, SchemaMismatchError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("a", pa.int32()), ("b", pa.string()),
                     ("c", pa.float32()), ("d", pa.decimal128(5, 2))])
@@ -299,3 +299,32 @@ def test_time_travel_reads_the_snapshots_schema_as_paimon(tmp_path: Path) -> Non
     table.set_options({"scan.time-travel.schema": "latest"})
     assert _rows(table, snapshot_id=first.id) == _old_rows_evolved()
     assert table.stream(tag="t1", mode="from-snapshot-full").schema.names == ["rowkind", *EVOLVED.names]
+
+
+def test_type_changes_only_paimon_makes_read_older_values_as_paimon_casts_them(tmp_path: Path) -> None:
+    """Java Paimon's ALTER TABLE changes types ``update_column`` refuses (DOUBLE to STRING or
+    DECIMAL, STRING to INT); files written before are read through Paimon's cast rules, and a
+    value the rule cannot cast fails the read naming the column, as Java's read fails."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.float64()), ("w", pa.float64()),
+                        ("s", pa.string())])
+    table = changelake.Catalog(str(tmp_path)).create_table("db.t", schema, primary_keys=["id"],
+                                                           options={"bucket": "1"})
+    table.write(pa.table({"id": [1, 2, 3], "v": [1.0, 1e20, 0.125], "w": [0.125, -2.675, 1e20],
+                          "s": ["12", "-7.9", "x"]}, schema=schema))
+
+    def alter(changed: dict[str, str]) -> None:  # the schema file Java's ALTER TABLE writes
+        latest = max(int(n.removeprefix("schema-")) for n in _schema_files(table))
+        stored = json.loads(Path(f"{table.location}/schema/schema-{latest}").read_text())
+        stored["id"] = latest + 1
+        stored["fields"] = [{**f, "type": changed.get(f["name"], f["type"])} for f in stored["fields"]]
+        Path(f"{table.location}/schema/schema-{latest + 1}").write_text(json.dumps(stored))
+        table.refresh()
+
+    alter({"v": "STRING", "w": "DECIMAL(10, 2)"})
+    rows = _rows(table, columns=["id", "v", "w"])
+    assert [(r["v"], r["w"]) for r in rows] == [("1.0", Decimal("0.13")), ("1.0E20", Decimal("-2.68")),
+                                                ("0.125", None)]
+    alter({"s": "INT"})
+    with pytest.raises(DataError, match="'x' is not a whole number") as failed:
+        table.scan().to_arrow()
+    assert (failed.value.table, failed.value.column) == ("db.t", "s")

@@ -88,9 +88,10 @@ class TableContext:
         """Rows of a data (or changelog) file in this schema's key-value layout, whatever schema
         the file was written with: its columns are matched to this schema's by field id, so a
         dropped column is left out, a renamed one read under its old name, an added one is all
-        nulls and a widened one cast (Paimon's schema evolution on read). ``deleted`` (the
-        file's deletion vector) leaves out the rows it marks. ``kinds_for_retractions``: the
-        ``_VALUE_KIND`` column is left out where the file's statistics show no -U/-D row."""
+        nulls and one whose type changed cast as Paimon casts it (schema evolution on read).
+        ``deleted`` (the file's deletion vector) leaves out the rows it marks.
+        ``kinds_for_retractions``: the ``_VALUE_KIND`` column is left out where the file's
+        statistics show no -U/-D row."""
         if meta.schema_id == self.schema.id:
             return data_file.read(self.file_io, f"{bucket_dir}/{meta.file_name}", self.file_schema, columns, rows,
                                   deleted=deleted, kinds_for_retractions=kinds_for_retractions)
