@@ -118,24 +118,29 @@ class Scan(handoff.ArrowExports):
     @cached_property
     def snapshot(self) -> Snapshot | None:
         """The snapshot this scan reads (None: the table has none yet)."""
+        travelled = self._travelled_to
+        return self.context.latest_snapshot() if travelled is None else travelled
+
+    @cached_property
+    def _travelled_to(self) -> Snapshot | None:
+        """The snapshot chosen by id, tag or time (None: the scan reads the latest)."""
         if self.snapshot_id is not None:
             return self.context.snapshot(self.snapshot_id)
         if self.tag is not None:
             return metadata.tag(self.context, self.tag)
         if self.timestamp_ms is not None:
             return metadata.snapshot_at(self.context, self.timestamp_ms)
-        return self.context.latest_snapshot()
+        return None
 
     @cached_property
     def read_context(self) -> TableContext:
         """The table at the schema this scan reads in: the snapshot's own for time travel (by
         ``scan.time-travel.schema``), else the table's."""
-        if self.snapshot_id is None and self.tag is None and self.timestamp_ms is None:
+        travelled = self._travelled_to
+        if travelled is None:
             return self.context
-        chosen = self.snapshot
-        assert chosen is not None  # a snapshot by id, tag or time exists or raised
         choice = self.time_travel_schema or self.context.options.scan_time_travel_schema
-        return time_travel.context_at(self.context, chosen, choice)
+        return time_travel.context_at(self.context, travelled, choice)
 
     @cached_property
     def output_schema(self) -> pa.Schema:
