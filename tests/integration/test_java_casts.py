@@ -76,6 +76,10 @@ CASES: list[tuple[str, str, list[Any]]] = [
     ("BIGINT", "TIMESTAMP(6)", [1700000000]),
     ("STRING", "DATE", ["2024-02-29", "19000"]),
     ("STRING", "TIMESTAMP(3)", ["2024-01-01 12:00:00.1239", "2024-01-01"]),
+    ("TIME(3)", "STRING", [dt.time(12, 30, 5, 120000), dt.time(0, 0), dt.time(1, 2, 3, 5000)]),
+    ("TIME(0)", "STRING", [dt.time(12, 30, 5)]),
+    ("TIME(3)", "TIMESTAMP(3)", [dt.time(12, 30, 5, 120000)]),
+    ("TIMESTAMP(6)", "TIME(3)", [ts(2024, 1, 1, 12, 30, 5, 123456)]),
     ("STRING", "BYTES", ["ab"]),
     ("STRING", "BINARY(4)", ["ab", "abcdef"]),
     ("BYTES", "STRING", [b"hi"]),
@@ -95,6 +99,8 @@ def _plain(value: Any) -> Any:
         return (value - EPOCH) // dt.timedelta(microseconds=1)
     if isinstance(value, dt.date):
         return (value - EPOCH.date()).days
+    if isinstance(value, dt.time):  # milliseconds of the day
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + value.microsecond // 1000
     if isinstance(value, float) and value != value:
         return "NaN"
     return value

@@ -22,8 +22,8 @@ casts in many places, all followed here:
   (DataError), as Java's read fails;
 - an integer to BOOLEAN is ``intValue() != 0`` (a BIGINT by its low 32 bits).
 
-Date and time rules are in :mod:`.temporal_casts`. Pairs Paimon has no rule for (nested
-types) keep Arrow's cast.
+Date and time rules are in :mod:`.temporal_casts`, number text in :mod:`.java_numbers`.
+Nested types (Paimon 0.9 has no rule for them) keep Arrow's cast.
 """
 
 from __future__ import annotations

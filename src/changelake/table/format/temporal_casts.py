@@ -9,7 +9,8 @@ epoch (``1969-12-31 23:59:59.5`` at precision 0 is ``1970-01-01 00:00:00``), and
 timestamp made a date or a number of seconds. Text is
 ``yyyy-MM-dd HH:mm:ss`` with a fraction of at least ``precision`` digits (trailing zeros
 beyond it dropped). Java turns local-time-zone timestamps with the JVM's default zone; here
-that zone is UTC, the zone changelake gives every TIMESTAMP_LTZ. TIME has no rule here.
+that zone is UTC, the zone changelake gives every TIMESTAMP_LTZ. A TIME is milliseconds of the
+day, as in Java; text to TIME keeps Arrow's cast.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _MILLIS_PER_DAY = 86_400_000
 
 def rule(source: str, target: str) -> Rule | None:
     """The rule for ``source`` to ``target`` roots, one of them DATE, TIMESTAMP,
-    TIMESTAMP_LTZ or TIME; None for Arrow's cast (TIME)."""
+    TIMESTAMP_LTZ or TIME; None for Arrow's cast (text to TIME)."""
     text = {"CHAR", "VARCHAR", "STRING"}
     rules: list[tuple[bool, Rule]] = [
         (source in _TIMESTAMPS and target in _TIMESTAMPS, _timestamp_to_timestamp),
@@ -43,13 +44,20 @@ def rule(source: str, target: str) -> Rule | None:
         (source in _TIMESTAMPS and target in text, _timestamp_to_text),
         (source in text and target == "DATE", _text_to_date),
         (source in text and target in _TIMESTAMPS, _text_to_timestamp),
+        (source == "TIME" and target in text, _time_to_text),
+        (source in _TIMESTAMPS and target == "TIME", _timestamp_to_time),
+        (source == "TIME" and target in _TIMESTAMPS, _time_to_timestamp),
     ]
     return next((r for applies, r in rules if applies), None)
 
 
 def _precision(paimon_type: PaimonType) -> int:
+    return _precision_or(paimon_type, 6)
+
+
+def _precision_or(paimon_type: PaimonType, default: int) -> int:
     params = root(paimon_type)[1]
-    return params[0] if params else 6
+    return params[0] if params else default
 
 
 def _parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -161,3 +169,46 @@ def _text_to_timestamp(array: pa.Array, _source: PaimonType, target: PaimonType)
     """DateTimeUtils.parseTimestampData: a date with an optional time, cut to the precision."""
     parsed = pc.utf8_trim_whitespace(array).cast(pa.timestamp("ns"))
     return _timestamp_to_timestamp(parsed, "TIMESTAMP(9)", target)
+
+
+def _time_millis(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A TIME's milliseconds of the day (Java keeps no finer part) and the null mask."""
+    as_int = pa.int32() if array.type.bit_width == 32 else pa.int64()
+    values = np.asarray(array.cast(as_int).fill_null(0).to_numpy(zero_copy_only=False)).astype(np.int64)
+    return (values // 1000 if array.type.unit == "us" else values), _nulls(array)
+
+
+def _time_to_text(array: pa.Array, source: PaimonType, _target: PaimonType) -> pa.Array:
+    """DateTimeUtils.formatTimestampMillis: ``HH:mm:ss``, then for a precision above 0 the
+    milliseconds' digits up to the precision, trailing zeros dropped but one kept."""
+    millis, nulls = _time_millis(array)
+    millis = np.mod(millis, _MILLIS_PER_DAY)  # Java adds days until it is not negative
+    hours, minutes, seconds = millis // 3_600_000, millis // 60_000 % 60, millis // 1000 % 60
+    text = pc.binary_join_element_wise(*(_two_digits(part, nulls) for part in (hours, minutes, seconds)), ":")
+    precision = min(_precision_or(source, 0), 3)
+    if precision == 0:
+        return text
+    three = pc.utf8_lpad(pa.array(millis % 1000).cast(pa.string()), width=3, padding="0")
+    fraction = pc.utf8_rtrim(pc.utf8_slice_codeunits(three, 0, precision), characters="0")
+    fraction = pc.if_else(pc.equal(fraction, ""), "0", fraction)
+    return pc.binary_join_element_wise(text, fraction, ".")
+
+
+def _timestamp_to_time(array: pa.Array, _source: PaimonType, target: PaimonType) -> pa.Array:
+    """``(int) (millis % MILLIS_PER_DAY)``: Java's remainder, negative before 1970."""
+    millis, _, nulls = _parts(array)
+    of_day = np.fmod(millis, _MILLIS_PER_DAY)
+    arrow_type = types.to_arrow(target)
+    values = of_day * 1000 if arrow_type.unit == "us" else of_day
+    return pa.array(values, pa.int64(), mask=nulls).cast(pa.int32() if arrow_type.bit_width == 32 else pa.int64()) \
+        .cast(arrow_type)
+
+
+def _time_to_timestamp(array: pa.Array, _source: PaimonType, target: PaimonType) -> pa.Array:
+    """``Timestamp.fromEpochMillis(time)``: that time of 1970-01-01."""
+    millis, nulls = _time_millis(array)
+    return _timestamp(millis, np.zeros_like(millis), nulls, target)
+
+
+def _two_digits(values: np.ndarray, nulls: np.ndarray) -> pa.Array:
+    return pc.utf8_lpad(pa.array(values, pa.int64(), mask=nulls).cast(pa.string()), width=2, padding="0")
