@@ -123,9 +123,13 @@ def test_values_java_cannot_cast_fail_the_read_naming_the_column(source: str, ta
     assert (failed.value.table, failed.value.column, failed.value.file) == ("db.t", "c", "f.parquet")
 
 
-def test_java_double_text_past_two_to_the_53() -> None:
+def test_java_double_text_is_java_17s_not_always_the_shortest() -> None:
     """Whole numbers below 2**63 print their integer digits, rounding away only those the
-    significand cannot hold (Java 17's FloatingDecimal; verified against Java)."""
-    values = pa.array([-8.073431937475847e18, -3.705988134436395e17, 2.0**53 + 2, 488115392.0])
+    significand cannot hold; values whose digits Java generates in longs get its digits, which
+    are not always the shortest (Java 17's FloatingDecimal; each verified against Java)."""
+    values = pa.array([-8.073431937475847e18, -3.705988134436395e17, 2.0**53 + 2, 488115392.0, 8.47e21, 1e23,
+                       1.06624915963808e19, 4e23, 8.1993e20, 0.1, 123.456, 1e-300])
     assert java_numbers.float_text(values).to_pylist() == [
-        "-8.0734319374758472E18", "-3.7059881344363949E17", "9.007199254740994E15", "4.88115392E8"]
+        "-8.0734319374758472E18", "-3.7059881344363949E17", "9.007199254740994E15", "4.88115392E8",
+        "8.470000000000001E21", "9.999999999999999E22", "1.0662491596380799E19", "3.9999999999999997E23",
+        "8.199299999999999E20", "0.1", "123.456", "1.0E-300"]

@@ -1,9 +1,11 @@
 """Numbers as Java's ``Double.toString`` / ``Float.toString`` print them and as Paimon's
 ``Decimal.fromBigDecimal`` makes decimals of them, whole arrays at a time.
 
-Java prints the shortest digits that read back as the same value (as Arrow's formatter
-does), with at least two significant digits where the shortest has one (``4.9E-324``, the
-closest two digits, not ``5.0E-324``), in plain notation for magnitudes in [1e-3, 1e7)
+Java prints the digits its ``FloatingDecimal`` generates: a whole number below 2**63 from its
+integer digits (``developLongDigits``), a value whose generation fits in longs by Steele and
+White's method (:mod:`.java_digits`, not always the shortest: ``8.470000000000001E21``), and
+otherwise the shortest digits that read back as the same value (Arrow's formatter), with two
+where the shortest has one (``4.9E-324``); in plain notation for magnitudes in [1e-3, 1e7)
 (``100.0``, ``0.001``) and ``d.dddE<n>`` otherwise (``1.0E20``, ``1.5E-7``); ``NaN``,
 ``Infinity``. Paimon casts a double to DECIMAL(p, s) through ``BigDecimal.valueOf`` (that
 text), rounds HALF_UP to scale ``s`` and gives null when the result needs more than ``p``
@@ -15,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from changelake.table.format import java_digits
 
 # Arrow's shortest text of a finite float: sign, integer digits, fraction digits, exponent
 _SHORTEST = r"^(?P<sign>-?)(?P<int>\d+)(?:\.(?P<frac>\d+))?(?:e(?P<exp>[+-]\d+))?$"
@@ -35,7 +39,9 @@ def float_text(values: pa.Array) -> pa.Array:
     finite = np.isfinite(floats)
     text = _scientific(digits, exponent)
     for e in _PLAIN_EXPONENTS:
-        text = pc.if_else(pa.array(exponent == e), _plain(digits, e), text)
+        rows = pa.array(exponent == e)
+        if pc.any(rows).as_py():
+            text = pc.replace_with_mask(text, rows, _plain(pc.filter(digits, rows), e))
     text = pc.if_else(pa.array(floats == 0), "0.0", text)
     text = pc.binary_join_element_wise(pc.if_else(pa.array(negative), "-", ""), text, "")
     special = np.where(np.isnan(floats), "NaN", np.where(floats > 0, "Infinity", "-Infinity"))
@@ -110,7 +116,29 @@ def _digits(values: pa.Array, floats: np.ndarray) -> tuple[pa.Array, np.ndarray,
     exponents = np.asarray(exponent.to_numpy())
     digits = _two_digits_where_one(digits, exponents, floats)
     digits, exponents = _long_digits(digits, exponents, floats)
+    digits, exponents = _steele_white_digits(digits, exponents, floats)
     return digits, exponents, np.asarray(np.signbit(floats))
+
+
+def _steele_white_digits(digits: pa.Array, exponent: np.ndarray, floats: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    """Java's own digits where its digit generation runs in ints or longs
+    (:func:`java_digits.long_path`), in place of the shortest."""
+    magnitude = np.abs(floats.astype(np.float64))
+    usable = np.isfinite(magnitude) & (magnitude > 0)
+    chosen, generated, count, first = java_digits.long_path(np.where(usable, magnitude, 1.0),
+                                                            single=floats.dtype == np.float32)
+    chosen &= usable
+    if not chosen.any():
+        return digits, exponent
+    widths = count[chosen]
+    text = pa.array(generated[chosen]).cast(pa.string())
+    short = widths > np.asarray(pc.utf8_length(text).to_numpy())
+    for width in np.unique(widths[short]):  # a leading zero digit is Java's too (rare)
+        rows = pa.array(short & (widths == width))
+        text = pc.replace_with_mask(text, rows, pc.utf8_lpad(pc.filter(text, rows), width=int(width), padding="0"))
+    exponent = exponent.copy()
+    exponent[chosen] = first[chosen]
+    return pc.replace_with_mask(digits, pa.array(chosen), text), exponent
 
 
 def _long_digits(digits: pa.Array, exponent: np.ndarray, floats: np.ndarray) -> tuple[pa.Array, np.ndarray]:
