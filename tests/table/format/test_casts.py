@@ -84,8 +84,12 @@ CASES: list[tuple[str, str, list[Any], list[Any]]] = [
     ("TIME(3)", "TIMESTAMP(3)", [dt.time(12, 30, 5, 120000)], [T(1970, 1, 1, 12, 30, 5, 120000)]),
     ("TIMESTAMP(6)", "TIME(3)", [T(2024, 1, 1, 12, 30, 5, 123456)], [dt.time(12, 30, 5, 123000)]),
     ("STRING", "DATE", ["2024-02-29", "19000"], [dt.date(2024, 2, 29), dt.date(2022, 1, 8)]),
-    ("STRING", "TIMESTAMP(3)", ["2024-01-01 12:00:00.1239", "2024-01-01"],
-     [T(2024, 1, 1, 12, 0, 0, 123000), T(2024, 1, 1)]),
+    ("STRING", "TIMESTAMP(3)", ["2024-01-01 12:00:00.1239", "2024-01-01", "2024-1-1 1:2:3.5", "2024-02-30 00:00:00",
+                                "2024-01-01 24:00:00", None],
+     [T(2024, 1, 1, 12, 0, 0, 123000), T(2024, 1, 1), T(2024, 1, 1, 1, 2, 3, 500000), T(2024, 2, 29), T(2024, 1, 2),
+      None]),
+    ("STRING", "DATE", ["2024-2-9", " 2024 - 3 - 4 ", "2024-02-29 12:00:00", "2024", "2024-3", None],
+     [dt.date(2024, 2, 9), dt.date(2024, 3, 4), dt.date(2024, 2, 29), dt.date(1975, 7, 18), dt.date(2024, 3, 1), None]),
 ]
 
 
@@ -115,11 +119,16 @@ def test_casts_as_java_paimon(source: str, target: str, values: list[Any], expec
     ("STRING", "DECIMAL(5, 2)", " 1", "is not a decimal number"),
     ("STRING", "DOUBLE", "1,5", "is not a number"),
     ("DOUBLE", "DECIMAL(5, 2)", NAN, "NaN"),
+    ("STRING", "DATE", "2023-02-29", "'2023-02-29' is not a date"),
+    ("STRING", "DATE", "2024-02-29T10:00", "is not a date"),
+    ("STRING", "TIMESTAMP(6)", "2024-01-01T12:00:00", "is not a timestamp"),
+    ("STRING", "TIMESTAMP(6)", "2024-01-01 12:60:00", "'2024-01-01 12:60:00' is not a timestamp"),
 ])
 def test_values_java_cannot_cast_fail_the_read_naming_the_column(source: str, target: str, value: Any,
                                                                  message: str) -> None:
     with pytest.raises(DataError, match=message) as failed:
-        _cast(source, target, ["1", value] if source == "STRING" else [1.0, value])
+        good = "2024-01-01" if target.startswith(("DATE", "TIMESTAMP")) else "1"
+        _cast(source, target, [good, value] if source == "STRING" else [1.0, value])
     assert (failed.value.table, failed.value.column, failed.value.file) == ("db.t", "c", "f.parquet")
 
 

@@ -157,18 +157,94 @@ def _timestamp_to_text(array: pa.Array, source: PaimonType, _target: PaimonType)
     return result
 
 
+# DateTimeUtils.parseDate: up to the first blank (not a leading one), y[-m[-d]] with blanks
+# around each part; DEFAULT_TIMESTAMP_FORMATTER: yyyy-M-d with an optional " H:m:s[.fraction]"
+_DATE_PART = r"^([^ ]+) .*$"
+_DATE = r"^\s*(?P<y>\d+)\s*(?:-\s*(?P<m>\d+)\s*(?:-\s*(?P<d>\d+)\s*)?)?$"
+_TIMESTAMP = (r"^(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})"
+              r"(?: (?P<h>\d{1,2}):(?P<mi>\d{1,2}):(?P<s>\d{1,2})(?:\.(?P<f>\d{0,9}))?)?$")
+
+
+def _fields(array: pa.Array, pattern: str, defaults: dict[str, int], what: str) -> dict[str, np.ndarray]:
+    """The named groups of ``pattern`` in each value as integers (``defaults`` where a group
+    is absent); ValueError naming the first value that does not match."""
+    matched = pc.fill_null(pc.match_substring_regex(array, pattern), True)
+    if not pc.all(matched).as_py():
+        raise ValueError(f"{pc.filter(array, pc.invert(matched))[0].as_py()!r} is not {what}")
+    parts = pc.extract_regex(pc.fill_null(array, _EPOCH_TEXT), pattern)
+    fields = {}
+    for name, default in defaults.items():
+        text = pc.fill_null(parts.field(name), "")
+        if name == "f":  # the fraction as nanoseconds
+            text = pc.if_else(pc.equal(text, ""), text, pc.utf8_rpad(text, width=9, padding="0"))
+        text = pc.if_else(pc.equal(text, ""), str(default), text)
+        fields[name] = np.asarray(text.cast(pa.int64()).to_numpy())
+    return fields
+
+
+_EPOCH_TEXT = "1970-01-01"
+
+
+def _days_from_civil(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of proleptic Gregorian dates (valid ones)."""
+    y = year - (month <= 2)
+    era = np.floor_divide(y, 400)
+    of_era = y - era * 400
+    of_year = (153 * (month + np.where(month > 2, -3, 9)) + 2) // 5 + day - 1
+    of_cycle = of_era * 365 + of_era // 4 - of_era // 100 + of_year
+    return np.asarray(era * 146097 + of_cycle - 719468)
+
+
+def _month_days(year: np.ndarray, month: np.ndarray) -> np.ndarray:
+    following_year = year + (month == 12)
+    following = np.where(month == 12, 1, month + 1)
+    first = np.ones_like(month)
+    return np.asarray(_days_from_civil(following_year, following, first) - _days_from_civil(year, month, first))
+
+
 def _text_to_date(array: pa.Array, _source: PaimonType, _target: PaimonType) -> pa.Array:
-    """BinaryStringUtils.toDate: digits alone are days since the epoch, else a date."""
-    numeric = pc.fill_null(pc.match_substring_regex(array, r"^\d+$"), False)
-    days = pc.if_else(numeric, array, pa.scalar(None, pa.string())).cast(pa.int32()).cast(pa.date32())
-    dates = pc.if_else(numeric, pa.scalar(None, pa.string()), pc.utf8_trim_whitespace(array)).cast(pa.date32())
-    return pc.if_else(numeric, days, dates)
+    """BinaryStringUtils.toDate: digits alone are days since the epoch; else a date as
+    DateTimeUtils.parseDate reads it (``2024-2-9``, ``2024-02-29 12:00``, ``2024``), one that
+    does not exist failing."""
+    nulls = _nulls(array)
+    numeric = np.asarray(pc.fill_null(pc.match_substring_regex(array, r"^\d+$"), False).to_numpy(zero_copy_only=False))
+    text = pc.replace_substring_regex(array, _DATE_PART, r"\1")
+    dated = pc.if_else(pa.array(numeric), pa.scalar(None, pa.string()), text)
+    parts = _fields(dated, _DATE, {"y": 1970, "m": 1, "d": 1}, "a date")
+    year, month, day = parts["y"], parts["m"], parts["d"]
+    given = ~numeric & ~nulls
+    valid = (year <= 9999) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)
+    valid &= day <= np.where(valid, _month_days(np.where(valid, year, 1970), np.where(valid, month, 1)), 31)
+    if (given & ~valid).any():
+        raise ValueError(f"{array[int(np.argmax(given & ~valid))].as_py()!r} is not a date")
+    days = _days_from_civil(np.where(valid, year, 1970), np.where(valid, month, 1), np.where(valid, day, 1))
+    whole = pc.if_else(pa.array(numeric), array, pa.scalar(None, pa.string())).cast(pa.int32())
+    days = np.where(numeric, np.asarray(whole.fill_null(0).to_numpy(zero_copy_only=False)), days)
+    return pa.array(days.astype(np.int32), pa.int32(), mask=nulls).cast(pa.date32())
 
 
 def _text_to_timestamp(array: pa.Array, _source: PaimonType, target: PaimonType) -> pa.Array:
-    """DateTimeUtils.parseTimestampData: a date with an optional time, cut to the precision."""
-    parsed = pc.utf8_trim_whitespace(array).cast(pa.timestamp("ns"))
-    return _timestamp_to_timestamp(parsed, "TIMESTAMP(9)", target)
+    """DateTimeUtils.parseTimestampData: ``yyyy-M-d`` with an optional ``H:m:s`` and fraction
+    (no blanks around), resolved as Java's SMART resolver does (a day past the month's end is
+    its last day, 24:00:00 the next day's start), the fraction cut to the precision."""
+    nulls = _nulls(array)
+    parts = _fields(array, _TIMESTAMP, {"y": 1970, "m": 1, "d": 1, "h": 0, "mi": 0, "s": 0, "f": 0}, "a timestamp")
+    year, month, day = parts["y"], parts["m"], parts["d"]
+    hour, minute, second, nanos = parts["h"], parts["mi"], parts["s"], parts["f"]
+    midnight_after = (hour == 24) & (minute == 0) & (second == 0) & (nanos == 0)
+    valid = (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31) & ((hour < 24) | midnight_after)
+    valid &= (minute < 60) & (second < 60)
+    bad = ~valid & ~nulls
+    if bad.any():
+        raise ValueError(f"{array[int(np.argmax(bad))].as_py()!r} is not a timestamp")
+    month = np.where(valid, month, 1)
+    day = np.minimum(np.where(valid, day, 1), _month_days(year, month))
+    seconds = (_days_from_civil(year, month, day) * 86_400 + np.where(midnight_after, 86_400, hour * 3600)
+               + minute * 60 + second)
+    step = 10 ** (9 - min(_precision(target), 9))
+    nanos = nanos // step * step
+    values = pa.array(seconds * 1_000_000_000 + nanos, pa.int64(), mask=nulls).cast(pa.timestamp("ns"))
+    return _timestamp_to_timestamp(values, "TIMESTAMP(9)", target)
 
 
 def _time_millis(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
