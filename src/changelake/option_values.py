@@ -49,6 +49,14 @@ class ScanMode(enum.StrEnum):
     INCREMENTAL = "incremental"
 
 
+class TimeTravelSchema(enum.StrEnum):
+    """``scan.time-travel.schema`` (changelake's own option): the schema a read of an older
+    snapshot (by id, tag or time) returns its rows in."""
+
+    SNAPSHOT = "snapshot"  # the schema the snapshot was committed with, as Paimon reads it
+    LATEST = "latest"  # the reading table's schema, old files mapped to it by field id
+
+
 class LookupCompactMode(enum.StrEnum):
     """``lookup-compact``: how often writers of tables that look keys up force level 0 up."""
 

@@ -27,6 +27,7 @@ from changelake.option_values import (
     MergeEngineKind,
     ScanMode,
     SortOrder,
+    TimeTravelSchema,
 )
 
 # options changelake validates and keeps for the other Paimon engines without acting on them
@@ -367,6 +368,13 @@ class TableOptions(BucketOptions, OperationOptions):
         "scan.timestamp-millis", values.int_value, None, "Time a scan starts from."
     )
     scan_timestamp: str | None = declare("scan.timestamp", values.text_value, None, "Time a scan starts from, as text.")
+    scan_time_travel_schema: TimeTravelSchema = declare(
+        "scan.time-travel.schema", values.member(TimeTravelSchema), "snapshot",
+        "changelake's own option (Paimon has none): `snapshot` reads a snapshot chosen by `scan.snapshot-id`, "
+        "`scan.tag-name` or a time in the schema it was committed with, as Paimon does; `latest` reads it in "
+        "the table's newest schema (old files mapped by field id: renamed columns under their new names, "
+        "dropped ones left out).",
+    )
     scan_plan_sort_partition: bool = declare(
         "scan.plan-sort-partition", values.parse_bool, "false", "Order splits by partition.", effect=_STORED)
     consumer_id: str | None = declare(

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import changelake
-from changelake.errors import OptionError, SchemaError, SchemaMismatchError
+from changelake.errors import DataError, OptionError, ScanError, SchemaError, SchemaMismatchError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("a", pa.int32()), ("b", pa.string()),
                     ("c", pa.float32()), ("d", pa.decimal128(5, 2))])
@@ -97,8 +97,9 @@ def test_merge_on_read_compaction_and_old_shaped_writes(tmp_path: Path) -> None:
     assert table.compact(full=True) is not None
     assert {f.schema_id for split in table.scan().plan() for f in split.files} == {1}
     assert _rows(table) == want
-    # time travel to a snapshot of the old schema reads it in the current schema
-    assert _rows(table, snapshot_id=1) == _old_rows_evolved()
+    # time travel reads a snapshot of the old schema in that schema, as Paimon; or in the current one
+    assert _rows(table, snapshot_id=1) == _first_rows().to_pylist()
+    assert _rows(table, snapshot_id=1, time_travel_schema="latest") == _old_rows_evolved()
 
 
 def test_writes_shaped_wrongly_name_the_difference(tmp_path: Path) -> None:
@@ -259,3 +260,71 @@ def test_a_writer_on_an_older_schema_does_not_compact_newer_files(tmp_path: Path
     stale.compact(full=True)
     assert [r for r in _rows(stale) if r["id"] == 1] == [{"id": 1, "p": "x", "a": 10, "e": "e1", "cc": 1.0,
                                                           "d": Decimal("1.00")}]
+
+
+def test_time_travel_reads_the_snapshots_schema_as_paimon(tmp_path: Path) -> None:
+    """A snapshot chosen by id, tag or time (a scan, or where a stream starts) is read in the
+    schema it was committed with; ``scan.time-travel.schema = latest`` keeps the table's."""
+    table = _table(tmp_path)
+    first = table.write(_first_rows())
+    assert first is not None
+    table.create_tag("t1", first.id)
+    _evolve(table)
+    table.write(pa.table({"id": [2], "p": ["x"], "a": [20], "e": ["e2"], "cc": [9.25],
+                          "d": pa.array([1], pa.decimal128(9, 2))}))
+    old = _first_rows().to_pylist()
+    for travel in ({"snapshot_id": first.id}, {"tag": "t1"}, {"timestamp_ms": first.time_millis}):
+        scan = table.scan(**travel)
+        assert scan.output_schema == SCHEMA.remove(0).insert(0, EVOLVED.field("id")).set(
+            1, EVOLVED.field("p")), travel
+        assert _rows(table, **travel) == old
+    # columns and filters name the snapshot's columns, also when the snapshot is chosen last
+    assert table.scan(snapshot_id=first.id, columns=["b", "c"], filter="c > 2").to_arrow().to_pylist() == [
+        {"b": "b2", "c": 2.5}, {"b": "b3", "c": 3.5}]
+    assert table.scan().at_tag("t1").select("id", "b").to_arrow().num_rows == 3
+    with pytest.raises(ScanError, match=r"unknown columns \['b'\]"):
+        table.scan(tag="t1", columns=["id", "b"]).at_snapshot(2)
+    assert _rows(table, tag="t1", time_travel_schema="latest") == _old_rows_evolved()
+    with pytest.raises(OptionError, match=r"scan\.time-travel\.schema") as bad:
+        table.scan(snapshot_id=1, time_travel_schema="newest")
+    assert bad.value.table == "db.t"
+    # a stream from snapshot 1 reads the newer file in snapshot 1's schema: the renamed column
+    # under its old name, the dropped one null, the widened ones cast back
+    stream = table.stream(snapshot_id=first.id, mode="from-snapshot-full")
+    assert stream.schema.names == ["rowkind", *SCHEMA.names]
+    rows = [r for batch in stream for r in batch.data.to_pylist()]
+    assert rows[-1] == {"rowkind": "+I", "id": 2, "p": "x", "a": 20, "b": None, "c": 9.25, "d": Decimal("1.00")}
+    assert len(rows) == 4
+    # the table option keeps the table's schema for every time travel
+    table.set_options({"scan.time-travel.schema": "latest"})
+    assert _rows(table, snapshot_id=first.id) == _old_rows_evolved()
+    assert table.stream(tag="t1", mode="from-snapshot-full").schema.names == ["rowkind", *EVOLVED.names]
+
+
+def test_type_changes_only_paimon_makes_read_older_values_as_paimon_casts_them(tmp_path: Path) -> None:
+    """Java Paimon's ALTER TABLE changes types ``update_column`` refuses (DOUBLE to STRING or
+    DECIMAL, STRING to INT); files written before are read through Paimon's cast rules, and a
+    value the rule cannot cast fails the read naming the column, as Java's read fails."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.float64()), ("w", pa.float64()),
+                        ("s", pa.string())])
+    table = changelake.Catalog(str(tmp_path)).create_table("db.t", schema, primary_keys=["id"],
+                                                           options={"bucket": "1"})
+    table.write(pa.table({"id": [1, 2, 3], "v": [1.0, 1e20, 0.125], "w": [0.125, -2.675, 1e20],
+                          "s": ["12", "-7.9", "x"]}, schema=schema))
+
+    def alter(changed: dict[str, str]) -> None:  # the schema file Java's ALTER TABLE writes
+        latest = max(int(n.removeprefix("schema-")) for n in _schema_files(table))
+        stored = json.loads(Path(f"{table.location}/schema/schema-{latest}").read_text())
+        stored["id"] = latest + 1
+        stored["fields"] = [{**f, "type": changed.get(f["name"], f["type"])} for f in stored["fields"]]
+        Path(f"{table.location}/schema/schema-{latest + 1}").write_text(json.dumps(stored))
+        table.refresh()
+
+    alter({"v": "STRING", "w": "DECIMAL(10, 2)"})
+    rows = _rows(table, columns=["id", "v", "w"])
+    assert [(r["v"], r["w"]) for r in rows] == [("1.0", Decimal("0.13")), ("1.0E20", Decimal("-2.68")),
+                                                ("0.125", None)]
+    alter({"s": "INT"})
+    with pytest.raises(DataError, match="'x' is not a whole number") as failed:
+        table.scan().to_arrow()
+    assert (failed.value.table, failed.value.column) == ("db.t", "s")

@@ -347,7 +347,7 @@ def _decode(data: bytes, fields: list[Field]) -> list[Any]:
         word = int.from_bytes(slot, "little")
         if root == "BOOLEAN":
             values.append(slot[0] != 0)
-        elif root in ("TINYINT", "SMALLINT", "INTEGER", "DATE", "BIGINT"):
+        elif root in ("TINYINT", "SMALLINT", "INTEGER", "DATE", "BIGINT", "TIME_WITHOUT_TIME_ZONE"):
             width = {"TINYINT": 1, "SMALLINT": 2, "BIGINT": 8}.get(root, 4)
             values.append(int.from_bytes(slot[:width], "little", signed=True))
         elif root in ("FLOAT", "DOUBLE"):
@@ -403,6 +403,8 @@ def _set(paimon: Any, writer: Any, i: int, root: str, params: tuple[int, ...], v
         getattr(writer, _PLAIN_WRITES[root])(i, value)
     elif root == "DATE":
         writer.writeInt(i, (value - EPOCH.date()).days)
+    elif root == "TIME_WITHOUT_TIME_ZONE":  # milliseconds of the day
+        writer.writeInt(i, ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + value.microsecond // 1000)
     elif root == "DECIMAL":
         writer.writeDecimal(i, paimon.data.Decimal.fromBigDecimal(value, params[0], params[1]), params[0])
     elif root in ("CHAR", "VARCHAR"):

@@ -220,8 +220,11 @@ def test_java_paimon_reads_every_snapshot_of_a_table_changelake_evolves(tmp_path
     table.refresh()
     assert ours(table) == expected
     for snapshot in table.snapshots():
-        assert _java_snapshot_by_latest_ids(java, warehouse, snapshot.id) == ours(table, snapshot_id=snapshot.id), \
+        travel = {"snapshot_id": snapshot.id, "time_travel_schema": "latest"}
+        assert _java_snapshot_by_latest_ids(java, warehouse, snapshot.id) == ours(table, **travel), \
             f"snapshot {snapshot.id} (schema {snapshot.schema_id})"
+        assert theirs(java, warehouse, options={"scan.snapshot-id": str(snapshot.id)}) == \
+            ours(table, snapshot_id=snapshot.id), f"snapshot {snapshot.id} in its schema {snapshot.schema_id}"
 
 
 def test_changelake_reads_every_snapshot_of_a_table_java_paimon_evolves(tmp_path: Any, java: JavaPaimon) -> None:
@@ -252,8 +255,12 @@ def test_changelake_reads_every_snapshot_of_a_table_java_paimon_evolves(tmp_path
     table = cl.open_table(f"{warehouse}/db.db/t")
     assert table.schema.names == ["n", "id", "a", "bb", "dec", "ts", "day"]
     for snapshot in table.snapshots():
-        assert ours(table, snapshot_id=snapshot.id) == _java_snapshot_by_latest_ids(java, warehouse, snapshot.id), \
+        travel = {"snapshot_id": snapshot.id, "time_travel_schema": "latest"}
+        assert ours(table, **travel) == _java_snapshot_by_latest_ids(java, warehouse, snapshot.id), \
             f"snapshot {snapshot.id} (schema {snapshot.schema_id})"
+        assert ours(table, snapshot_id=snapshot.id) == \
+            theirs(java, warehouse, options={"scan.snapshot-id": str(snapshot.id)}), \
+            f"snapshot {snapshot.id} in its schema {snapshot.schema_id}"
     before = {row["id"]: row for row in table.scan().to_arrow().to_pylist()}
     _write_ours(table, [("+U", {**before[5], "dec": decimal.Decimal("0.0001"), "bb": "ours"}), ("-D", before[6]),
                         ("+I", {"id": 50, "n": "ours", "ts": dt.datetime(2024, 2, 29, 1, 2, 3, 456789)})])
@@ -261,10 +268,6 @@ def test_changelake_reads_every_snapshot_of_a_table_java_paimon_evolves(tmp_path
     assert {row["id"] for row in ours(table)} == set(before) - {6} | {50}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Time travel: Java Paimon 0.9 reads scan.snapshot-id in the schema that snapshot was committed with "
-    "(old column names, dropped columns present); changelake reads every snapshot in the Table's newest "
-    "schema (documented in docs/schema-evolution.md)."))
 def test_time_travel_reads_the_snapshots_schema_as_java_paimon_does(tmp_path: Any, java: JavaPaimon) -> None:
     warehouse = str(tmp_path)
     table = cl.Catalog(warehouse).create_table("db.t", SIMPLE, primary_keys=["id"])
@@ -285,11 +288,6 @@ def test_java_paimon_sees_no_descriptions_or_comment_on_changelake_tables(tmp_pa
     assert (descriptions, table.comment().orElse(None)) == ([None] * len(EVOLVING), None)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Java Paimon converts values of a file's older schema with its CastExecutors; changelake's casts differ "
-    "for type changes only Java makes: DOUBLE->STRING gives '1'/'1e+20' (Java: '1.0'/'1.0E20'), "
-    "DOUBLE->DECIMAL rounds the binary double half-even (0.125 -> 0.12, -2.675 -> -2.67; Java rounds "
-    "BigDecimal.valueOf(d) HALF_UP: 0.13, -2.68) and raises ArrowInvalid on overflow (Java: null)."))
 @pytest.mark.parametrize("cast", ["double-to-string", "double-to-decimal", "double-to-decimal-overflow"])
 def test_changelake_casts_columns_java_paimon_changed_type_as_java_does(
         tmp_path: Any, java: JavaPaimon, cast: str) -> None:

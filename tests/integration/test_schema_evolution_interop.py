@@ -40,6 +40,13 @@ def test_pypaimon_reads_a_table_changelake_evolved(tmp_path: Path, pypaimon: Pyp
     assert _paimon_rows(pypaimon, str(tmp_path), "db.t") == expected
     table.compact(full=True)
     assert _paimon_rows(pypaimon, str(tmp_path), "db.t") == expected == _ours(table)
+    # time travel reads snapshot 1 in its own schema, in both
+    table.create_tag("first", 1)
+    for travel, options in (({"snapshot_id": 1}, {"scan.snapshot-id": "1"}), ({"tag": "first"},
+                                                                              {"scan.tag-name": "first"})):
+        old = sorted(table.scan(**travel).to_arrow().to_pylist(), key=lambda r: r["id"])
+        assert list(old[0]) == ["id", "a", "b", "c"]
+        assert sorted(pypaimon.read(str(tmp_path), "db.t", options).to_pylist(), key=lambda r: r["id"]) == old
 
 
 def test_changelake_reads_a_table_pypaimon_evolved(tmp_path: Path, pypaimon: Pypaimon) -> None:

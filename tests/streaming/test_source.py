@@ -148,6 +148,36 @@ def test_batch_reader_picks_the_snapshot(tmp_path: Path) -> None:
     assert list(_source(empty).reader(_source(empty).schema()).read(InputPartition(None))) == []
 
 
+def test_reads_of_a_snapshot_offer_its_schema(tmp_path: Path) -> None:
+    """The source's schema (decided before reading) for scan.snapshot-id / scan.tag-name is
+    the snapshot's, batch and stream, as Paimon time-travels; scan.time-travel.schema=latest
+    keeps the table's."""
+    table = _lookup_table(tmp_path)
+    table.create_tag("first", 1)
+    with table.update_schema() as u:
+        u.rename_column("v", "label")
+        u.add_column("n", pa.int32())
+    table.write(pa.table({"p": ["a"], "k": [9], "label": ["x"], "n": pa.array([5], pa.int32())}))
+    for options in ({"scan.snapshot-id": "1"}, {"scan.tag-name": "first"},
+                    {"scan.mode": "from-snapshot", "scan.snapshot-id": "2"}):
+        assert _source(table, **options).schema().names == SCHEMA.names, options
+    assert _source(table, **{"scan.snapshot-id": "1", "scan.time-travel.schema": "latest"}).schema().names == [
+        "p", "k", "label", "n"]
+    # a stream from a snapshot still to come reads in the table's schema
+    assert _source(table, **{"scan.mode": "from-snapshot", "scan.snapshot-id": "9"}).schema().names == [
+        "p", "k", "label", "n"]
+    first_new = min(s.id for s in table.snapshots() if s.schema_id == 1)
+
+    def stream(snapshot_id: int) -> Rows:
+        source = _source(table, **{"scan.mode": "from-snapshot", "scan.snapshot-id": str(snapshot_id),
+                                   "read.changelog": "true"})
+        return [r for batch in _read_stream(source.streamReader(source.schema()), ReadAllAvailable()) for r in batch]
+
+    assert stream(first_new) == [("+I", "a", 9, "x", 5)]
+    # from a snapshot of the old schema, the newer file is read in that schema
+    assert ("+I", "a", 9, "x") in stream(first_new - 1)
+
+
 def test_stream_reader_micro_batches_cover_the_changes_exactly(tmp_path: Path) -> None:
     table = _lookup_table(tmp_path)
     source = _source(table, **{"scan.mode": "from-snapshot", "scan.snapshot-id": "1", "read.changelog": "true",
@@ -332,6 +362,17 @@ def test_spark_batch_reads(spark: Any, tmp_path: Path) -> None:
     snapshots = spark.read.format("changelake").load(f"{table.location}$snapshots").toArrow()
     assert snapshots.column("snapshot_id").to_pylist() == [s.id for s in table.snapshots()]
     assert snapshots.column("commit_kind").to_pylist() == [s.commit_kind.value for s in table.snapshots()]
+
+
+def test_spark_reads_a_snapshot_in_its_schema(spark: Any, tmp_path: Path) -> None:
+    register(spark)
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["p", "k"])
+    _commit(table, [("a", 1, "one", "+I")])
+    with table.update_schema() as u:
+        u.rename_column("v", "label")
+        u.add_column("n", pa.int32())
+    old = spark.read.format("changelake").option("scan.snapshot-id", "1").load(table.location)
+    assert old.columns == ["p", "k", "v"] and [tuple(r) for r in old.collect()] == [("a", 1, "one")]
 
 
 def test_a_reused_dataframe_gives_each_query_its_rows(spark: Any, tmp_path: Path) -> None:

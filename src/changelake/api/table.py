@@ -19,7 +19,7 @@ from changelake.changelog import producers
 from changelake.changelog.offsets import StreamOffset
 from changelake.changelog.source import DEFAULT_MAX_ROWS, ChangeSource
 from changelake.changelog.stream import Changes, ChangeStream
-from changelake.option_values import LookupCompactMode, ScanMode
+from changelake.option_values import LookupCompactMode, ScanMode, TimeTravelSchema
 from changelake.table import branches, metadata, partition_drops, partition_expiry, schema_update, snapshot_expiry
 from changelake.table.append import compaction as append_compaction
 from changelake.table.append import merge as append_merge
@@ -234,6 +234,7 @@ class Table:
         filter: pc.Expression | str | None = None,
         columns: Sequence[str] | None = None,
         read_optimized: bool = False,
+        time_travel_schema: TimeTravelSchema | str | None = None,
     ) -> Scan:
         """A merged read of one snapshot (default the latest; or by id, a tag's, or the latest
         committed at or before ``timestamp_ms``). ``filter`` is a ``pyarrow.compute``
@@ -244,9 +245,13 @@ class Table:
         ``.select()``, ``.at_snapshot()`` and friends return new scans; ``.to_arrow()``,
         ``.to_batches()``, ``.to_pandas()``, ``.to_polars()``, ``.to_duckdb()`` read it.
         ``read_optimized`` reads only the fully compacted top level (no merge; rows written
-        since the last full compaction are not seen), as Paimon's ``$ro`` table does."""
+        since the last full compaction are not seen), as Paimon's ``$ro`` table does. A snapshot
+        chosen by id, tag or time is read in the schema it was committed with, as Paimon reads
+        it; ``time_travel_schema="latest"`` (or the table option ``scan.time-travel.schema``)
+        reads it in the table's schema instead (docs/schema-evolution.md)."""
         return Scan.of(self._context, snapshot_id=snapshot_id, tag=tag, timestamp_ms=timestamp_ms,
-                       filter=filter, columns=columns, read_optimized=read_optimized)
+                       filter=filter, columns=columns, read_optimized=read_optimized,
+                       time_travel_schema=time_travel_schema)
 
     def stream(
         self,

@@ -29,7 +29,7 @@ from changelake.errors import (
 )
 from changelake.option_values import POSTPONE_BUCKET, ChangelogProducer
 from changelake.options import TableOptions, check_keys
-from changelake.table import decoupled_changelog, metadata
+from changelake.table import decoupled_changelog, metadata, time_travel
 from changelake.table.context import TableContext
 from changelake.table.format import kv
 from changelake.table.format import snapshot as snapshots
@@ -121,6 +121,8 @@ class ChangeSource:
         check_keys(options or {}, name)
         parsed = TableOptions.parse({**context.schema.options, **(options or {})}, table=name)
         starting.start_mode(parsed)
+        # a stream from a snapshot, tag or time reads in that snapshot's schema, as Paimon's
+        context = time_travel.read_context(context, parsed)
         if parsed.consumer_id is not None:
             consumers.check_id(context, parsed.consumer_id)
         chosen = tuple(context.arrow_schema.names) if columns is None else context.selected_columns(columns)

@@ -4,7 +4,6 @@ each mode reads (``scan.snapshot-id``, ``scan.tag-name``, ``scan.timestamp-milli
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import operator
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from changelake.errors import OptionError, SnapshotExpiredError, SnapshotNotFoundError
 from changelake.option_values import ChangelogProducer, ScanMode
 from changelake.options import TableOptions
-from changelake.table import decoupled_changelog, metadata
+from changelake.table import decoupled_changelog, metadata, time_travel
 from changelake.table.context import TableContext
 from changelake.table.format import snapshot as snapshots
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
@@ -58,14 +57,7 @@ def start_mode(options: TableOptions) -> ScanMode:
 def start_timestamp(options: TableOptions) -> int:
     """``scan.timestamp-millis``, or ``scan.timestamp`` (``yyyy-MM-dd HH:mm:ss``, local time as
     in Paimon) in milliseconds."""
-    if options.scan_timestamp_millis is not None:
-        return options.scan_timestamp_millis
-    text = options.scan_timestamp or ""
-    try:
-        return int(dt.datetime.fromisoformat(text.strip()).timestamp() * 1000)
-    except ValueError:
-        raise OptionError(f"{text!r} is not a time like '2024-01-01 12:00:00'", table=options.table,
-                          option="scan.timestamp") from None
+    return time_travel.timestamp_ms(options)
 
 
 def full_read_levels(options: TableOptions) -> Callable[[int], bool] | None:

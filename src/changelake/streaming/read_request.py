@@ -23,6 +23,7 @@ from changelake.errors import OptionError, SchemaError
 from changelake.options import TableOptions, canonical_key
 from changelake.streaming import storage_options
 from changelake.streaming.spark_schema import check_requested, struct_type
+from changelake.table import time_travel
 from changelake.table.format.kv import RowKind
 
 # What Spark adds to a source's options, not table options: a CREATE TABLE ... USING changelake
@@ -36,9 +37,12 @@ _UPSERTS = pa.array([RowKind.INSERT.symbol, RowKind.UPDATE_AFTER.symbol])
 @dataclass(frozen=True)
 class ReadRequest:
     """The table at the ``path`` option and the other options under their declared (Paimon)
-    keys, parsed over the table's own."""
+    keys, parsed over the table's own. ``read_table`` is the table reads read: at the schema of
+    the snapshot ``scan.snapshot-id``, ``scan.tag-name`` or a time names, as Paimon's time
+    travel (``scan.time-travel.schema``); writes write ``table``."""
 
     table: Table
+    read_table: Table
     overrides: Mapping[str, str]
     options: TableOptions
     # A path ``<table>$<name>`` reads the table's system table ``name`` (batch only); ``$ro``
@@ -70,16 +74,17 @@ class ReadRequest:
         overrides = {canonical_key(key, table=table.name): value for key, value in table_options.items()
                      if key != "path" and key.lower() != BRANCH_OPTION}
         parsed = TableOptions.parse({**table.options, **overrides}, table=table.name)
-        if parsed.read_changelog and ROWKIND in table.schema.names and system is None:
+        reading = table if system is not None else Table(time_travel.read_context(table.context, parsed))
+        if parsed.read_changelog and ROWKIND in reading.schema.names and system is None:
             raise SchemaError(f"read.changelog adds a {ROWKIND!r} column, and the table has one", table=table.name,
                               column=ROWKIND)
-        taken = [f.name for f in COMMIT_METADATA if f.name in table.schema.names]
+        taken = [f.name for f in COMMIT_METADATA if f.name in reading.schema.names]
         if parsed.read_commit_metadata and taken and system is None:
             raise SchemaError(f"read.commit-metadata adds a {taken[0]!r} column, and the table has one",
                               table=table.name, column=taken[0])
         if system is SystemTable.RO:
-            return ReadRequest(table, overrides, parsed, None, read_optimized=True)
-        return ReadRequest(table, overrides, parsed, system)
+            return ReadRequest(table, reading, overrides, parsed, None, read_optimized=True)
+        return ReadRequest(table, reading, overrides, parsed, system)
 
     @cached_property
     def schema(self) -> pa.Schema:
@@ -90,7 +95,7 @@ class ReadRequest:
             return self.table.system(self.system).schema
         kind = [pa.field(ROWKIND, pa.string(), nullable=False)] if self.options.read_changelog else []
         metadata = list(COMMIT_METADATA) if self.options.read_commit_metadata else []
-        return pa.schema([*kind, *self.table.schema, *metadata])
+        return pa.schema([*kind, *self.read_table.schema, *metadata])
 
     def columns(self, requested: StructType) -> tuple[str, ...]:
         """The table columns ``requested`` (the schema Spark reads with) carries; SchemaError

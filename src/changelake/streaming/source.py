@@ -136,7 +136,7 @@ class ChangelakeDataSource(DataSource):
         request = self._request_for(schema)
         if request.system is not None:
             return SystemTableReader(request.table, request.system, Output(arrow_schema(schema)))
-        scan = batch_scan(request.table, request.options, read_optimized=request.read_optimized)
+        scan = batch_scan(request.read_table, request.options, read_optimized=request.read_optimized)
         scan = scan.select(*request.columns(schema))
         snapshot = scan.snapshot if request.options.read_commit_metadata else None
         committed = None if snapshot is None else (snapshot.id, snapshot.time_millis)
@@ -148,7 +148,7 @@ class ChangelakeDataSource(DataSource):
         if request.system is not None or request.read_optimized:
             name = SystemTable.RO if request.system is None else request.system
             raise ScanError(f"system table {name.value!r} is read in batch only", table=request.table.name)
-        source = ChangeSource.of(request.table.context, request.overrides, request.columns(schema),
+        source = ChangeSource.of(request.read_table.context, request.overrides, request.columns(schema),
                                  commit_metadata=request.options.read_commit_metadata)
         output = Output(arrow_schema(schema), upserts_only=not request.options.read_changelog)
         return ChangeStreamReader(source, Admission.of(request.options), output)
@@ -171,7 +171,7 @@ def batch_scan(table: Table, options: TableOptions, *, read_optimized: bool = Fa
     if mode is ScanMode.COMPACTED_FULL:
         raise OptionError("compacted-full is for streaming reads; a batch read reads one snapshot",
                           table=table.name, option="scan.mode")
-    scan = table.scan(read_optimized=read_optimized)
+    scan = table.scan(read_optimized=read_optimized, time_travel_schema=options.scan_time_travel_schema)
     if options.scan_tag_name is not None:
         return scan.at_tag(options.scan_tag_name)
     if options.scan_snapshot_id is not None:

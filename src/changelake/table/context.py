@@ -20,12 +20,13 @@ from pyroaring import BitMap
 
 from changelake.errors import OptionError, ScanError
 from changelake.options import TableOptions
-from changelake.table.format import binary_row, data_file, kv, snapshot
+from changelake.table.format import binary_row, casts, data_file, kv, snapshot, types
 from changelake.table.format.data_file import FileSettings
 from changelake.table.format.kv import KeyCodec
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.format.schema import SchemaHistory, TableKind, TableSchema
 from changelake.table.format.snapshot import Snapshot
+from changelake.table.format.types import PaimonType
 from changelake.table.io import external_paths
 from changelake.table.io.external_paths import ExternalPaths
 from changelake.table.io.fileio import FileIO
@@ -89,23 +90,41 @@ class TableContext:
         """Rows of a data (or changelog) file in this schema's key-value layout, whatever schema
         the file was written with: its columns are matched to this schema's by field id, so a
         dropped column is left out, a renamed one read under its old name, an added one is all
-        nulls and a widened one cast (Paimon's schema evolution on read). ``deleted`` (the
-        file's deletion vector) leaves out the rows it marks. ``kinds_for_retractions``: the
-        ``_VALUE_KIND`` column is left out where the file's statistics show no -U/-D row."""
-        renames = None
-        if meta.schema_id != self.schema.id:
-            renames = self.schema.names_in(self.schemas.get(meta.schema_id))
-        return data_file.read(self.file_io, self.file_path(bucket_dir, meta), self.file_schema, columns, rows,
-                              renames, deleted=deleted, kinds_for_retractions=kinds_for_retractions)
+        nulls and one whose type changed cast as Paimon casts it (schema evolution on read).
+        ``deleted`` (the file's deletion vector) leaves out the rows it marks.
+        ``kinds_for_retractions``: the ``_VALUE_KIND`` column is left out where the file's
+        statistics show no -U/-D row."""
+        if meta.schema_id == self.schema.id:
+            return data_file.read(self.file_io, self.file_path(bucket_dir, meta), self.file_schema, columns, rows,
+                                  deleted=deleted, kinds_for_retractions=kinds_for_retractions)
+        older = self._older(meta.schema_id)
+        path = self.file_path(bucket_dir, meta)
+        rows_read = data_file.read(self.file_io, path, older.read_schema, columns, rows, older.renames,
+                                   deleted=deleted, kinds_for_retractions=kinds_for_retractions)
+        return older.cast(rows_read, self, path)
 
     def read_file_batches(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str],
                           batch_rows: int, *, kinds_for_retractions: bool = False) -> Iterator[pa.Table]:
         """The rows :meth:`read_file` reads, ``batch_rows`` at a time in file order."""
-        renames = None
-        if meta.schema_id != self.schema.id:
-            renames = self.schema.names_in(self.schemas.get(meta.schema_id))
-        return data_file.read_batches(self.file_io, self.file_path(bucket_dir, meta), self.file_schema, columns,
-                                      batch_rows, renames, kinds_for_retractions=kinds_for_retractions)
+        path = self.file_path(bucket_dir, meta)
+        if meta.schema_id == self.schema.id:
+            return data_file.read_batches(self.file_io, path, self.file_schema, columns, batch_rows,
+                                          kinds_for_retractions=kinds_for_retractions)
+        older = self._older(meta.schema_id)
+        batches = data_file.read_batches(self.file_io, path, older.read_schema, columns, batch_rows, older.renames,
+                                         kinds_for_retractions=kinds_for_retractions)
+        return (older.cast(batch, self, path) for batch in batches)
+
+    def _older(self, schema_id: int) -> OlderSchema:
+        """How files of schema ``schema_id`` map to this schema (worked out once per schema)."""
+        found = self._olders.get(schema_id)
+        if found is None:
+            found = self._olders[schema_id] = OlderSchema.of(self, self.schemas.get(schema_id))
+        return found
+
+    @cached_property
+    def _olders(self) -> dict[int, OlderSchema]:
+        return {}
 
     def selected_columns(self, columns: Sequence[str]) -> tuple[str, ...]:
         """``columns`` as a read selects them: ScanError naming the table unless they are
@@ -298,6 +317,44 @@ class TableContext:
     def snapshot(self, snapshot_id: int) -> Snapshot:
         """Snapshot ``snapshot_id`` (SnapshotNotFoundError if absent)."""
         return snapshot.read(self.file_io, self.paths, snapshot_id, self.name)
+
+
+@dataclass(frozen=True)
+class OlderSchema:
+    """Files of an older schema as a context reads them: columns matched by field id
+    (``renames``: the old name of each column whose name differs, None for one added since),
+    read in the types they were written with (``read_schema``), then the columns whose type
+    changed (``retyped``: old and new type) cast as Paimon casts them."""
+
+    renames: Mapping[str, str | None]
+    read_schema: pa.Schema
+    retyped: Mapping[str, tuple[PaimonType, PaimonType]]
+
+    @staticmethod
+    def of(ctx: TableContext, older: TableSchema) -> OlderSchema:
+        old_types = {f.id: f.type for f in older.fields}
+        retyped = {f.name: (old_types[f.id], f.type) for f in ctx.schema.fields
+                   if f.id in old_types and _retyped(old_types[f.id], f.type)}
+        read_schema = ctx.file_schema
+        for name, (old, _) in retyped.items():
+            index = read_schema.get_field_index(name)
+            read_schema = read_schema.set(index, read_schema.field(index).with_type(types.to_arrow(old)))
+        return OlderSchema(ctx.schema.names_in(older), read_schema, retyped)
+
+    def cast(self, rows: pa.Table, ctx: TableContext, path: str) -> pa.Table:
+        """``rows`` read in the old types, in the context's types."""
+        for name, (old, new) in self.retyped.items():
+            index = rows.schema.get_field_index(name)
+            if index >= 0:
+                column = casts.cast(rows.column(index), old, new, table=ctx.name, column=name, file=path)
+                rows = rows.set_column(index, ctx.file_schema.field(name), column)
+        return rows
+
+
+def _retyped(old: PaimonType, new: PaimonType) -> bool:
+    """Whether values of type ``old`` need a cast to be ``new`` values (not a change of
+    nullability alone)."""
+    return types.root(old) != types.root(new) or types.to_arrow(old) != types.to_arrow(new)
 
 
 def partition_of(table: str, keys: Sequence[str], types: Sequence[pa.DataType],

@@ -21,6 +21,23 @@ _TIMESTAMP_PRECISION = {"s": 0, "ms": 3, "us": 6, "ns": 9}
 _ATOMIC = re.compile(r"^\s*([A-Z_]+(?:\s+[A-Z_]+)*?)\s*(?:\((\s*\d+\s*(?:,\s*\d+\s*)?)\))?\s*(.*)$")
 
 
+def root(paimon_type: PaimonType) -> tuple[str, list[int]]:
+    """A type's root name (``DECIMAL``, ``INT``, ``TIMESTAMP_LTZ`` for either spelling of a
+    local-time-zone timestamp; ``ARRAY``, ``MAP``, ``ROW`` for nested types) and its
+    parameters (``[10, 2]``)."""
+    if isinstance(paimon_type, dict):
+        return paimon_type["type"].upper().removesuffix(_NOT_NULL).strip(), []
+    upper = paimon_type.strip().upper().removesuffix(_NOT_NULL).rstrip()
+    match = _ATOMIC.match(upper)
+    if match is None:
+        return upper, []
+    name = match.group(1)
+    if name == "TIMESTAMP" and "LOCAL TIME ZONE" in match.group(3):
+        name = "TIMESTAMP_LTZ"
+    params = [int(p) for p in match.group(2).split(",")] if match.group(2) else []
+    return ("INT" if name == "INTEGER" else name), params
+
+
 def _suffix(*, nullable: bool) -> str:
     return "" if nullable else _NOT_NULL
 
