@@ -48,6 +48,8 @@ PLANS = {
     "append": [KillPoint.COMPACTION, KillPoint.DATA_FILE, crashtest.RANDOM],
     # a writer killed mid-commit or while its key index spills: the next bootstraps it again
     "cross-partition": [KillPoint.KEY_INDEX, KillPoint.SNAPSHOT_BEFORE_LATEST, crashtest.RANDOM],
+    # ORC and Avro data and changelog files, killed half written and in compaction
+    "file-formats": [KillPoint.DATA_FILE, KillPoint.CHANGELOG_FILE, KillPoint.COMPACTION],
     # data files at external paths, killed half written; expiry deletes there
     "external-paths": [KillPoint.DATA_FILE, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
     # Table operations: a kill inside each ("point@operation" arms the point only while one of
