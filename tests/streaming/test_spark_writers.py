@@ -18,6 +18,7 @@ from test_sink import SPARK_SCHEMA, events, make_table, model, rows_of
 
 import changelake as cl
 from changelake import streaming
+from changelake.errors import OptionError
 
 LOG_SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("msg", pa.string())])
 
@@ -142,3 +143,16 @@ def test_spark_tasks_write_and_clean_up_at_the_external_paths(spark: SparkSessio
         os.utime(path, (old, old))
     assert streaming.remove_orphan_files(spark, log, older_than=dt.timedelta(days=1)) == [str(stray)]
     assert not stray.exists() and (stray.parent / "README").exists() and log_rows(log) == rows
+
+    # An external path that cannot be made is the table's OptionError on the driver, before any task.
+    blocked = tmp_path / "a-file"
+    blocked.write_text("in the way")
+    log.set_options({"data-file.external-paths": f"file://{blocked}/sub"})
+    extra = spark.createDataFrame([(99, "x")], "id long, msg string")
+    with pytest.raises(OptionError, match=r"data-file.external-paths.*cannot be made"):
+        streaming.write(extra, log)
+    # (Spark's writer runs the driver's check in a Python worker, which wraps the error)
+    with pytest.raises(Exception, match=r"data-file.external-paths.*cannot be made") as raised:
+        extra.write.format("changelake").mode("append").save(log.location)
+    assert "Task" not in str(raised.value).split("data-file.external-paths")[0]
+    assert log_rows(log) == rows

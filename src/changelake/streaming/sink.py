@@ -160,6 +160,7 @@ def _commit_fixed_buckets(df: DataFrame, table: Table, commit_user: str, identif
     second job writes every (partition, bucket) in one task, write-only."""
     ctx = table.context
     conform.check_columns(ctx, df.columns)
+    ctx.check_writable()
     df = as_table_timestamps(df, ctx)
     plan = fixed_bucket_plan(df, ctx)
     if not plan:
@@ -222,6 +223,7 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
         return []
     # A clear error on the driver, before any task runs (the tasks check the values).
     conform.check_columns(ctx, df.columns)
+    ctx.check_writable()
     df = as_table_timestamps(df, ctx)
     write_groups = functools.partial(write_tasks.write_groups, ctx, commit_user)
     if not write_tasks.needs_shuffle(ctx) or (not is_connect(df.sparkSession) and df.rdd.getNumPartitions() == 1):

@@ -64,6 +64,7 @@ def check_writable(table: Table, schema: StructType, *, overwrite: bool) -> Tabl
                              "dynamic buckets, or an append table with fixed buckets): write it with "
                              "changelake.streaming.write(df, table) or write_stream(df, table, ...)", table=table.name)
     conform.check_columns(ctx, schema.names)
+    ctx.check_writable()
     arrow = ctx.arrow_schema
     for field in schema.fields:
         if field.name in arrow.names and with_table_timestamps(field.dataType, arrow.field(field.name).type) \

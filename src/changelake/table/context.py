@@ -210,6 +210,12 @@ class TableContext:
             raise OptionError(problem, table=self.name, option="file.compression")
         return settings
 
+    def check_writable(self) -> None:
+        """OptionError naming the option when this table's files cannot be written (its
+        manifest format, a format's compression, external paths that cannot be reached): a
+        Spark driver calls it so that the error is one, before any task runs."""
+        _ = (self.file_settings, self.changelog_file_settings)  # building them checks the options
+
     def check_manifests_writable(self) -> None:
         """OptionError naming ``manifest.format`` when it is ``orc``: changelake writes Avro
         manifests, and Java Paimon reads a table's manifests in the format the option names,

@@ -6,6 +6,7 @@ make, write and read the branch.)"""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -114,3 +115,24 @@ def test_maintenance_of_the_table_keeps_what_a_changelake_branch_names(
     assert table.branch("b").expire_snapshots(retain_min=1, older_than_ms=FAR_FUTURE).snapshots
     live_files.MANIFEST_CACHE.clear()
     assert {s.id: table.scan(snapshot_id=s.id).to_arrow() for s in table.snapshots()} == main
+
+
+def test_orphan_cleanup_removes_what_a_crashed_branch_creation_staged(tmp_path: Path) -> None:
+    """A creation killed before its rename leaves ``branch/.branch-<name>.<uuid>.tmp`` (no engine
+    lists it): orphan cleanup removes it once past the cut-off, and not a newer one (a creation
+    that may still be running)."""
+    table = _table(tmp_path)
+    table.create_branch("done", from_snapshot=1)
+    branches = Path(table.location) / "branch"
+    old, fresh = branches / f".branch-old.{'a' * 32}.tmp", branches / f".branch-new.{'b' * 32}.tmp"
+    for staged in (old, fresh):
+        shutil.copytree(branches / "branch-done", staged)
+    past = (dt.datetime.now() - dt.timedelta(days=2)).timestamp()
+    for path in old.rglob("*"):
+        os.utime(path, (past, past))
+
+    assert table.remove_orphan_files(dry_run=True) == sorted(str(p) for p in old.rglob("*") if p.is_file())
+    table.remove_orphan_files()
+    assert not old.exists() and fresh.exists() and (branches / "branch-done").exists()
+    assert table.list_branches() == ["done"]
+    assert table.branch("done").scan().to_arrow().num_rows == 3

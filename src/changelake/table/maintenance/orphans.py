@@ -36,6 +36,9 @@ from changelake.table.maintenance import references
 DEFAULT_OLDER_THAN = dt.timedelta(days=1)
 _BUCKET = re.compile(r"^bucket-(\d+|postpone)$")
 _OUR_TEMP = re.compile(r"\.[0-9a-f]{32}\.tmp$")  # FileIO.create_if_absent / overwrite_hint
+# where branches.create writes a branch before renaming it into place; one a crash left is
+# listed by no engine, and its files are orphans once past the cut-off
+_STAGED_BRANCH = re.compile(r"^\.branch-.+\.[0-9a-f]{32}\.tmp$")
 
 
 def threshold_ms(older_than: dt.datetime | dt.timedelta | None) -> int:
@@ -114,7 +117,19 @@ def metadata_directories(ctx: TableContext) -> dict[str, Callable[[str], bool]]:
     for paths in [ctx.paths, *(branch.paths for branch in metadata.branches(ctx))]:
         kept[paths.snapshot_dir] = snapshot_file
         kept[paths.changelog_dir] = changelog_file
+    for staged in _staged_branches(ctx):
+        kept.update({f"{staged}/{_name(i)}": _never for i in _listing(ctx, staged) if _is_dir(i)})
     return kept
+
+
+def _never(path: str) -> bool:
+    return False
+
+
+def _staged_branches(ctx: TableContext) -> list[str]:
+    """The staging directories of branches whose creation never finished."""
+    return [f"{ctx.paths.branch_dir}/{_name(i)}" for i in _listing(ctx, ctx.paths.branch_dir)
+            if _is_dir(i) and _STAGED_BRANCH.match(_name(i))]
 
 
 def data_directories(ctx: TableContext) -> list[str]:
@@ -162,10 +177,18 @@ def orphans_in(ctx: TableContext, directory: str, is_kept: Callable[[str], bool]
 
 
 def delete(ctx: TableContext, paths: Iterable[str]) -> None:
-    """Delete orphan files (a kill point before each)."""
+    """Delete orphan files (a kill point before each), then the staging directories of
+    unfinished branches left empty by it."""
+    staged = set()
     for path in paths:
         killpoints.reached(KillPoint.ORPHAN_FILE)
         ctx.file_io.delete(path)
+        parts = path.rsplit("/", 3)
+        if len(parts) == 4 and _STAGED_BRANCH.match(parts[1]):
+            staged.add(f"{parts[0]}/{parts[1]}")
+    for directory in sorted(staged):
+        if not any(_listing(ctx, f"{directory}/{_name(i)}") for i in _listing(ctx, directory) if _is_dir(i)):
+            ctx.file_io.delete_tree(directory)
 
 
 def remove_orphan_files(ctx: TableContext, older_than: dt.datetime | dt.timedelta | None, *,
