@@ -49,15 +49,23 @@ def guarantee(ctx: TableContext, file: DataFileMeta) -> pc.Expression:
     result = _NOTHING
     for i, (field, t) in enumerate(zip(fields, types, strict=True)):
         now = current.get(field.id)
-        low, high = lows[i], highs[i]
-        if now is None or low is None or high is None or pa.types.is_nested(t) or now.arrow_field().type != t:
+        if now is None or pa.types.is_nested(t) or now.arrow_field().type != t:
             continue
         column = pc.field(now.name)
-        if low == high:
-            within = column == pc.scalar(pa.scalar(low, t))
-        else:
-            within = (column >= pc.scalar(pa.scalar(low, t))) & (column <= pc.scalar(pa.scalar(high, t)))
+        low, high = lows[i], highs[i]
         nulls = counts[i] if i < len(counts) else None
-        # Min and max leave nulls out: a column with nulls (or an unknown count) may hold them.
-        result = result & (within if nulls == 0 else within | column.is_null())
+        if nulls is not None and nulls == file.row_count:
+            result = result & column.is_null()
+            continue
+        # either bound may be missing alone (a truncated string max that cannot be rounded up)
+        if low is not None and low == high:
+            bounds = [column == pc.scalar(pa.scalar(low, t))]
+        else:
+            bounds = [column >= pc.scalar(pa.scalar(low, t))] if low is not None else []
+            bounds += [column <= pc.scalar(pa.scalar(high, t))] if high is not None else []
+        for bound in bounds:
+            # Min and max leave nulls out: a column with nulls (or an unknown count) may hold
+            # them. Each bound is or-ed with them on its own: Arrow's simplification reads
+            # (x >= a or x is null) and (x <= b or x is null), not ((x >= a and x <= b) or x is null).
+            result = result & (bound if nulls == 0 else bound | column.is_null())
     return result
