@@ -86,3 +86,18 @@ def test_changelake_skips_files_by_java_paimon_stats(tmp_path: Any, java: JavaPa
     assert sorted(scan.to_arrow().column("id").to_pylist()) == [i for i in range(210, 221) if i % 7]
     by_name = table.scan(filter=pc.field("name") == "n00305")
     assert sum(len(s.files) for s in by_name.plan()) == 1 and by_name.to_arrow().column("id").to_pylist() == [305]
+
+
+def test_changelake_skips_files_by_pypaimon_stats(tmp_path: Any, pypaimon: Any) -> None:
+    """pypaimon 2.1 records value statistics with ``metadata.stats-mode = full`` (every column,
+    ``_VALUE_STATS_COLS`` null), none otherwise."""
+    warehouse = str(tmp_path)
+    pypaimon.create_table(warehouse, "db.t", SCHEMA, primary_keys=[], partition_keys=[],
+                          options={"bucket": "-1", "metadata.stats-mode": "full"})
+    for start in range(0, 400, 100):
+        pypaimon.write(warehouse, "db.t", _batch(start, 100))
+    table = cl.Catalog(warehouse).get_table("db.t")
+    scan = table.scan(filter=(pc.field("score") >= 210.0) & (pc.field("score") <= 220.0))
+    assert sum(len(s.files) for s in table.scan().plan()) == 4
+    assert sum(len(s.files) for s in scan.plan()) == 1
+    assert sorted(scan.to_arrow().column("id").to_pylist()) == [i for i in range(210, 221) if i % 7]
