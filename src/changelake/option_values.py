@@ -122,10 +122,8 @@ class StatsMode:
 
     @property
     def bounded(self) -> bool:
+        """Whether the mode keeps a min and max."""
         return self.kind in (StatsKind.TRUNCATE, StatsKind.FULL)
-
-    def __str__(self) -> str:
-        return f"truncate({self.length})" if self.kind is StatsKind.TRUNCATE else self.kind.value
 
 
 def parse_stats_mode(text: str) -> StatsMode:

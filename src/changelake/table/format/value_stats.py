@@ -29,6 +29,7 @@ FIELD_SUFFIX = "stats-mode"
 
 
 def field_option(name: str) -> str:
+    """The key of column ``name``'s own stats mode."""
     return f"fields.{name}.{FIELD_SUFFIX}"
 
 
@@ -59,16 +60,17 @@ def check_field_modes(options: TableOptions, names: Sequence[str], keys: Collect
             name = key.removeprefix("fields.").removesuffix(suffix)
             if name not in names:
                 hint = difflib.get_close_matches(name, names, n=1)
-                raise OptionError(f"column {name!r} is not in the table" + (f"; did you mean {hint[0]!r}?" if hint
-                                                                          else ""), table=options.table, option=key)
+                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+                raise OptionError(f"column {name!r} is not in the table{suggestion}", table=options.table, option=key)
 
 
 def has_bounds(t: pa.DataType) -> bool:
     """Whether a column of type ``t`` gets a min and max: ordered scalars, as Paimon's Parquet
-    statistics give them (binary and nested columns get null counts only)."""
+    statistics give them (binary and nested columns get null counts only). Not a microsecond
+    TIME: its BinaryRow slot holds milliseconds, so a max would be cut below the values."""
     return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-            or pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-            or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_timestamp(t))
+                or pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_date32(t) or pa.types.is_time32(t) or pa.types.is_timestamp(t))
 
 
 def truncated_max(value: str, length: int) -> str | None:
