@@ -124,8 +124,10 @@ class Collector:
             low = pc.min(pa.array([b["min"] for b in bounds], field.type))
             high = pc.max(pa.array([b["max"] for b in bounds], field.type))
             if mode.kind is StatsKind.TRUNCATE and isinstance(low, pa.StringScalar | pa.LargeStringScalar):
-                low = pa.scalar(low.as_py()[:mode.length], field.type)
-                high = pa.scalar(truncated_max(high.as_py(), mode.length), field.type)
+                rounded = truncated_max(high.as_py(), mode.length)
+                # a max that cannot be rounded up leaves both bounds out, as Paimon's collector does
+                low = pa.scalar(None if rounded is None else low.as_py()[:mode.length], field.type)
+                high = pa.scalar(rounded, field.type)
             lows.append(pa.array([low], field.type))
             highs.append(pa.array([high], field.type))
         arity = len(self.fields)

@@ -57,12 +57,10 @@ def guarantee(ctx: TableContext, file: DataFileMeta) -> pc.Expression:
         if nulls is not None and nulls == file.row_count:
             result = result & column.is_null()
             continue
-        # either bound may be missing alone (a truncated string max that cannot be rounded up)
-        if low is not None and low == high:
-            bounds = [column == pc.scalar(pa.scalar(low, t))]
-        else:
-            bounds = [column >= pc.scalar(pa.scalar(low, t))] if low is not None else []
-            bounds += [column <= pc.scalar(pa.scalar(high, t))] if high is not None else []
+        if low is None or high is None:
+            continue
+        bounds = [column == pc.scalar(pa.scalar(low, t))] if low == high else \
+            [column >= pc.scalar(pa.scalar(low, t)), column <= pc.scalar(pa.scalar(high, t))]
         for bound in bounds:
             # Min and max leave nulls out: a column with nulls (or an unknown count) may hold
             # them. Each bound is or-ed with them on its own: Arrow's simplification reads
