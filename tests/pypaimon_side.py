@@ -90,6 +90,15 @@ def splits(warehouse: str, name: str, options: dict[str, str] | None = None) -> 
             for split in builder.new_scan().plan().splits()]
 
 
+def filtered(warehouse: str, name: str, column: str, low: Any, high: Any) -> tuple[int, pa.Table]:
+    """The files a batch read with ``low <= column <= high`` plans (pypaimon skips files by
+    their statistics) and the rows it reads (filtered by pypaimon)."""
+    builder = _table(warehouse, name).new_read_builder()
+    builder = builder.with_filter(builder.new_predicate_builder().between(column, low, high))
+    planned = builder.new_scan().plan().splits()
+    return sum(len(split.files) for split in planned), builder.new_read().to_arrow(planned)
+
+
 def _key_schema(schema: pa.Schema, num_buckets: int) -> TableSchema:
     """A table schema whose primary key is every column of ``schema``."""
     keyed = Schema.from_pyarrow_schema(schema, primary_keys=list(schema.names), options={"bucket": str(num_buckets)})

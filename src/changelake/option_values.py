@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 
@@ -98,6 +99,47 @@ _DURATION_UNITS = {
     "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
 }  # fmt: skip
 _AMOUNT = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+_TRUNCATE = re.compile(r"^truncate\((\d+)\)$")
+
+
+class StatsKind(enum.Enum):
+    """What a column's statistics hold."""
+
+    NONE = "none"
+    COUNTS = "counts"
+    TRUNCATE = "truncate"
+    FULL = "full"
+
+
+@dataclass(frozen=True)
+class StatsMode:
+    """A column's stats mode; ``length`` is the truncation length of ``truncate(N)``."""
+
+    kind: StatsKind
+    length: int = 0
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the mode keeps a min and max."""
+        return self.kind in (StatsKind.TRUNCATE, StatsKind.FULL)
+
+
+def parse_stats_mode(text: str) -> StatsMode:
+    """A stats mode from Paimon's text (case-insensitive, as Paimon's parser takes it):
+    ``none``, ``counts``, ``full`` or ``truncate(N)`` with N > 0; ValueError otherwise."""
+    lowered = text.strip().lower()
+    truncate = _TRUNCATE.match(lowered)
+    if truncate is not None:
+        length = int(truncate.group(1))
+        if length <= 0:
+            raise ValueError("the truncation length must be positive")
+        return StatsMode(StatsKind.TRUNCATE, length)
+    for kind in (StatsKind.NONE, StatsKind.COUNTS, StatsKind.FULL):
+        if lowered == kind.value:
+            return StatsMode(kind)
+    raise ValueError("expected none, counts, full or truncate(N)")
 
 
 def parse_memory_size(text: str) -> int:

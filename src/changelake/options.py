@@ -34,7 +34,7 @@ from changelake.option_values import (
 _STORED = OptionEffect.STORES
 # ``fields.<names>.<setting>`` options (merge engines) and prefixed families accepted as they are.
 _FIELD_OPTION = re.compile(
-    r"^fields\.[^.]+(?:,[^.]+)*\.(aggregate-function|sequence-group|ignore-retract|distinct|list-agg-delimiter)$"
+    r"^fields\.[^.]+(?:,[^.]+)*\.(aggregate-function|sequence-group|ignore-retract|distinct|list-agg-delimiter|stats-mode)$"
 )
 # Paimon's per-field settings changelake does not implement: refused on new tables.
 _UNSUPPORTED_FIELD_OPTION = re.compile(r"^fields\.[^.]+(?:,[^.]+)*\.(default-value|nested-key|count-limit)$")
@@ -143,8 +143,12 @@ class TableOptions(BucketOptions, OperationOptions):
     parquet_block_size: int = declare(
         "parquet.block.size", values.parse_memory_size, "128 mb", "Parquet row group size.", effect=_STORED)
     page_size: int = declare("page-size", values.parse_memory_size, "64 kb", "Memory page size.", effect=_STORED)
-    metadata_stats_mode: str = declare(
-        "metadata.stats-mode", values.text_value, "truncate(16)", "Value statistics kept in manifests.", effect=_STORED)
+    metadata_stats_mode: values.StatsMode = declare(
+        "metadata.stats-mode", values.parse_stats_mode, "truncate(16)",
+        "Value statistics each data file records in its manifest entry: `none`, `counts` (null counts), "
+        "`truncate(N)` (min/max with strings cut to N characters, the max rounded up) or `full`; "
+        "`fields.<name>.stats-mode` sets one column's. Reads skip files by them where no merge is needed "
+        "(docs/performance.md).")
     file_index_read_enabled: bool = declare(
         "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read.", effect=_STORED)
     # manifests

@@ -20,7 +20,7 @@ from pyroaring import BitMap
 
 from changelake.errors import OptionError, ScanError
 from changelake.options import TableOptions
-from changelake.table.format import binary_row, casts, data_file, kv, snapshot, types
+from changelake.table.format import binary_row, casts, data_file, kv, snapshot, types, value_stats
 from changelake.table.format.data_file import FileSettings
 from changelake.table.format.kv import KeyCodec
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
@@ -204,6 +204,8 @@ class TableContext:
             # the key-value writers')
             format_per_level=options.file_format_per_level if self.key_value_files else (),
             external=self.external_paths,
+            value_fields=tuple(self.arrow_schema),
+            value_modes=value_stats.column_modes(options, self.arrow_schema.names),
         )
         problem = settings.unwritable()
         if problem is not None:

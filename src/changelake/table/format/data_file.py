@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from changelake.errors import CorruptMetadataError, StorageError
-from changelake.table.format import avro_file, binary_row, deletion_vector, kv, orc_file, parquet_file
+from changelake.option_values import StatsMode
+from changelake.table.format import avro_file, binary_row, deletion_vector, kv, orc_file, parquet_file, value_stats
 from changelake.table.format.file_format import FileFormat, FormatWriter, codec
 from changelake.table.format.file_format import of_path as file_format_of
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
@@ -59,6 +60,10 @@ class FileSettings:
     file_format: FileFormat = FileFormat.PARQUET
     # file.format.per.level: (level, format) pairs overriding ``file_format`` there
     format_per_level: tuple[tuple[int, FileFormat], ...] = ()
+    # The table's columns and their stats modes (metadata.stats-mode, fields.<name>.stats-mode):
+    # the value statistics every file records (none without them).
+    value_fields: tuple[pa.Field, ...] = ()
+    value_modes: tuple[StatsMode, ...] = ()
 
     def compression_at(self, level: int) -> str:
         """The compression of files at ``level``."""
@@ -143,6 +148,7 @@ class _OpenFile:
         self.next_sequence = first_sequence
         self.keep = keep
         self.pieces: list[pa.Table] = []  # with ``keep``: what was written, for ``on_file``
+        self.value_stats = value_stats.Collector(settings.value_fields, settings.value_modes)
 
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
         # Bookkeeping is per chunk and whole-column; BinaryRows are encoded once, at close
@@ -154,6 +160,7 @@ class _OpenFile:
             self.first = chunk.slice(0, 1)
         self.last = chunk.slice(chunk.num_rows - 1, 1)
         self.rows += chunk.num_rows
+        self.value_stats.add(chunk)
         if self.next_sequence is not None:  # an append table's rows: all inserts, numbered in order
             low = self.next_sequence
             self.next_sequence = low + chunk.num_rows
@@ -198,6 +205,7 @@ class _OpenFile:
         size = self.writer.close()
         self.target.close()
         min_key, max_key, key_stats = self._key_rows(settings)
+        values, value_columns = self.value_stats.stats(EMPTY_STATS)
         return DataFileMeta(
             file_name=self.name,
             file_size=size,
@@ -205,7 +213,7 @@ class _OpenFile:
             min_key=min_key,
             max_key=max_key,
             key_stats=key_stats,
-            value_stats=EMPTY_STATS,
+            value_stats=values,
             min_sequence_number=self.seq_min or 0,
             max_sequence_number=self.seq_max or 0,
             schema_id=settings.schema_id,
@@ -213,7 +221,7 @@ class _OpenFile:
             creation_time_ms=int(time.time() * 1000),
             delete_row_count=self.deletes,
             file_source=file_source,
-            value_stats_cols=(),
+            value_stats_cols=value_columns,
             external_path=self.external_path,
         )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEnt
 from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import interval_partition
-from changelake.table.read import deletion_vectors, live_files
+from changelake.table.read import deletion_vectors, live_files, value_pruning
 from changelake.table.read.deletion_vectors import DeletionFile
 
 
@@ -115,6 +115,17 @@ def _prune_files(
     return _prune(ctx, entries, guarantees, expression)
 
 
+def _unmatched_values(ctx: TableContext, entries: list[ManifestEntry], expression: pc.Expression | None) -> set[str]:
+    """The files whose value statistics contradict the filter (by name): safe to skip only
+    where no merge could change their rows."""
+    if expression is None:
+        return set()
+    guarantees = [value_pruning.guarantee(ctx, e.file) for e in entries]
+    known = [i for i, g in enumerate(guarantees) if not g.equals(pc.scalar(True))]
+    kept = _prune(ctx, known, [guarantees[i] for i in known], expression)
+    return {entries[i].file.file_name for i in set(known) - set(kept)}
+
+
 def _pack(
     items: Sequence[list[DataFileMeta]], weight: Callable[[Sequence[DataFileMeta]], int], target: int
 ) -> list[list[DataFileMeta]]:
@@ -134,12 +145,15 @@ def _pack(
     return bins
 
 
-def split_bucket(ctx: TableContext, files: list[DataFileMeta]) -> list[tuple[list[DataFileMeta], bool]]:
+def split_bucket(ctx: TableContext, files: list[DataFileMeta],
+                 skipped: Collection[str] = frozenset()) -> list[tuple[list[DataFileMeta], bool]]:
     """One bucket's files as split groups, each with whether it reads raw (without merging).
 
     Files whose key ranges overlap stay in one group (interval partition into sections);
     sections are packed up to ``source.split.target-size``, each file weighing at least
-    ``source.split.open-file-cost``."""
+    ``source.split.open-file-cost``. Files named in ``skipped`` (their values cannot match the
+    filter) are left out where no other file can hold their keys: a row of theirs can then
+    neither shadow nor be shadowed by a merge."""
     options = ctx.options
     target, open_cost = options.split_target_size, options.split_open_file_cost
 
@@ -149,9 +163,10 @@ def split_bucket(ctx: TableContext, files: list[DataFileMeta]) -> list[tuple[lis
     no_deletes = all(f.level != 0 and f.delete_row_count == 0 for f in files)
     if no_deletes and (len({f.level for f in files}) == 1 or ctx.merge_engine.keys_unique_across_levels):
         # One sorted run (or levels that never share a key) without deletes: read as it is.
-        ordered = sorted(files, key=lambda f: ctx.key_of(f.min_key))
+        ordered = sorted((f for f in files if f.file_name not in skipped), key=lambda f: ctx.key_of(f.min_key))
         return [(g, True) for g in _pack([[f] for f in ordered], weight, target)]
     sections = [[f for run in section for f in run.files] for section in interval_partition(files, ctx.key_of)]
+    sections = [s for s in sections if len(s) > 1 or s[0].file_name not in skipped]
     return [(g, len(g) == 1 and g[0].delete_row_count == 0) for g in _pack(sections, weight, target)]
 
 
@@ -195,13 +210,20 @@ def plan(
     if levels is not None:
         entries = [e for e in entries if levels(e.file.level)]
     postponed = _file_splits(ctx, waiting) if postpone else []
+    skipped = _unmatched_values(ctx, entries, expression)
+    if ctx.kind is TableKind.APPEND or ctx.options.deletion_vectors_enabled:
+        # every file is read alone (a primary-key table's deletion vectors keep each key live
+        # in one file): a file no row of which can match is not read
+        entries = [e for e in entries if e.file.file_name not in skipped]
+        skipped = set()
     if ctx.options.deletion_vectors_enabled:
         return _plan_with_vectors(ctx, snapshot, entries) + postponed
     splits = []
-    cut = append_splits.split_bucket if ctx.kind is TableKind.APPEND else split_bucket
     for (partition, bucket), files in sorted(live_files.files_by_bucket(entries).items(), key=lambda item: item[0]):
         bucket_dir = ctx.bucket_dir(partition, bucket)
-        for group, raw in cut(ctx, files):
+        cut = append_splits.split_bucket(ctx, files) if ctx.kind is TableKind.APPEND else \
+            split_bucket(ctx, files, skipped)
+        for group, raw in cut:
             splits.append(Split(partition, bucket, bucket_dir, tuple(group), raw))
     return splits + postponed
 

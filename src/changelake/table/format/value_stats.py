@@ -1,0 +1,137 @@
+"""Value statistics of data files, as Paimon's ``SimpleStatsCollector`` keeps them: per column
+the null count and, by the column's stats mode (``metadata.stats-mode``, overridden by
+``fields.<name>.stats-mode``), its min and max (``full``), those with strings truncated
+(``truncate(N)``), the null count only (``counts``) or nothing (``none``).
+
+Gathered per written chunk with whole-array Arrow kernels and combined when the file closes.
+The layout written is the one every engine reads: a BinaryRow of every table column in schema
+order with ``_VALUE_STATS_COLS`` null (Java Paimon 0.9 has no such field and reads its stats as
+every column; Paimon 1.x and pypaimon read null as every column). Columns without bounds
+hold nulls (a null count of null: unknown). A file whose columns are all ``none`` records no
+statistics (``_VALUE_STATS_COLS`` empty, as Paimon's dense layout writes it).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from changelake.errors import OptionError
+from changelake.option_values import StatsKind, StatsMode, parse_stats_mode
+from changelake.options import TableOptions
+from changelake.table.format import binary_row
+from changelake.table.format.manifest import SimpleStats
+
+FIELD_SUFFIX = "stats-mode"
+
+
+def field_option(name: str) -> str:
+    """The key of column ``name``'s own stats mode."""
+    return f"fields.{name}.{FIELD_SUFFIX}"
+
+
+def column_modes(options: TableOptions, names: Sequence[str]) -> tuple[StatsMode, ...]:
+    """Each column's mode: its ``fields.<name>.stats-mode``, else ``metadata.stats-mode``;
+    OptionError naming the option for a bad value."""
+    modes = []
+    for name in names:
+        key = field_option(name)
+        text = options.raw.get(key)
+        if text is None:
+            modes.append(options.metadata_stats_mode)
+            continue
+        try:
+            modes.append(parse_stats_mode(text))
+        except ValueError as exc:
+            raise OptionError(f"has invalid value {text!r}: {exc}", table=options.table, option=key) from None
+    return tuple(modes)
+
+
+def check_field_modes(options: TableOptions, names: Sequence[str], keys: Collection[str] | None = None) -> None:
+    """OptionError for a ``fields.<name>.stats-mode`` (of ``keys``, the options set: None for
+    all) with a bad value or naming no column of ``names``."""
+    column_modes(options, names)
+    suffix = f".{FIELD_SUFFIX}"
+    for key in sorted(options.raw if keys is None else keys):
+        if key in options.raw and key.startswith("fields.") and key.endswith(suffix):
+            name = key.removeprefix("fields.").removesuffix(suffix)
+            if name not in names:
+                hint = difflib.get_close_matches(name, names, n=1)
+                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+                raise OptionError(f"column {name!r} is not in the table{suggestion}", table=options.table, option=key)
+
+
+def has_bounds(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` gets a min and max: ordered scalars, as Paimon's Parquet
+    statistics give them (binary and nested columns get null counts only). Not a microsecond
+    TIME: its BinaryRow slot holds milliseconds, so a max would be cut below the values."""
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                or pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_date32(t) or pa.types.is_time32(t) or pa.types.is_timestamp(t))
+
+
+def truncated_max(value: str, length: int) -> str | None:
+    """An upper bound of ``value`` at most ``length`` code points long, as Paimon's
+    ``Truncate.truncateMax``: the prefix with its last code point that can be incremented
+    incremented (surrogates skipped, as UTF-8 cannot hold them); None when none can be."""
+    if len(value) <= length:
+        return value
+    points = [ord(c) for c in value[:length]]
+    for i in range(length - 1, -1, -1):
+        following = points[i] + 1
+        if 0xD800 <= following <= 0xDFFF:
+            following = 0xE000
+        if following <= 0x10FFFF:
+            return "".join(map(chr, points[:i])) + chr(following)
+    return None
+
+
+class Collector:
+    """Value statistics of the rows of one file, gathered chunk by chunk."""
+
+    def __init__(self, fields: Sequence[pa.Field], modes: Sequence[StatsMode]) -> None:
+        self.fields = list(fields)
+        self.modes = list(modes)
+        self.silent = all(m.kind is StatsKind.NONE for m in modes)
+        self.nulls = [0] * len(self.fields)
+        self.bounds: list[list[pa.StructScalar]] = [[] for _ in self.fields]
+        self.bounded = [m.bounded and has_bounds(f.type) for f, m in zip(self.fields, self.modes, strict=True)]
+
+    def add(self, chunk: pa.Table) -> None:
+        if self.silent:
+            return
+        for i, field in enumerate(self.fields):
+            column = chunk.column(field.name)
+            self.nulls[i] += column.null_count
+            if self.bounded[i] and column.null_count < len(column):
+                self.bounds[i].append(pc.min_max(column))
+
+    def stats(self, empty: SimpleStats) -> tuple[SimpleStats, tuple[str, ...] | None]:
+        """The statistics and their ``_VALUE_STATS_COLS`` (``empty`` when every column's mode is
+        ``none``)."""
+        if self.silent:
+            return empty, ()
+        lows, highs = [], []
+        for field, mode, bounds, bounded in zip(self.fields, self.modes, self.bounds, self.bounded, strict=True):
+            if not (bounded and bounds):
+                # nested columns have no slot value of their own: a null slot of any type is theirs
+                lows.append(pa.nulls(1, pa.binary() if pa.types.is_nested(field.type) else field.type))
+                highs.append(lows[-1])
+                continue
+            low = pc.min(pa.array([b["min"] for b in bounds], field.type))
+            high = pc.max(pa.array([b["max"] for b in bounds], field.type))
+            if mode.kind is StatsKind.TRUNCATE and isinstance(low, pa.StringScalar | pa.LargeStringScalar):
+                rounded = truncated_max(high.as_py(), mode.length)
+                # a max that cannot be rounded up leaves both bounds out, as Paimon's collector does
+                low = pa.scalar(None if rounded is None else low.as_py()[:mode.length], field.type)
+                high = pa.scalar(rounded, field.type)
+            lows.append(pa.array([low], field.type))
+            highs.append(pa.array([high], field.type))
+        arity = len(self.fields)
+        encoded = binary_row.encode([pa.concat_arrays([lo, hi]) for lo, hi in zip(lows, highs, strict=True)])
+        counts = tuple(None if m.kind is StatsKind.NONE else n for m, n in zip(self.modes, self.nulls, strict=True))
+        return SimpleStats(binary_row.serialize(encoded.row(0), arity),
+                           binary_row.serialize(encoded.row(1), arity), counts), None
