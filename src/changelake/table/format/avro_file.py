@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import io
-import operator
 from typing import Any
 
 import fastavro
@@ -185,20 +184,16 @@ def read(data: bytes, path: str) -> pa.Table:
             raise CorruptMetadataError("Avro data file does not hold records", file=path)
         fields = written["fields"]
         plain_types = [_plain_type(f["type"], path) for f in fields]
-        records = reader
         names = [f["name"] for f in fields]
-        rows: list[Any] = list(records)
-        if len(names) == 1:
-            columns: list[Any] = [[record[names[0]] for record in rows]]
-        else:
-            rows = list(map(operator.itemgetter(*names), rows))
-            columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
+        rows: list[Any] = list(reader)
     except CorruptMetadataError:
         raise
     except Exception as exc:  # fastavro raises many types for garbage input
         raise CorruptMetadataError(f"data file is not Avro: {exc}", file=path) from None
-    arrays = [_typed(pa.array(values, plain_type), f["type"])
-              for values, plain_type, f in zip(columns, plain_types, fields, strict=True)]
+    # Arrow builds the columns from the records in C++ (several times faster than gathering
+    # each column's values in Python first)
+    plain = pa.Table.from_pylist(rows, schema=pa.schema(list(zip(names, plain_types, strict=True))))
+    arrays = [_typed(plain.column(i).combine_chunks(), f["type"]) for i, f in enumerate(fields)]
     return pa.Table.from_arrays(arrays, names=names)
 
 
