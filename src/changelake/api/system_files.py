@@ -123,7 +123,7 @@ def files(ctx: TableContext) -> pa.Table:
     return pa.table({
         "partition": pa.array([_partition_text(ctx, e.partition) for e in entries], pa.string()),
         "bucket": pa.array([e.bucket for e in entries], pa.int32()),
-        "file_path": pa.array([e.file.external_path or f"{ctx.bucket_dir(e.partition, e.bucket)}/{e.file.file_name}"
+        "file_path": pa.array([e.file.external_path or ctx.entry_path(e)
                                for e in entries], pa.string()),
         "file_format": pa.array([f.file_name.rpartition(".")[2] for f in metas], pa.string()),
         "schema_id": pa.array([f.schema_id for f in metas], pa.int64()),

@@ -121,8 +121,11 @@ class Collector:
                 lows.append(pa.nulls(1, pa.binary() if pa.types.is_nested(field.type) else field.type))
                 highs.append(lows[-1])
                 continue
-            low = pc.min(pa.array([b["min"] for b in bounds], field.type))
-            high = pc.max(pa.array([b["max"] for b in bounds], field.type))
+            if len(bounds) == 1:  # a file written in one chunk (most): its bounds as they are
+                low, high = bounds[0]["min"], bounds[0]["max"]
+            else:
+                low = pc.min(pa.array([b["min"] for b in bounds], field.type))
+                high = pc.max(pa.array([b["max"] for b in bounds], field.type))
             if mode.kind is StatsKind.TRUNCATE and isinstance(low, pa.StringScalar | pa.LargeStringScalar):
                 rounded = truncated_max(high.as_py(), mode.length)
                 # a max that cannot be rounded up leaves both bounds out, as Paimon's collector does
