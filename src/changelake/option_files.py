@@ -107,8 +107,22 @@ class FileOptions:
         "`truncate(N)` (min/max with strings cut to N characters, the max rounded up) or `full`; "
         "`fields.<name>.stats-mode` sets one column's. Reads skip files by them where no merge is needed "
         "(docs/performance.md).")
+    file_index_bloom_filter_columns: tuple[str, ...] = declare(
+        "file-index.bloom-filter.columns", values.names, "",
+        "Columns each data file gets a bloom filter of (Paimon's file index; "
+        "`file-index.bloom-filter.<column>.fpp` (0.1) and `.items` (1000000) size it). Reads skip files "
+        "whose filter rules out an `=` or `IN` filter on the column (docs/file-indexes.md).")
+    file_index_bitmap_columns: tuple[str, ...] = declare(
+        "file-index.bitmap.columns", values.names, "",
+        "Columns each data file gets a bitmap index of (the rows of each distinct value; for "
+        "low-cardinality columns). Reads skip files without an `=` or `IN` filter's values.")
+    file_index_in_manifest_threshold: int = declare(
+        "file-index.in-manifest-threshold", values.parse_memory_size, "500 b",
+        "A data file's index up to this size is embedded in its manifest entry; a larger one is written "
+        "beside the data file as `<data file>.index`.")
     file_index_read_enabled: bool = declare(
-        "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read.", effect=_STORED)
+        "file-index.read.enabled", values.parse_bool, "true",
+        "Skip data files by their file indexes on read.")
     # manifests
     manifest_format: str = declare(
         "manifest.format", values.choice("avro", "orc"), "avro",

@@ -38,6 +38,8 @@ _FIELD_OPTION = re.compile(
 # Paimon's per-field settings changelake does not implement: refused on new tables.
 _UNSUPPORTED_FIELD_OPTION = re.compile(r"^fields\.[^.]+(?:,[^.]+)*\.(default-value|nested-key|count-limit)$")
 _PREFIXED_OPTION = re.compile(r"^(format-table\.|fs\.|s3\.)")
+# a file index's per-column settings (their columns are checked against the schema)
+_FILE_INDEX_OPTION = re.compile(r"^file-index\.bloom-filter\.[^.]+\.(fpp|items)$")
 
 
 @dataclass(frozen=True)
@@ -394,7 +396,8 @@ def check_keys(raw: Mapping[str, str], table: str) -> None:
             raise OptionError(f"must be a string, got {value!r}", table=table, option=key)
         if _UNSUPPORTED_FIELD_OPTION.match(key):
             raise OptionError("is not supported by changelake", table=table, option=key)
-        if key not in _KEYS and not (_FIELD_OPTION.match(key) or _PREFIXED_OPTION.match(key)):
+        if key not in _KEYS and not (_FIELD_OPTION.match(key) or _PREFIXED_OPTION.match(key)
+                                     or _FILE_INDEX_OPTION.match(key)):
             hint = difflib.get_close_matches(key, _KEYS, n=1)
             raise OptionError("is unknown" + (f"; did you mean {hint[0]!r}?" if hint else ""), table=table, option=key)
 

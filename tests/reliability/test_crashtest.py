@@ -52,6 +52,8 @@ PLANS = {
     "file-formats": [KillPoint.DATA_FILE, KillPoint.CHANGELOG_FILE, KillPoint.COMPACTION],
     # data files at external paths, killed half written; expiry deletes there
     "external-paths": [KillPoint.DATA_FILE, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
+    # data files' index files, killed half written; expiry deletes them with their data files
+    "file-index": [KillPoint.FILE_INDEX, KillPoint.EXPIRE_FILES, crashtest.RANDOM],
     # Table operations: a kill inside each ("point@operation" arms the point only while one of
     # that kind runs), in the order an episode runs them; ./dev crashtest kills at every point
     # of each.

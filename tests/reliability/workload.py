@@ -200,6 +200,11 @@ MODES = {m.name: m for m in (
                                         "data-file.external-paths.strategy": "round-robin",
                                         "data-file.external-paths": f"file://{WAREHOUSE}/external-1,"
                                                                     f"file://{WAREHOUSE}/external-2"}),
+    # Bloom-filter and bitmap indexes of every data file written beside it (killed half
+    # written), compacted and expired with their data files.
+    Mode("file-index", one_shot=False, engine="deduplicate",
+         options=COMPACTION | EXPIRY | {"file-index.bloom-filter.columns": "a", "file-index.bitmap.columns": "b",
+                                        "file-index.in-manifest-threshold": "1 b"}),
 )}
 
 
@@ -443,10 +448,13 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
                 found += live_files.manifest_entries(ctx, meta.file_name)
             except (OSError, cl.errors.ChangelakeError):
                 missing.append(ctx.paths.manifest(meta.file_name))
-        referenced.update(ctx.entry_path(e) for e in found)
+        referenced.update(p for e in found for p in ctx.entry_paths(e))  # with their index files
         return found
 
-    path = ctx.entry_path
+
+    def paths(found: Sequence[ManifestEntry]) -> set[str]:
+        return {p for e in found for p in ctx.entry_paths(e)}
+
     for snap in snapshots:
         if snap.index_manifest is not None:
             referenced.add(ctx.paths.manifest(snap.index_manifest))
@@ -460,14 +468,14 @@ def check_files(table: cl.Table, snapshots: Sequence[cl.Snapshot]) -> FileCheck:
             needed |= index_files
         live = manifest.merge_entries([*entries(snap.base_manifest_list), *entries(snap.delta_manifest_list)])
         changelog = entries(snap.changelog_manifest_list) if snap.changelog_manifest_list else []
-        needed.update(path(e) for e in [*live.values(), *changelog])
+        needed |= paths([*live.values(), *changelog])
     for kept in kept_changelogs(table):
         if kept.changelog_manifest_list:
-            needed.update(path(e) for e in entries(kept.changelog_manifest_list))
+            needed |= paths(entries(kept.changelog_manifest_list))
         if os.path.exists(ctx.paths.manifest(kept.delta_manifest_list)):
             delta = entries(kept.delta_manifest_list)
             if kept.commit_kind == cl.CommitKind.APPEND:
-                needed.update(path(e) for e in delta if e.kind == manifest.FileKind.ADD)
+                needed |= paths([e for e in delta if e.kind == manifest.FileKind.ADD])
             # the base list stays with its changelog (the older changelogs' expiry deleted the
             # manifests they shared)
             referenced.add(ctx.paths.manifest(kept.base_manifest_list))

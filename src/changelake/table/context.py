@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -20,7 +20,7 @@ from pyroaring import BitMap
 
 from changelake.errors import OptionError, ScanError
 from changelake.options import TableOptions
-from changelake.table.format import binary_row, casts, data_file, kv, snapshot, types, value_stats
+from changelake.table.format import binary_row, casts, data_file, file_index, kv, snapshot, types, value_stats
 from changelake.table.format.data_file import FileSettings
 from changelake.table.format.kv import KeyCodec
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
@@ -206,6 +206,7 @@ class TableContext:
             external=self.external_paths,
             value_fields=tuple(self.arrow_schema),
             value_modes=value_stats.column_modes(options, self.arrow_schema.names),
+            file_index=file_index.spec(options, self.arrow_schema),
         )
         problem = settings.unwritable()
         if problem is not None:
@@ -305,6 +306,23 @@ class TableContext:
     def entry_path(self, entry: ManifestEntry) -> str:
         """Where the data or changelog file of a manifest entry is (see :meth:`file_path`)."""
         return self.file_path(self.bucket_dir(entry.partition, entry.bucket), entry.file)
+
+    def file_paths(self, bucket_dir: str, files: Iterable[DataFileMeta]) -> list[str]:
+        """Where data or changelog files of the bucket ``bucket_dir`` are, each followed by its
+        extra files (its file index), which lie beside it: what writing the files made and
+        what deleting them removes."""
+        paths = []
+        for meta in files:
+            path = self.file_path(bucket_dir, meta)
+            paths.append(path)
+            if meta.extra_files:
+                directory = path.rsplit("/", 1)[0]
+                paths.extend(f"{directory}/{extra}" for extra in meta.extra_files)
+        return paths
+
+    def entry_paths(self, entry: ManifestEntry) -> list[str]:
+        """The data or changelog file of a manifest entry and its extra files (see :meth:`file_paths`)."""
+        return self.file_paths(self.bucket_dir(entry.partition, entry.bucket), [entry.file])
 
     @cached_property
     def _partition_dir(self) -> Callable[[bytes], str]:

@@ -23,8 +23,8 @@ from changelake.errors import (
 from changelake.options import TableOptions
 from changelake.table.append import definition as append_definition
 from changelake.table.context import TableContext
+from changelake.table.format import file_index, snapshot, value_stats
 from changelake.table.format import schema as table_schema
-from changelake.table.format import snapshot, value_stats
 from changelake.table.format import tag as tag_file
 from changelake.table.format.schema import TableSchema
 from changelake.table.format.snapshot import Snapshot
@@ -105,6 +105,7 @@ def create_table(
                           table=name, option="bucket-key")
     append_definition.check(new_schema, parsed)
     value_stats.check_field_modes(parsed, [f.name for f in new_schema.fields])
+    file_index.check(parsed, new_schema.arrow_schema())
     check_cross_partition(new_schema, parsed)
     check_streaming_read_overwrite(parsed)
     merge_engine(new_schema, parsed)  # rejects invalid merge-engine settings now

@@ -24,7 +24,7 @@ from changelake.options import TableOptions
 from changelake.table import metadata
 from changelake.table.append import definition as append_definition
 from changelake.table.context import TableContext
-from changelake.table.format import kv, snapshot, types, value_stats
+from changelake.table.format import file_index, kv, snapshot, types, value_stats
 from changelake.table.format.schema import DataField, TableSchema
 from changelake.table.merge.parse import (
     check_cross_partition,
@@ -174,6 +174,7 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
     changed = {key for change in changes if isinstance(change, SetOptions) for key in change.values}
     append_definition.check(evolved, parsed, keys=changed)
     value_stats.check_field_modes(parsed, [f.name for f in evolved.fields], keys=changed)
+    file_index.check(parsed, evolved.arrow_schema(), keys=changed)
     check_cross_partition(evolved, parsed)
     if changed & {"streaming-read-overwrite", "changelog-producer"}:
         check_streaming_read_overwrite(parsed)

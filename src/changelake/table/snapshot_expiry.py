@@ -145,7 +145,7 @@ def _expire_changelogs(ctx: TableContext, result: ExpireResult, delete: FileDele
     gone = decoupled_changelog.expired(ctx, min_next_snapshot(ctx))
     if not gone:
         return result
-    files = {ctx.entry_path(e) for c in gone for e in _entries(ctx, c.changelog_manifest_list)}
+    files = {p for c in gone for e in _entries(ctx, c.changelog_manifest_list) for p in ctx.entry_paths(e)}
     manifests = {n for c in gone if c.changelog_manifest_list is not None
                  for n in (c.changelog_manifest_list,
                            *(m.file_name for m in live_files.manifest_list(ctx, c.changelog_manifest_list)))}
@@ -213,9 +213,9 @@ def _removed(ctx: TableContext, deltas: Iterable[Snapshot], *, keep_appended: bo
         for e in _entries(ctx, s.delta_manifest_list):
             if e.kind == FileKind.DELETE:
                 if not (keep_appended and e.file.file_source in (FileSource.APPEND, None)):
-                    removed.add(ctx.entry_path(e))
+                    removed.update(ctx.entry_paths(e))  # with its index beside it
             else:
-                removed.discard(ctx.entry_path(e))
+                removed.difference_update(ctx.entry_paths(e))
     return removed
 
 
@@ -225,7 +225,7 @@ def _kept(ctx: TableContext, retained: Snapshot, tagged: Iterable[Snapshot]) -> 
     first retained snapshot. (The retained snapshot's own live files need no listing: no
     delta up to it removed them.)"""
     tags = list(tagged)
-    paths = {ctx.entry_path(e) for s in tags for e in live_files.live_entries(ctx, s)}
+    paths = {p for s in tags for e in live_files.live_entries(ctx, s) for p in ctx.entry_paths(e)}
     names = {n for s in [retained, *tags] for n in _manifest_names(ctx, s)}
     return paths, names
 
@@ -263,7 +263,8 @@ def _expire_until(ctx: TableContext, earliest: int, end: int, dropped: tuple[str
     branched = references.files_of_branches(ctx)
     data_files = sorted(_removed(ctx, [*expired[1:], retained], keep_appended=keep_deltas) - kept_paths - branched)
     changelog_files = [] if keep_changelog else sorted(
-        {ctx.entry_path(e) for s in expired for e in _entries(ctx, s.changelog_manifest_list)} - kept_paths - branched)
+        {p for s in expired for e in _entries(ctx, s.changelog_manifest_list) for p in ctx.entry_paths(e)}
+        - kept_paths - branched)
     manifests: set[str] = set()
     for s in expired:
         if not keep_deltas:
@@ -379,9 +380,10 @@ def release_tag(ctx: TableContext, tagged: Snapshot) -> ExpireResult:
         return ExpireResult()  # the snapshot is still there: its own expiry deletes its files
     earliest = ctx.snapshot(earliest_id)
     kept_paths, kept_manifests = _kept(ctx, earliest, metadata.tags(ctx).values())
-    kept_paths |= {ctx.entry_path(e) for e in live_files.live_entries(ctx, earliest)}
+    kept_paths |= {p for e in live_files.live_entries(ctx, earliest) for p in ctx.entry_paths(e)}
     branched = references.files_of_branches(ctx)
-    data_files = sorted({ctx.entry_path(e) for e in live_files.live_entries(ctx, tagged)} - kept_paths - branched)
+    data_files = sorted({p for e in live_files.live_entries(ctx, tagged) for p in ctx.entry_paths(e)}
+                        - kept_paths - branched)
     manifests = sorted({ctx.paths.manifest(name) for name in _manifest_names(ctx, tagged) - kept_manifests} - branched)
     _delete(ctx, data_files)
     _delete(ctx, manifests)

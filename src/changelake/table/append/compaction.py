@@ -145,7 +145,7 @@ def rewrite(ctx: TableContext, partition: bytes, bucket: int, files: Sequence[Da
     try:
         killpoints.reached(KillPoint.COMPACTION)
     except BaseException:
-        ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in written)
+        ctx.file_io.discard(ctx.file_paths(bucket_dir, written))
         raise
     return written
 
@@ -183,7 +183,7 @@ def compact_table(ctx: TableContext, *, full: bool, partitions: Sequence[Mapping
                 before += group
             added, deleted = append_vectors.compacted(ctx, bucket_index, {f.file_name for f in before})
         except BaseException:
-            ctx.file_io.discard(ctx.file_path(ctx.bucket_dir(partition, bucket), f) for f in after)
+            ctx.file_io.discard(ctx.file_paths(ctx.bucket_dir(partition, bucket), after))
             raise
         if not before:
             return None

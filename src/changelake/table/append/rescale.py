@@ -66,7 +66,7 @@ class _NewBuckets:
         bucket_dir = self.ctx.bucket_dir(self.partition, new_bucket)
         written = data_file.write(self.ctx.file_io, bucket_dir, parts, compaction.file_settings(self.ctx), level=0,
                                   file_source=FileSource.COMPACT, first_sequence=first)
-        self.on_write([self.ctx.file_path(bucket_dir, f) for f in written])
+        self.on_write(self.ctx.file_paths(bucket_dir, written))
         self.files.setdefault(new_bucket, []).extend(written)
         self.next_sequence[new_bucket] = first + sum(p.num_rows for p in parts)
 

@@ -362,7 +362,7 @@ def _rewrite_file(ctx: TableContext, entry: ManifestEntry, stored: pa.Table, gon
     bucket_dir = ctx.bucket_dir(entry.partition, entry.bucket)
     files = data_file.write(ctx.file_io, bucket_dir, [rows] if rows.num_rows else [], ctx.file_settings,
                             entry.file.level, first_sequence=entry.file.min_sequence_number)
-    written.extend(ctx.file_path(bucket_dir, f) for f in files)
+    written.extend(ctx.file_paths(bucket_dir, files))
     return Rewritten(entry, CommitMessage(entry.partition, entry.bucket, entry.total_buckets, new_files=tuple(files)),
                      moved)
 

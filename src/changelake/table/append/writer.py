@@ -106,7 +106,7 @@ class AppendWrite:
         self._pending_bytes = checkpoint.pending_bytes
         for where, files in list(self._written.items()):
             kept = checkpoint.written.get(where, 0)
-            self.ctx.file_io.discard(self.ctx.file_path(self.ctx.bucket_dir(*where), f) for f in files[kept:])
+            self.ctx.file_io.discard(self.ctx.file_paths(self.ctx.bucket_dir(*where), files[kept:]))
             del files[kept:]
         self._next_sequence = checkpoint.next_sequence
 
@@ -212,7 +212,7 @@ class AppendWrite:
         self._pending.clear()
         self._pending_bytes = 0
         for where, files in self._written.items():
-            self.ctx.file_io.discard(self.ctx.file_path(self.ctx.bucket_dir(*where), f) for f in files)
+            self.ctx.file_io.discard(self.ctx.file_paths(self.ctx.bucket_dir(*where), files))
         self._written = {}
         self._next_sequence.clear()
 

@@ -54,5 +54,5 @@ class CommitMessage:
         files = compaction if compaction_only else [*self.new_files, *self.changelog_files, *compaction]
         bucket_dir = self.bucket_dir(ctx)
         hash_index = [] if compaction_only or self.hash_index is None else [self.hash_index]
-        return [ctx.file_path(bucket_dir, f) for f in files] + \
+        return ctx.file_paths(bucket_dir, files) + \
             [ctx.paths.index(f.file_name) for f in [*self.index_added, *hash_index]]

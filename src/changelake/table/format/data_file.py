@@ -19,6 +19,7 @@ from changelake.option_values import StatsMode
 from changelake.table.format import avro_file, binary_row, deletion_vector, kv, orc_file, parquet_file, value_stats
 from changelake.table.format.file_format import FileFormat, FormatWriter, codec
 from changelake.table.format.file_format import of_path as file_format_of
+from changelake.table.format.file_index import IndexCollector, IndexSpec, index_file_name
 from changelake.table.format.manifest import DataFileMeta, FileSource, SimpleStats
 from changelake.table.io import killpoints
 from changelake.table.io.external_paths import ExternalPaths
@@ -64,6 +65,8 @@ class FileSettings:
     # the value statistics every file records (none without them).
     value_fields: tuple[pa.Field, ...] = ()
     value_modes: tuple[StatsMode, ...] = ()
+    # file-index.*: the index each file gets (none without)
+    file_index: IndexSpec | None = None
 
     def compression_at(self, level: int) -> str:
         """The compression of files at ``level``."""
@@ -149,6 +152,8 @@ class _OpenFile:
         self.keep = keep
         self.pieces: list[pa.Table] = []  # with ``keep``: what was written, for ``on_file``
         self.value_stats = value_stats.Collector(settings.value_fields, settings.value_modes)
+        self.index = None if settings.file_index is None else IndexCollector(settings.file_index)
+        self.index_path: str | None = None  # the index file, once written
 
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
         # Bookkeeping is per chunk and whole-column; BinaryRows are encoded once, at close
@@ -161,6 +166,8 @@ class _OpenFile:
         self.last = chunk.slice(chunk.num_rows - 1, 1)
         self.rows += chunk.num_rows
         self.value_stats.add(chunk)
+        if self.index is not None:
+            self.index.add(chunk)
         if self.next_sequence is not None:  # an append table's rows: all inserts, numbered in order
             low = self.next_sequence
             self.next_sequence = low + chunk.num_rows
@@ -199,13 +206,14 @@ class _OpenFile:
         first, last, low, high = (binary_row.serialize(encoded.row(r), arity) for r in range(4))
         return first, last, SimpleStats(low, high, (0,) * arity)
 
-    def close(self, settings: FileSettings, level: int, file_source: FileSource) -> DataFileMeta:
+    def close(self, file_io: FileIO, settings: FileSettings, level: int, file_source: FileSource) -> DataFileMeta:
         # The crash test's point: the rows are on disk, the footer is not (a partial file).
         killpoints.reached(settings.kill_point, before_kill=self.writer.flush)
         size = self.writer.close()
         self.target.close()
         min_key, max_key, key_stats = self._key_rows(settings)
         values, value_columns = self.value_stats.stats(EMPTY_STATS)
+        embedded, extra = self._write_index(file_io, settings)
         return DataFileMeta(
             file_name=self.name,
             file_size=size,
@@ -223,7 +231,22 @@ class _OpenFile:
             file_source=file_source,
             value_stats_cols=value_columns,
             external_path=self.external_path,
+            extra_files=extra,
+            embedded_index=embedded,
         )
+
+    def _write_index(self, file_io: FileIO, settings: FileSettings) -> tuple[bytes | None, tuple[str, ...]]:
+        """The file's index: embedded in its manifest entry up to the threshold, else written
+        beside it (where the crash test can kill the writer halfway) and named as an extra file."""
+        if self.index is None or settings.file_index is None:
+            return None, ()
+        data = self.index.serialized()
+        if len(data) <= settings.file_index.in_manifest_threshold:
+            return data, ()
+        name = index_file_name(self.name)
+        self.index_path = index_file_name(self.path)
+        file_io.write_bytes(self.index_path, data, kill_point=KillPoint.FILE_INDEX)
+        return None, (name,)
 
     def abandon(self, file_io: FileIO) -> None:
         """Remove the file after a failure while writing it (it may be closed already)."""
@@ -231,7 +254,7 @@ class _OpenFile:
             self.writer.abandon()
         with contextlib.suppress(Exception):
             self.target.close()
-        file_io.discard([self.path])
+        file_io.discard([self.path] if self.index_path is None else [self.path, self.index_path])
 
 
 def write(
@@ -258,9 +281,11 @@ def write(
     external = settings.external
 
     def close(current: _OpenFile) -> None:
-        meta = current.close(settings, level, file_source)
+        meta = current.close(file_io, settings, level, file_source)
         written.append(meta)
         paths.append(current.path)
+        if current.index_path is not None:
+            paths.append(current.index_path)
         if on_file is not None:
             on_file(meta, pa.concat_tables(current.pieces))
 

@@ -28,6 +28,7 @@ class KillPoint(enum.StrEnum):
     SNAPSHOT_BEFORE_LATEST = "snapshot-before-latest"  # the snapshot file exists, LATEST not yet updated
     HINT_RETRY = "hint-retry"  # a LATEST or EARLIEST hint write failed, and is about to be tried again
     INDEX_FILE = "index-file"  # half of a deletion-vector index file's bytes are on disk
+    FILE_INDEX = "file-index"  # half of a data file's index file (<data file>.index) is on disk
     HASH_INDEX = "hash-index"  # half of a dynamic bucket's HASH index file's bytes are on disk
     KEY_INDEX = "key-index"  # a cross-partition key index run is on local disk, its files not yet unlinked
     COMPACTION = "compaction"  # a compaction wrote some of its output files

@@ -325,7 +325,7 @@ def compact(ctx: TableContext, bucket_dir: str, levels: Levels, unit: CompactUni
         result.changelog = changelog.on_compaction(ctx, bucket_dir, levels, after, unit, vectors)
     except BaseException:
         # a failed compaction (an input gone, say) is void: nothing will name what it wrote
-        ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in task.result.written())
+        ctx.file_io.discard(ctx.file_paths(bucket_dir, task.result.written()))
         raise
     if store is not None:  # removed files are never looked up again
         removed = {f.file_name for f in levels.files} - {f.file_name for f in after.files}
@@ -364,12 +364,12 @@ def compact_bucket(
         try:
             result = compact(ctx, bucket_dir, levels, unit, changelog, vectors)
         except BaseException:
-            ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in total.written())  # void as a whole
+            ctx.file_io.discard(ctx.file_paths(bucket_dir, total.written()))  # void as a whole
             raise
         if result.vectors is not None:
             vectors = result.vectors
         levels = levels.replace(result.before, result.after)
-        ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in total.merge(result))
+        ctx.file_io.discard(ctx.file_paths(bucket_dir, total.merge(result)))
         within = len(levels.sorted_runs(ctx.key_of)) <= stop and not (force_level0 and levels.level0())
         if full or within:
             return levels, total

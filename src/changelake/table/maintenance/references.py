@@ -69,11 +69,7 @@ def _named(ctx: TableContext, list_name: str, *, with_entries: bool = True) -> s
         if not with_entries:
             continue
         for entry in live_files.manifest_entries(ctx, meta.file_name):
-            path = ctx.entry_path(entry)
-            used.add(path)
-            # extra files lie beside their data file, in an external directory too
-            directory = path.rsplit("/", 1)[0]
-            used.update(f"{directory}/{extra}" for extra in entry.file.extra_files)
+            used.update(ctx.entry_paths(entry))  # extra files lie beside their data file
     return used
 
 

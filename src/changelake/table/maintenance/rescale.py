@@ -260,7 +260,7 @@ class _Rewrite:
         files = data_file.write(ctx.file_io, bucket_dir, chunks, ctx.file_settings, ctx.options.num_levels - 1,
                                 file_source=FileSource.COMPACT)
         with self.lock:
-            self.written += [ctx.file_path(bucket_dir, f) for f in files]
+            self.written += ctx.file_paths(bucket_dir, files)
         killpoints.reached(KillPoint.RESCALE)
         return CommitMessage(partition, new_bucket, self.target, new_files=tuple(files))
 

@@ -25,7 +25,7 @@ from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEnt
 from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import interval_partition
-from changelake.table.read import deletion_vectors, live_files, value_pruning
+from changelake.table.read import deletion_vectors, index_pruning, live_files, value_pruning
 from changelake.table.read.deletion_vectors import DeletionFile
 
 
@@ -211,6 +211,7 @@ def plan(
         entries = [e for e in entries if levels(e.file.level)]
     postponed = _file_splits(ctx, waiting) if postpone else []
     skipped = _unmatched_values(ctx, entries, expression)
+    skipped |= index_pruning.unmatched(ctx, entries, expression, lambda e: e.file.file_name in skipped)
     if ctx.kind is TableKind.APPEND or ctx.options.deletion_vectors_enabled:
         # every file is read alone (a primary-key table's deletion vectors keep each key live
         # in one file): a file no row of which can match is not read

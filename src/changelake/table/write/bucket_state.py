@@ -54,7 +54,7 @@ class BucketState:
         levels on ``committed``, the bucket's files committed now, plus the new files; the new
         files and their changelog stay, to be committed. No compaction may be running."""
         bucket_dir = ctx.bucket_dir(self.partition, self.bucket)
-        ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in self.compacted.written())
+        ctx.file_io.discard(ctx.file_paths(bucket_dir, self.compacted.written()))
         ctx.file_io.discard(ctx.paths.index(f.file_name) for f in self.index_added)
         self.compacted = compaction.CompactResult()
         self.compacted_base = self.running_base = None

@@ -129,7 +129,7 @@ def write_files(ctx: TableContext, data: pa.Table, written: list[str], *,
         bucket_dir = ctx.bucket_dir(*where)
         files = data_file.write(ctx.file_io, bucket_dir, [part(group)], settings, level, FileSource.APPEND,
                                 first_sequence=0 if ctx.kind is TableKind.APPEND else None)
-        written.extend(ctx.file_path(bucket_dir, f) for f in files)
+        written.extend(ctx.file_paths(bucket_dir, files))
         total = ctx.options.bucket if placement is None else placement.total_buckets(where[0])
         return CommitMessage(*where, total, new_files=tuple(files))
 

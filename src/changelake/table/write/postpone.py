@@ -110,7 +110,7 @@ class PostponeWrite(TableWrite):
                  *part.columns], schema=self.ctx.file_schema)
             bucket_dir = self.ctx.bucket_dir(groups.partitions[group], POSTPONE_BUCKET)
             files = data_file.write(self.ctx.file_io, bucket_dir, [laid_out], self._settings, level=0)
-            done.extend(self.ctx.file_path(bucket_dir, f) for f in files)
+            done.extend(self.ctx.file_paths(bucket_dir, files))
             return files
 
         # Partitions are written in parallel on the shared pool, as the LSM writer writes buckets.

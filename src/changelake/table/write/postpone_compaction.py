@@ -155,8 +155,8 @@ def _as_compaction(ctx: TableContext, message: CommitMessage) -> CommitMessage:
     before = {f.file_name for f in message.compact_before}
     after = {f.file_name for f in message.compact_after}  # a new file moved up a level keeps its name
     new = {f.file_name for f in message.new_files}
-    ctx.file_io.discard(ctx.file_path(message.bucket_dir(ctx), f) for f in message.new_files
-                        if f.file_name in before and f.file_name not in after)
+    dropped = [f for f in message.new_files if f.file_name in before and f.file_name not in after]
+    ctx.file_io.discard(ctx.file_paths(message.bucket_dir(ctx), dropped))
     return dataclasses.replace(
         message, new_files=(), changelog_files=(),
         compact_before=tuple(f for f in message.compact_before if f.file_name not in new),

@@ -134,8 +134,8 @@ class TableWrite:
                 if run not in spilled:
                     os.unlink(run.path)
             bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
-            self.ctx.file_io.discard(self.ctx.file_path(bucket_dir, f)
-                                     for f in [*state.new_files[new_files:], *state.changelog[changelog:]])
+            self.ctx.file_io.discard(self.ctx.file_paths(bucket_dir, [*state.new_files[new_files:],
+                                                                      *state.changelog[changelog:]]))
             if key not in checkpoint.buckets:
                 del self._buckets[key]
                 continue
@@ -182,10 +182,10 @@ class TableWrite:
                 result = running.result()
             except Exception:  # a discarded compaction's failure is moot
                 result = compaction.CompactResult()
-            self.ctx.file_io.discard(self.ctx.file_path(bucket_dir, f) for f in state.compacted.merge(result))
+            self.ctx.file_io.discard(self.ctx.file_paths(bucket_dir, state.compacted.merge(result)))
         # The new files are this writer's, not yet committed, also when a compaction took them in.
         self.ctx.file_io.discard(
-            self.ctx.file_path(bucket_dir, f) for f in [*state.new_files, *state.changelog, *state.compacted.written()])
+            self.ctx.file_paths(bucket_dir, [*state.new_files, *state.changelog, *state.compacted.written()]))
         self.ctx.file_io.discard(self.ctx.paths.index(index_file.file_name) for index_file in state.index_added)
 
     def _flush(self, *, final: bool) -> None:
@@ -272,7 +272,7 @@ class TableWrite:
         result = running.result()
         state.levels = state.levels.replace(result.before, result.after)
         bucket_dir = self.ctx.bucket_dir(state.partition, state.bucket)
-        self.ctx.file_io.discard(self.ctx.file_path(bucket_dir, f) for f in state.compacted.merge(result))
+        self.ctx.file_io.discard(self.ctx.file_paths(bucket_dir, state.compacted.merge(result)))
         # The compactions in ``compacted`` start from the index files committed before this
         # commit: a background one from those the commit that started it left.
         state.compacted_base = state.compacted_base or state.running_base
@@ -335,7 +335,7 @@ class TableWrite:
             state.levels, result = compaction.compact_bucket(ctx, bucket_dir, state.levels, full=full,
                                                              changelog=self.changelog, force_level0=force_level0,
                                                              vectors=vectors)
-            ctx.file_io.discard(ctx.file_path(bucket_dir, f) for f in state.compacted.merge(result))
+            ctx.file_io.discard(ctx.file_paths(bucket_dir, state.compacted.merge(result)))
         if state.compacted.vectors is not None and state.compacted_base is not None:
             state.index_added, state.index_deleted = deletion_vectors.index_changes(
                 ctx, state.compacted_base.files, state.compacted_base.vectors, state.compacted.vectors,
