@@ -16,10 +16,10 @@ from pyroaring import BitMap
 from changelake.errors import ScanError
 from changelake.table.context import TableContext
 from changelake.table.executor import WORKERS, executor
-from changelake.table.format import deletion_vector, kv
+from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.merge import chunked
-from changelake.table.read import deletion_vectors
+from changelake.table.read import deletion_vectors, merged_split
 from changelake.table.read.constants import CONSTANT_COLUMNS
 from changelake.table.read.deletion_vectors import DeletionFile
 from changelake.table.read.planner import Split
@@ -41,11 +41,16 @@ def read_split(
     if chunked.is_big(split.files):
         parts = list(iter_split(ctx, split, columns, expression, rows))
         return pa.concat_tables(parts) if parts else _empty(ctx, columns)
+    if not split.raw_convertible:
+        merged = _merged_where_shared(ctx, split, columns, expression, rows)
+        if merged is not None:
+            return merged
     wanted = _wanted(ctx, split, columns, expression)
     deletion_files = split.deletion_files or (None,) * len(split.files)
     if split.raw_convertible:
-        # Not merged: each file's live rows, in one filter.
-        parts = [_live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted, kinds_for_retractions=True), d)
+        # Not merged: each file's live rows, in one filter (before strings are decoded).
+        parts = [data_file.decoded(_live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted, dictionaries=True,
+                                                                  kinds_for_retractions=True), d))
                  for f, d in zip(split.files, deletion_files, strict=True)]
     else:
         parts = [ctx.read_file(split.bucket_dir, f, wanted, deleted=_vector(ctx, d))
@@ -56,6 +61,22 @@ def read_split(
     if rows is not None:
         merged = merged.slice(rows[0], rows[1] - rows[0])
     return apply_filter(ctx, merged, expression).select(list(columns))
+
+
+def _merged_where_shared(ctx: TableContext, split: Split, columns: Sequence[str],
+                         expression: pc.Expression | None, rows: tuple[int, int] | None) -> pa.Table | None:
+    """:func:`read_split` of a split to merge, merging only the keys that several of its rows
+    hold (:mod:`merged_split`). Partition columns that order no merge are the split's
+    constants, not read. None when the files do not allow it."""
+    engine = ctx.merge_engine
+    value_columns = list(ctx.arrow_schema.names) if expression is not None else engine.required_columns(columns)
+    constant = set(_partition_columns(ctx, columns, expression)) - set(ctx.key_names) - engine.ordering_columns
+    merged = merged_split.read(ctx, split, [c for c in value_columns if c not in constant])
+    if merged is None:
+        return None
+    if rows is not None:
+        merged = merged.slice(rows[0], rows[1] - rows[0])
+    return apply_filter(ctx, _with_partition(ctx, split, merged, columns, expression), expression).select(list(columns))
 
 
 def iter_split(
