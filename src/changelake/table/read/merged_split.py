@@ -18,7 +18,7 @@ dictionary indices are decoded from their dictionaries.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -51,27 +51,21 @@ def read(ctx: TableContext, split: Split, columns: Sequence[str]) -> pa.Table | 
     schema = pa.schema([ctx.arrow_schema.field(c) for c in values])
     if not sum(counts):
         return schema.empty_table().select(list(columns))
-    key_arrays = [pa.chunked_array([c for p in parts for c in data_file.decoded_column(p.column(k)).chunks],
-                                   ctx.arrow_schema.field(k).type) for k in keys]
-    if oldest_first is not None:  # the file's rank orders the rows of a key
-        sequence = np.repeat(np.arange(len(parts), dtype=np.int64), counts)
-    else:
-        sequence = np.concatenate([np.asarray(p.column(kv.SEQUENCE).to_numpy()) for p in parts])
-    order = sort.sort_indices(key_arrays, pa.array(sequence))
-    ends = sort.ordered_group_ends(key_arrays, order)
-    if oldest_first is not None and np.any(~ends[:-1] & (sequence[order][1:] == sequence[order][:-1])):
-        return None  # a key twice in one file: which row is newer takes the sequence numbers
+    grouped = _grouped(ctx, parts, counts, ranked=oldest_first is not None)
+    if grouped is None:
+        return None
+    order, ends, sequence = grouped
     adds = _adds(parts)
     engine = ctx.merge_engine
     if engine.ignore_delete and adds is not None and not adds.all():
         return None  # retractions the merge would skip before it groups the rows: the common way
     lasts = np.flatnonzero(ends)
-    starts = np.concatenate(([0], lasts[:-1] + 1)).astype(np.int64)
-    rows = [data_file.decoded(p.select(values)) for p in parts]
+    rows = [p.select(values) for p in parts]
     if engine.keeps_last_row:
         picked = order[lasts]  # each key's last row, in (key, sequence) order
         live = None if adds is None else adds[picked]
     else:
+        starts = np.concatenate(([0], lasts[:-1] + 1)).astype(np.int64)
         alone = lasts == starts
         shared = np.sort(order[np.repeat(~alone, lasts - starts + 1)])
         picked = np.empty(len(lasts), dtype=np.int64)
@@ -80,17 +74,52 @@ def read(ctx: TableContext, split: Split, columns: Sequence[str]) -> pa.Table | 
         if adds is not None:
             live[alone] = adds[picked[alone]]
         if len(shared):
-            merged = ctx.merge_rows(_layout(ctx, parts, counts, shared, sequence), drop_deletes=False)
+            merged = ctx.merge_rows(_layout(ctx, parts, counts, shared, sequence()), drop_deletes=False)
             if merged.num_rows != int((~alone).sum()):
                 return None  # not one row per key (cannot happen without ignore-delete's retractions)
             kinds = np.asarray(merged.column(kv.VALUE_KIND).to_numpy())
             picked[~alone] = len(order) + np.arange(merged.num_rows)
             live[~alone] = (kinds & 1) == 0
-            rows.append(merged.select(values))
+            rows = [data_file.decoded(r) for r in rows] + [merged.select(values)]
     if live is not None and not live.all():
         picked = picked[live]
-    source = pa.concat_tables([r if r.schema.equals(schema) else r.cast(schema) for r in rows])
-    return source.take(pa.array(picked)).select(list(columns))
+    if any(not r.schema.equals(rows[0].schema) for r in rows):
+        rows = [_as(data_file.decoded(r), schema) for r in rows]
+    # Taken before string columns are decoded: their dictionaries' indices are copied, not the strings.
+    return _as(data_file.decoded(pa.concat_tables(rows).take(pa.array(picked))), schema).select(list(columns))
+
+
+def _as(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    return rows if rows.schema.equals(schema) else rows.cast(schema)
+
+
+def _grouped(ctx: TableContext, parts: Sequence[pa.Table], counts: Sequence[int], *, ranked: bool
+             ) -> tuple[np.ndarray, np.ndarray, Callable[[], np.ndarray]] | None:
+    """The rows of ``parts`` (concatenated) ordered by (key, sequence): that order, the mask of
+    the last row of each key in it, and the rows' sequence numbers (or, ``ranked``, their
+    file's rank; None when a file holds a key twice: its rows' order is then unknown)."""
+    keys = [pa.chunked_array([c for p in parts for c in data_file.decoded_column(p.column(k)).chunks],
+                             ctx.arrow_schema.field(k).type) for k in ctx.key_names]
+    bounds = np.cumsum([0, *counts])
+
+    def ranks() -> np.ndarray:
+        return np.repeat(np.arange(len(parts), dtype=np.int64), counts)
+
+    numeric = sort.numpy_key(keys[0]) if len(keys) == 1 and ranked else None
+    if numeric is not None:
+        # Each file's keys ascending and unique (files are sorted by key): one stable sort of
+        # the files' runs, oldest first, orders the rows by (key, file).
+        if any(np.any(numeric[low + 1:high] <= numeric[low:high - 1]) for low, high in itertools.pairwise(bounds)):
+            return None
+        order = np.asarray(np.argsort(numeric, kind="stable"), dtype=np.int64)
+        ordered = numeric[order]
+        return order, np.append(ordered[1:] != ordered[:-1], True), ranks
+    sequence = ranks() if ranked else np.concatenate([np.asarray(p.column(kv.SEQUENCE).to_numpy()) for p in parts])
+    order = sort.sort_indices(keys, pa.array(sequence))
+    ends = sort.ordered_group_ends(keys, order)
+    if ranked and np.any(~ends[:-1] & (sequence[order][1:] == sequence[order][:-1])):
+        return None
+    return order, ends, lambda: sequence
 
 
 def _oldest_first(files: Sequence[DataFileMeta]) -> list[int] | None:
