@@ -48,15 +48,16 @@ def build(root: str, commits: int, size: int) -> None:
     deltalake.write_deltalake(f"{root}/delta", dv_rows.select(SCHEMA.names), partition_by=["dt"])
 
 
-def _timed(read: Callable[[], pa.Table]) -> float:
-    start = time.perf_counter()
+def _timed(read: Callable[[], pa.Table]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (every thread of the process) of one read."""
+    start, cpu = time.perf_counter(), time.process_time()
     read()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def time_reads(root: str, reads: int) -> dict[str, list[float]]:
-    """Seconds of each read in every round (fresh process: the ingest's allocations left
-    behind slow later reads unevenly); the results are checked equal first."""
+def time_reads(root: str, reads: int) -> dict[str, list[tuple[float, float]]]:
+    """Wall and CPU seconds of each read in every round (fresh process: the ingest's
+    allocations left behind slow later reads unevenly); the results are checked equal first."""
     plain, vectors = cl.open_table(f"{root}/plain/bench.db/orders"), cl.open_table(f"{root}/dv/bench.db/orders")
     named: dict[str, Callable[[], pa.Table]] = {
         "merge-on-read": lambda: plain.scan().to_arrow(),
@@ -67,11 +68,11 @@ def time_reads(root: str, reads: int) -> dict[str, list[float]]:
     if not all(r.equals(results[0]) for r in results[1:]):
         sys.exit(f"reads differ: {[r.num_rows for r in results]} rows")
     names = list(named)
-    seconds: dict[str, list[float]] = {name: [] for name in names}
+    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for i in range(reads):
         for name in names[i % 3:] + names[:i % 3]:
             seconds[name].append(_timed(named[name]))
-    seconds["rows"] = [float(results[0].num_rows)]
+    seconds["rows"] = [(float(results[0].num_rows), 0.0)]
     return seconds
 
 
@@ -97,18 +98,22 @@ def main() -> None:
     finally:
         if args.tables is None:
             shutil.rmtree(root, ignore_errors=True)
-    live = int(seconds.pop("rows")[0])
+    live = int(seconds.pop("rows")[0][0])
     print(f"live rows: {live:,}; files in the latest snapshot: {files['plain']} merge-on-read, "
-          f"{files['dv']} with deletion vectors; {args.reads} rounds of the three reads, rotating order")
-    delta = seconds["delta-rs"]
-    for name, times in seconds.items():
-        median = statistics.median(times)
-        line = f"{name}: {live / median:,.0f} rows/s (median {median:.3f} s, min {min(times):.3f} s)"
+          f"{files['dv']} with deletion vectors; {args.reads} rounds of the three reads, rotating order; "
+          f"load average {os.getloadavg()[0]:.1f} (other work on the machine slows the reads unevenly)")
+    delta = [wall for wall, _ in seconds["delta-rs"]]
+    delta_cpu = statistics.median(cpu for _, cpu in seconds["delta-rs"])
+    for name, timed in seconds.items():
+        times = [wall for wall, _ in timed]
+        median, cpu = statistics.median(times), statistics.median(c for _, c in timed)
+        line = (f"{name}: {live / median:,.0f} rows/s (median {median:.3f} s, min {min(times):.3f} s; "
+                f"CPU {cpu:.3f} s a read)")
         if name != "delta-rs":
             ratios = [d / t for d, t in zip(delta, times, strict=True)]
             low, _, high = statistics.quantiles(ratios, n=4)
-            line += (f"; {statistics.median(ratios):.2f}x delta-rs (median of the rounds' ratios; "
-                     f"quartiles {low:.2f}-{high:.2f})")
+            line += (f"; {statistics.median(ratios):.2f}x delta-rs (median of the rounds' ratios; quartiles "
+                     f"{low:.2f}-{high:.2f}; by CPU seconds {delta_cpu / cpu:.2f}x)")
         print(line)
 
 

@@ -331,22 +331,20 @@ def read(
             keep = deletion_vector.keep_mask(deleted, table.num_rows)
             table = table if keep is None else table.filter(keep)
             return _conform(table, schema, columns, names, present, stored, absent)
-        parquet = parquet_file.opened(source, path)
+        found = parquet_file.footer(source, path, file_io.protocol)
         if kinds_for_retractions and columns is not None:
-            columns = parquet_file.kinds_if_retracting(parquet, columns)
+            columns = parquet_file.kinds_if_retracting(found, columns)
             names = list(columns)
         absent, present, as_stored = _absent_and_present(names, renames)
-        stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
+        stored = _stored_columns(as_stored, found.names, path)
         # A thin file's <k> is read once, for both <k> and _KEY_<k>.
         read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
-        keep = deletion_vector.keep_mask(deleted, parquet.metadata.num_rows)
-        encoded = parquet_file.dictionary_only_columns(parquet, read_columns) \
-            if keep is not None or dictionaries else []
-        if encoded:
-            # String columns whose values are all dictionary indices are read as dictionaries
-            # and filtered before they are decoded (by _conform's cast, unless ``dictionaries``),
-            # so the strings of deleted rows are never copied.
-            parquet = parquet_file.opened(source, path, metadata=parquet.metadata, read_dictionary=encoded)
+        keep = deletion_vector.keep_mask(deleted, found.metadata.num_rows)
+        # String columns whose values are all dictionary indices are read as dictionaries and
+        # filtered before they are decoded (by _conform's cast, unless ``dictionaries``), so the
+        # strings of deleted rows are never copied.
+        encoded = parquet_file.dictionary_only_columns(found, read_columns) if keep is not None or dictionaries else []
+        parquet = parquet_file.opened(source, path, metadata=found.metadata, read_dictionary=encoded or None)
         if keep is not None:
             table = parquet.read(columns=read_columns).filter(keep)
         else:
@@ -429,11 +427,12 @@ def read_batches(
                     piece = pa.Table.from_batches([stripe.slice(start, batch_rows)])
                     yield _conform(piece, schema, columns, names, present, stored, absent)
             return
-        parquet = parquet_file.opened(source, path)
-        names = parquet_file.kinds_if_retracting(parquet, columns) if kinds_for_retractions else list(columns)
+        found = parquet_file.footer(source, path, file_io.protocol)
+        parquet = parquet_file.opened(source, path, metadata=found.metadata)
+        names = parquet_file.kinds_if_retracting(found, columns) if kinds_for_retractions else list(columns)
         columns = names
         absent, present, as_stored = _absent_and_present(names, renames)
-        stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
+        stored = _stored_columns(as_stored, found.names, path)
         for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(dict.fromkeys(stored))):
             yield _conform(pa.Table.from_batches([batch]), schema, columns, names, present, stored, absent)
 

@@ -27,7 +27,7 @@ from changelake.table.context import TableContext
 from changelake.table.format import data_file, kv
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.merge import sort
-from changelake.table.read import deletion_vectors
+from changelake.table.read import deletion_vectors, planner
 from changelake.table.read.planner import Split
 
 
@@ -44,7 +44,8 @@ def read(ctx: TableContext, split: Split, columns: Sequence[str]) -> pa.Table | 
     keys = list(ctx.key_names)
     values = list(dict.fromkeys([*keys, *columns]))
     wanted = [kv.VALUE_KIND, *([] if oldest_first is not None else [kv.SEQUENCE]), *values]
-    parts = [ctx.read_file(split.bucket_dir, f, wanted, kinds_for_retractions=True, dictionaries=True,
+    parts = [ctx.read_file(split.bucket_dir, f, planner.file_columns(wanted, f),
+                           kinds_for_retractions=True, dictionaries=True,
                            deleted=None if d is None else deletion_vectors.read_vector(ctx, d))
              for f, d in zip(files, vectors, strict=True)]
     counts = [p.num_rows for p in parts]

@@ -19,7 +19,7 @@ from changelake.table.executor import WORKERS, executor
 from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.merge import chunked
-from changelake.table.read import deletion_vectors, merged_split
+from changelake.table.read import deletion_vectors, merged_split, planner
 from changelake.table.read.constants import CONSTANT_COLUMNS
 from changelake.table.read.deletion_vectors import DeletionFile
 from changelake.table.read.planner import Split
@@ -49,8 +49,8 @@ def read_split(
     deletion_files = split.deletion_files or (None,) * len(split.files)
     if split.raw_convertible:
         # Not merged: each file's live rows, in one filter (before strings are decoded).
-        parts = [data_file.decoded(_live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted, dictionaries=True,
-                                                                  kinds_for_retractions=True), d))
+        parts = [data_file.decoded(_live_rows(ctx, ctx.read_file(split.bucket_dir, f, planner.file_columns(wanted, f),
+                                                                  dictionaries=True, kinds_for_retractions=True), d))
                  for f, d in zip(split.files, deletion_files, strict=True)]
     else:
         parts = [ctx.read_file(split.bucket_dir, f, wanted, deleted=_vector(ctx, d))
@@ -90,7 +90,8 @@ def iter_split(
     else merged chunk by chunk (:func:`chunked.key_bounded`), never a whole file in memory."""
     wanted = _wanted(ctx, split, columns, expression)
     deletion_files = split.deletion_files or (None,) * len(split.files)
-    sources = [_file_batches(ctx, split.bucket_dir, f, d, wanted, kinds_for_retractions=split.raw_convertible)
+    sources = [_file_batches(ctx, split.bucket_dir, f, d, planner.file_columns(wanted, f) if split.raw_convertible
+                             else wanted, kinds_for_retractions=split.raw_convertible)
                for f, d in zip(split.files, deletion_files, strict=True)]
     if split.raw_convertible:
         merged: Iterator[pa.Table] = (_with_partition(ctx, split, _without_retractions(batch), columns, expression)
@@ -113,10 +114,8 @@ def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression:
         ctx.merge_engine.required_columns(columns)
     if split.raw_convertible:
         # Raw splits are not merged: their rows need only their values, not the partition's
-        # columns (the split's partition gives them), and their kinds, to drop retractions.
-        # Paimon's raw-file reads trust a file's delete count, but some writers count wrong
-        # (pypaimon 2.1 records 0 for level-0 files holding -D rows), so the kinds are read
-        # unless the file's statistics show no -U/-D row.
+        # columns (the split's partition gives them), and their kinds, to drop retractions
+        # (left out by kinds_if_retracting where a file holds none).
         constant = set(_partition_columns(ctx, columns, expression))
         kinds = [kv.VALUE_KIND] if ctx.key_value_files else []
         stored = [c for c in value_columns if c not in constant]
