@@ -91,11 +91,13 @@ class _Footers:
     """Parsed footers by (filesystem, path, size), least recently used first out. A data file
     never changes once written (its name is unique; the size guards a path written again), so
     a footer is valid for as long as it is kept: reads open a file once, without parsing its
-    footer and walking its row groups again. Safe to share between threads."""
+    footer and walking its row groups again. Bounded by the footers' serialized bytes (a big
+    file's footer, with many row groups, weighs more). Safe to share between threads."""
 
-    def __init__(self, max_files: int) -> None:
-        self.max_files = max_files
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
         self._footers: OrderedDict[Hashable, Footer] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, load: Callable[[], Footer]) -> Footer:
@@ -106,13 +108,16 @@ class _Footers:
                 return found
         value = load()
         with self._lock:
-            self._footers[key] = value
-            while len(self._footers) > self.max_files:
-                self._footers.popitem(last=False)
+            if key not in self._footers:
+                self._footers[key] = value
+                self._bytes += value.metadata.serialized_size
+            while self._bytes > self.max_bytes:
+                _, dropped = self._footers.popitem(last=False)
+                self._bytes -= dropped.metadata.serialized_size
         return value
 
 
-FOOTERS = _Footers(max_files=4096)
+FOOTERS = _Footers(max_bytes=8 * 1024 * 1024)
 
 
 def footer(source: pa.NativeFile, path: str, protocol: str) -> Footer:
