@@ -10,6 +10,7 @@ files' sequence ranges taken as overlapping (sequence numbers read), and the com
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 import pytest
 
 import changelake as cl
+from changelake.table.format import data_file
 from changelake.table.read import merged_split, reader
 
 ENGINES = {
@@ -147,3 +149,25 @@ def test_files_of_an_older_schema_read_as_the_whole_split_merge(tmp_path: Path,
     shipped, by_sequence, common = _three_ways(tmp_path, monkeypatch, run)
     assert any(r[-1] is None for r in shipped["scan"]) and any(r[-1] is not None for r in shipped["scan"])
     assert shipped == by_sequence == common
+
+
+def test_retractions_of_a_file_counted_wrong_are_dropped_after_it_moved_up(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """pypaimon 2.1 records a delete count of 0 for the files it writes, -D rows or not, and a
+    compaction may move such a file up unchanged: its kinds are still read (only files a
+    compaction wrote are trusted by their count)."""
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", _schema(composite=False), primary_keys=["p", "k"],
+                                                   partition_keys=["p"], options={"bucket": "1", "write-only": "true"})
+    close = data_file._OpenFile.close
+
+    def miscounted(self: Any, *args: Any) -> Any:
+        return dataclasses.replace(close(self, *args), delete_row_count=0)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(data_file._OpenFile, "close", miscounted)
+        table.write(pa.table({"p": ["day0"] * 4, "k": pa.array([1, 2, 3, 4], pa.int64()), "a": [1, 2, 3, 4],
+                              "b": ["x"] * 4, "g": [0] * 4, "rowkind": ["+I", "-D", "+I", "-D"]}))
+    table.compact(full=True)
+    files = table.system("files")
+    assert files.column("level").to_pylist() == [5] and files.column("file_source").to_pylist() == ["APPEND"]
+    assert table.scan(columns=["k"]).to_arrow().column("k").to_pylist() == [1, 3]

@@ -21,7 +21,14 @@ from changelake.option_values import POSTPONE_BUCKET, MergeEngineKind
 from changelake.table.append import splits as append_splits
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, kv
-from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format.manifest import (
+    DataFileMeta,
+    FileKind,
+    FileSource,
+    ManifestEntry,
+    ManifestFileMeta,
+    SimpleStats,
+)
 from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import interval_partition
@@ -56,10 +63,11 @@ class Split:
 
 def may_retract(meta: DataFileMeta) -> bool:
     """Whether a file may hold -U/-D rows, by its metadata. Paimon's raw-file reads trust a
-    file's delete count, but pypaimon 2.1 records 0 for the level-0 files it writes whatever
-    they hold; files above level 0 come from compactions (Java Paimon's, changelake's: pypaimon
-    writes level 0 only), which count their retractions."""
-    return meta.level == 0 or meta.delete_row_count != 0
+    file's delete count, but pypaimon 2.1 records 0 for the files it writes whatever they hold
+    (and a compaction may move such a file up a level unchanged, count and all); files a
+    compaction wrote (Java Paimon's, changelake's: pypaimon does not compact) count their
+    retractions."""
+    return meta.file_source != FileSource.COMPACT or meta.delete_row_count != 0
 
 
 def file_columns(columns: Sequence[str], meta: DataFileMeta) -> list[str]:
