@@ -86,17 +86,20 @@ class TableContext:
 
     def read_file(self, bucket_dir: str, meta: DataFileMeta, columns: Sequence[str] | None = None,
                   rows: tuple[int, int] | None = None, *, deleted: BitMap | None = None,
-                  kinds_for_retractions: bool = False) -> pa.Table:
+                  kinds_for_retractions: bool = False, dictionaries: bool = False) -> pa.Table:
         """Rows of a data (or changelog) file in this schema's key-value layout, whatever schema
         the file was written with: its columns are matched to this schema's by field id, so a
         dropped column is left out, a renamed one read under its old name, an added one is all
         nulls and one whose type changed cast as Paimon casts it (schema evolution on read).
         ``deleted`` (the file's deletion vector) leaves out the rows it marks.
         ``kinds_for_retractions``: the ``_VALUE_KIND`` column is left out where the file's
-        statistics show no -U/-D row."""
+        statistics show no -U/-D row. ``dictionaries``: string columns a file of this schema
+        stores as dictionary indices only may come back as dictionary arrays (see
+        ``data_file.read``), for the caller to decode."""
         if meta.schema_id == self.schema.id:
             return data_file.read(self.file_io, self.file_path(bucket_dir, meta), self.file_schema, columns, rows,
-                                  deleted=deleted, kinds_for_retractions=kinds_for_retractions)
+                                  deleted=deleted, kinds_for_retractions=kinds_for_retractions,
+                                  dictionaries=dictionaries)
         older = self._older(meta.schema_id)
         path = self.file_path(bucket_dir, meta)
         rows_read = data_file.read(self.file_io, path, older.read_schema, columns, rows, older.renames,

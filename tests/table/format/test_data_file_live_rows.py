@@ -42,9 +42,9 @@ def test_live_rows_equal_a_plain_read_and_filter(tmp_path: Path, row_group_size:
                    dictionary_pagesize_limit=64 * 1024)
     file_io, _ = FileIO.for_url(str(tmp_path))
     with data_file.opened(file_io, path) as source:
-        parquet = parquet_file.opened(source, path)
-        assert parquet_file.dictionary_only_columns(parquet, None) == ["few", "raw"]
-        assert parquet_file.dictionary_only_columns(parquet, ["unique", "raw"]) == ["raw"]
+        found = parquet_file.footer_of(parquet_file.opened(source, path))
+        assert parquet_file.dictionary_only_columns(found, None) == ["few", "raw"]
+        assert parquet_file.dictionary_only_columns(found, ["unique", "raw"]) == ["raw"]
     rng = np.random.default_rng(5)
     deleted = BitMap(rng.choice(ROWS, size=ROWS // 3, replace=False).tolist())
     keep = np.ones(ROWS, dtype=bool)

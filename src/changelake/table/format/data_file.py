@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -329,6 +329,7 @@ def read(
     *,
     deleted: BitMap | None = None,
     kinds_for_retractions: bool = False,
+    dictionaries: bool = False,
 ) -> pa.Table:
     """Rows of a data file in ``schema``'s types (a subset of columns when given), in the full
     key-value layout whatever the file's: a thin file (Paimon's ``data-file.thin-mode``, which
@@ -340,7 +341,11 @@ def read(
     or to None for a column the file lacks, read as all nulls. ``deleted`` (a deletion vector; not with ``rows``)
     leaves out the rows at the positions it holds. With ``kinds_for_retractions`` (the caller
     reads ``_VALUE_KIND`` only to drop -U/-D rows) it is left out where a Parquet file's
-    statistics show it holds none."""
+    statistics show it holds none. With ``dictionaries``, the string and binary columns of a
+    Parquet file that stores them as dictionary indices only come back as dictionary arrays
+    (of their type's values; the caller decodes them): filtered first, then decoded, the
+    values of rows left out are never copied, and decoding a dictionary array costs less
+    than Parquet's decoding of the same pages into plain strings."""
     if deleted is not None and rows is not None:
         raise ValueError("a data file is read either whole minus its deleted rows or by row range")
     file_format = file_format_of(path)
@@ -351,27 +356,27 @@ def read(
             keep = deletion_vector.keep_mask(deleted, table.num_rows)
             table = table if keep is None else table.filter(keep)
             return _conform(table, schema, columns, names, present, stored, absent)
-        parquet = parquet_file.opened(source, path)
+        found = parquet_file.footer(source, path, file_io.protocol)
         if kinds_for_retractions and columns is not None:
-            columns = parquet_file.kinds_if_retracting(parquet, columns)
+            columns = parquet_file.kinds_if_retracting(found, columns)
             names = list(columns)
         absent, present, as_stored = _absent_and_present(names, renames)
-        stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
+        stored = _stored_columns(as_stored, found.names, path)
         # A thin file's <k> is read once, for both <k> and _KEY_<k>.
         read_columns = None if columns is None and stored == names else list(dict.fromkeys(stored))
-        keep = deletion_vector.keep_mask(deleted, parquet.metadata.num_rows)
+        keep = deletion_vector.keep_mask(deleted, found.metadata.num_rows)
+        # String columns whose values are all dictionary indices are read as dictionaries and
+        # filtered before they are decoded (by _conform's cast, unless ``dictionaries``), so the
+        # strings of deleted rows are never copied.
+        encoded = parquet_file.dictionary_only_columns(found, read_columns) if keep is not None or dictionaries else []
+        parquet = parquet_file.opened(source, path, metadata=found.metadata, read_dictionary=encoded or None)
         if keep is not None:
-            # String columns whose values are all dictionary indices are read as dictionaries
-            # and filtered before they are decoded (by _conform's cast), so the strings of
-            # deleted rows are never copied.
-            encoded = parquet_file.dictionary_only_columns(parquet, read_columns)
-            if encoded:
-                parquet = parquet_file.opened(source, path, metadata=parquet.metadata, read_dictionary=encoded)
             table = parquet.read(columns=read_columns).filter(keep)
         else:
             table = parquet.read(columns=read_columns) if rows is None else \
                 parquet_file.read_rows(parquet, read_columns, rows)
-    return _conform(table, schema, columns, names, present, stored, absent)
+    kept = {n for n, s in zip(present, stored, strict=True) if s in encoded} if dictionaries else set()
+    return _conform(table, schema, columns, names, present, stored, absent, kept)
 
 
 def _read_other(source: pa.NativeFile, path: str, file_format: FileFormat, names: list[str],
@@ -447,27 +452,45 @@ def read_batches(
                     piece = pa.Table.from_batches([stripe.slice(start, batch_rows)])
                     yield _conform(piece, schema, columns, names, present, stored, absent)
             return
-        parquet = parquet_file.opened(source, path)
-        names = parquet_file.kinds_if_retracting(parquet, columns) if kinds_for_retractions else list(columns)
+        found = parquet_file.footer(source, path, file_io.protocol)
+        parquet = parquet_file.opened(source, path, metadata=found.metadata)
+        names = parquet_file.kinds_if_retracting(found, columns) if kinds_for_retractions else list(columns)
         columns = names
         absent, present, as_stored = _absent_and_present(names, renames)
-        stored = _stored_columns(as_stored, parquet.schema_arrow.names, path)
+        stored = _stored_columns(as_stored, found.names, path)
         for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(dict.fromkeys(stored))):
             yield _conform(pa.Table.from_batches([batch]), schema, columns, names, present, stored, absent)
 
 
 def _conform(table: pa.Table, schema: pa.Schema, columns: Sequence[str] | None, names: list[str],
-             present: list[str], stored: list[str], absent: list[str]) -> pa.Table:
+             present: list[str], stored: list[str], absent: list[str],
+             encoded: Collection[str] = frozenset()) -> pa.Table:
     """Rows read from the ``stored`` file columns as the ``names`` columns in ``schema``'s
-    types (``absent`` ones all nulls)."""
+    types (``absent`` ones all nulls); the ``encoded`` ones stay dictionary arrays of them."""
     if stored != names:
         arrays = dict(zip(present, (table.column(c) for c in stored), strict=True))
         arrays.update({n: pa.nulls(table.num_rows, schema.field(n).type) for n in absent})
         table = pa.Table.from_arrays([arrays[n] for n in names], names=names)
     wanted = schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    if encoded:
+        wanted = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in encoded else f
+                            for f in wanted])
     if table.schema.equals(wanted):
         return table
     return table.select(wanted.names).cast(wanted)
+
+
+def decoded_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A column :func:`read` returned, dictionary arrays (``dictionaries``) decoded."""
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+
+
+def decoded(rows: pa.Table) -> pa.Table:
+    """Rows :func:`read` returned with their dictionary arrays (``dictionaries``) decoded."""
+    for index, field in enumerate(rows.schema):
+        if pa.types.is_dictionary(field.type):
+            rows = rows.set_column(index, field.with_type(field.type.value_type), decoded_column(rows.column(index)))
+    return rows
 
 
 def _stored_columns(names: Sequence[str], present: Sequence[str], path: str) -> list[str]:

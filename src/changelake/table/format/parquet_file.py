@@ -3,7 +3,10 @@ Parquet's footer (row-group ranges, statistics, dictionary pages)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -72,41 +75,106 @@ def opened(source: pa.NativeFile, path: str, **options: Any) -> pq.ParquetFile:
         raise CorruptMetadataError(f"data file is not Parquet: {exc}", file=path) from None
 
 
-def kinds_if_retracting(parquet: pq.ParquetFile, columns: Sequence[str]) -> list[str]:
+@dataclass(frozen=True)
+class Footer:
+    """What reads use of a Parquet file's footer, worked out once a file (see :func:`footer`)."""
+
+    metadata: pq.FileMetaData
+    names: tuple[str, ...]  # the file's columns, as Arrow reads them
+    # string and binary columns whose every page holds dictionary indices
+    dictionary_only: tuple[str, ...]
+    # the statistics of every row group show no -U/-D row (only +I rows, or only +U rows)
+    no_retractions: bool
+
+
+class _Footers:
+    """Parsed footers by (filesystem, path, size), least recently used first out. A data file
+    never changes once written (its name is unique; the size guards a path written again), so
+    a footer is valid for as long as it is kept: reads open a file once, without parsing its
+    footer and walking its row groups again. Bounded by the footers' serialized bytes (a big
+    file's footer, with many row groups, weighs more). Safe to share between threads."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._footers: OrderedDict[Hashable, Footer] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, load: Callable[[], Footer]) -> Footer:
+        with self._lock:
+            found = self._footers.get(key)
+            if found is not None:
+                self._footers.move_to_end(key)
+                return found
+        value = load()
+        with self._lock:
+            if key not in self._footers:
+                self._footers[key] = value
+                self._bytes += value.metadata.serialized_size
+            while self._bytes > self.max_bytes:
+                _, dropped = self._footers.popitem(last=False)
+                self._bytes -= dropped.metadata.serialized_size
+        return value
+
+
+FOOTERS = _Footers(max_bytes=8 * 1024 * 1024)
+
+
+def footer(source: pa.NativeFile, path: str, protocol: str) -> Footer:
+    """The footer of the Parquet file ``source`` (read from it, or cached)."""
+    return FOOTERS.get((protocol, path, source.size()), lambda: footer_of(opened(source, path)))
+
+
+def footer_of(parquet: pq.ParquetFile) -> Footer:
+    """What reads use of ``parquet``'s footer."""
+    return Footer(parquet.metadata, tuple(parquet.schema_arrow.names), tuple(_dictionary_only(parquet)),
+                  _no_retractions(parquet.metadata))
+
+
+def _no_retractions(metadata: pq.FileMetaData) -> bool:
+    if not metadata.num_row_groups:
+        return False
+    first = metadata.row_group(0)
+    index = next((i for i in range(first.num_columns) if first.column(i).path_in_schema == kv.VALUE_KIND), None)
+    if index is None:
+        return False
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return False
+        if not (stats.max == kv.INSERT or stats.min == stats.max == kv.UPDATE_AFTER):
+            return False
+    return True
+
+
+def kinds_if_retracting(found: Footer, columns: Sequence[str]) -> list[str]:
     """``columns`` without ``_VALUE_KIND`` when the footer's statistics show that no row group
     holds a -U/-D row (only +I rows, or only +U rows), and other columns are read (Arrow loses
     the row count of a table without columns)."""
     names = list(columns)
-    metadata = parquet.metadata
-    if kv.VALUE_KIND not in names or len(names) == 1 or not metadata.num_row_groups:
+    if kv.VALUE_KIND not in names or len(names) == 1 or not found.no_retractions:
         return names
-    first = metadata.row_group(0)
-    index = next((i for i in range(first.num_columns) if first.column(i).path_in_schema == kv.VALUE_KIND), None)
-    if index is None:
-        return names
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(index).statistics
-        if stats is None or not stats.has_min_max:
-            return names
-        if not (stats.max == kv.INSERT or stats.min == stats.max == kv.UPDATE_AFTER):
-            return names
     return [n for n in names if n != kv.VALUE_KIND]
 
 
-def dictionary_only_columns(parquet: pq.ParquetFile, columns: list[str] | None) -> list[str]:
+def dictionary_only_columns(found: Footer, columns: list[str] | None) -> list[str]:
     """The string and binary columns (of ``columns``; None: all) whose every page holds
-    dictionary indices, none having fallen back to plain values. Parquet's footer does not
-    say so in a form pyarrow shows; the sizes tell: pages of indices take at most 4 bytes a
-    value (compressed or not), plain strings more. A wrong guess costs time, not results."""
+    dictionary indices, none having fallen back to plain values."""
+    return [n for n in found.dictionary_only if columns is None or n in columns]
+
+
+def _dictionary_only(parquet: pq.ParquetFile) -> list[str]:
+    """The string and binary columns whose every page holds dictionary indices. Parquet's
+    footer does not say so in a form pyarrow shows; the sizes tell: pages of indices take at
+    most 4 bytes a value (compressed or not), plain strings more. A wrong guess costs time,
+    not results."""
     metadata = parquet.metadata
     if not metadata.num_row_groups:
         return []
     first = metadata.row_group(0)
     index = {first.column(i).path_in_schema: i for i in range(first.num_columns)}
-    wanted = set(parquet.schema_arrow.names if columns is None else columns)
     return [field.name for field in parquet.schema_arrow
-            if field.name in wanted and field.name in index
-            and (pa.types.is_string(field.type) or pa.types.is_binary(field.type))
+            if field.name in index and (pa.types.is_string(field.type) or pa.types.is_binary(field.type))
             and all(_indices_only(metadata.row_group(g).column(index[field.name]))
                     for g in range(metadata.num_row_groups))]
 

@@ -124,6 +124,11 @@ class MergeEngine(abc.ABC):
         """The columns that order the merge of ``wanted``."""
         return list(self.sequence_fields)
 
+    @property
+    def ordering_columns(self) -> frozenset[str]:
+        """Every column that orders some merge (sequence fields, those of sequence groups)."""
+        return frozenset(self.sequence_fields)
+
     # -- merge ------------------------------------------------------------------------------
 
     def merge(self, rows: pa.Table, key_columns: Sequence[str], *, drop_deletes: bool) -> pa.Table:
@@ -242,6 +247,10 @@ class PartialUpdate(MergeEngine):
             if index == self.delete_group or any(c in wanted for c in group.columns):
                 extra.extend(group.sequence_fields)
         return extra
+
+    @property
+    def ordering_columns(self) -> frozenset[str]:
+        return frozenset([*self.sequence_fields, *(s for g in self.sequence_groups for s in g.sequence_fields)])
 
     def _merge(self, rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
         frame = self._frame(rows, key_columns)

@@ -15,8 +15,9 @@ import pyarrow.compute as pc
 from changelake.table.format import kv
 
 
-def _numpy_key(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
-    """A numpy view that sorts like the column, for fixed-width integer-like columns."""
+def numpy_key(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
+    """A numpy view that sorts like the column, for fixed-width integer-like columns (None for
+    other columns)."""
     t = arr.type
     if pa.types.is_integer(t):
         return np.asarray(arr.to_numpy())
@@ -48,7 +49,7 @@ def comparable(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
 
 def sort_indices(keys: Sequence[pa.Array | pa.ChunkedArray], seq: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Row order by (keys..., seq), stable for ties."""
-    numeric = [_numpy_key(k) for k in keys]
+    numeric = [numpy_key(k) for k in keys]
     seq_np = np.asarray(seq.to_numpy())
     if len(numeric) == 1 and numeric[0] is not None:
         presorted = _presorted_order(numeric[0], seq_np)
@@ -129,7 +130,7 @@ def ordered_group_ends(keys: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], 
         return np.zeros(0, dtype=bool)
     changed = np.zeros(n - 1, dtype=bool)
     for column in keys:
-        numeric = column if isinstance(column, np.ndarray) else _numpy_key(column)
+        numeric = column if isinstance(column, np.ndarray) else numpy_key(column)
         if numeric is not None:
             ordered = numeric if order is None else numeric[order]
             changed |= ordered[1:] != ordered[:-1]

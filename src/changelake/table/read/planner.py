@@ -20,8 +20,15 @@ from changelake.errors import ScanError
 from changelake.option_values import POSTPONE_BUCKET, MergeEngineKind
 from changelake.table.append import splits as append_splits
 from changelake.table.context import TableContext
-from changelake.table.format import binary_row
-from changelake.table.format.manifest import DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, SimpleStats
+from changelake.table.format import binary_row, kv
+from changelake.table.format.manifest import (
+    DataFileMeta,
+    FileKind,
+    FileSource,
+    ManifestEntry,
+    ManifestFileMeta,
+    SimpleStats,
+)
 from changelake.table.format.schema import TableKind
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import interval_partition
@@ -52,6 +59,25 @@ class Split:
     def row_count(self) -> int:
         """Rows stored in the split's files (before merging)."""
         return sum(f.row_count for f in self.files)
+
+
+def may_retract(meta: DataFileMeta) -> bool:
+    """Whether a file may hold -U/-D rows, by its metadata. Paimon's raw-file reads trust a
+    file's delete count, but pypaimon 2.1 records 0 for the files it writes whatever they hold
+    (and a compaction may move such a file up a level unchanged, count and all); files a
+    compaction wrote (Java Paimon's, changelake's: pypaimon does not compact) count their
+    retractions."""
+    return meta.file_source != FileSource.COMPACT or meta.delete_row_count != 0
+
+
+def file_columns(columns: Sequence[str], meta: DataFileMeta) -> list[str]:
+    """``columns`` without ``_VALUE_KIND`` for a file whose metadata shows no -U/-D row
+    (:func:`may_retract`), unless it is the only column (Arrow loses the row count of a read
+    without columns). Files that may retract are read with their kinds, which their
+    statistics may still leave out (``kinds_for_retractions``)."""
+    if kv.VALUE_KIND not in columns or len(columns) == 1 or may_retract(meta):
+        return list(columns)
+    return [c for c in columns if c != kv.VALUE_KIND]
 
 
 def _range_guarantee(names: Sequence[str], types: Sequence[pa.DataType], stats: SimpleStats) -> pc.Expression:

@@ -16,10 +16,10 @@ from pyroaring import BitMap
 from changelake.errors import ScanError
 from changelake.table.context import TableContext
 from changelake.table.executor import WORKERS, executor
-from changelake.table.format import deletion_vector, kv
+from changelake.table.format import data_file, deletion_vector, kv
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.merge import chunked
-from changelake.table.read import deletion_vectors
+from changelake.table.read import deletion_vectors, merged_split, planner
 from changelake.table.read.constants import CONSTANT_COLUMNS
 from changelake.table.read.deletion_vectors import DeletionFile
 from changelake.table.read.planner import Split
@@ -41,11 +41,16 @@ def read_split(
     if chunked.is_big(split.files):
         parts = list(iter_split(ctx, split, columns, expression, rows))
         return pa.concat_tables(parts) if parts else _empty(ctx, columns)
+    if not split.raw_convertible:
+        merged = _merged_where_shared(ctx, split, columns, expression, rows)
+        if merged is not None:
+            return merged
     wanted = _wanted(ctx, split, columns, expression)
     deletion_files = split.deletion_files or (None,) * len(split.files)
     if split.raw_convertible:
-        # Not merged: each file's live rows, in one filter.
-        parts = [_live_rows(ctx, ctx.read_file(split.bucket_dir, f, wanted, kinds_for_retractions=True), d)
+        # Not merged: each file's live rows, in one filter (before strings are decoded).
+        parts = [data_file.decoded(_live_rows(ctx, ctx.read_file(split.bucket_dir, f, planner.file_columns(wanted, f),
+                                                                  dictionaries=True, kinds_for_retractions=True), d))
                  for f, d in zip(split.files, deletion_files, strict=True)]
     else:
         parts = [ctx.read_file(split.bucket_dir, f, wanted, deleted=_vector(ctx, d))
@@ -56,6 +61,22 @@ def read_split(
     if rows is not None:
         merged = merged.slice(rows[0], rows[1] - rows[0])
     return apply_filter(ctx, merged, expression).select(list(columns))
+
+
+def _merged_where_shared(ctx: TableContext, split: Split, columns: Sequence[str],
+                         expression: pc.Expression | None, rows: tuple[int, int] | None) -> pa.Table | None:
+    """:func:`read_split` of a split to merge, merging only the keys that several of its rows
+    hold (:mod:`merged_split`). Partition columns that order no merge are the split's
+    constants, not read. None when the files do not allow it."""
+    engine = ctx.merge_engine
+    value_columns = list(ctx.arrow_schema.names) if expression is not None else engine.required_columns(columns)
+    constant = set(_partition_columns(ctx, columns, expression)) - set(ctx.key_names) - engine.ordering_columns
+    merged = merged_split.read(ctx, split, [c for c in value_columns if c not in constant])
+    if merged is None:
+        return None
+    if rows is not None:
+        merged = merged.slice(rows[0], rows[1] - rows[0])
+    return apply_filter(ctx, _with_partition(ctx, split, merged, columns, expression), expression).select(list(columns))
 
 
 def iter_split(
@@ -69,7 +90,8 @@ def iter_split(
     else merged chunk by chunk (:func:`chunked.key_bounded`), never a whole file in memory."""
     wanted = _wanted(ctx, split, columns, expression)
     deletion_files = split.deletion_files or (None,) * len(split.files)
-    sources = [_file_batches(ctx, split.bucket_dir, f, d, wanted, kinds_for_retractions=split.raw_convertible)
+    sources = [_file_batches(ctx, split.bucket_dir, f, d, planner.file_columns(wanted, f) if split.raw_convertible
+                             else wanted, kinds_for_retractions=split.raw_convertible)
                for f, d in zip(split.files, deletion_files, strict=True)]
     if split.raw_convertible:
         merged: Iterator[pa.Table] = (_with_partition(ctx, split, _without_retractions(batch), columns, expression)
@@ -92,10 +114,8 @@ def _wanted(ctx: TableContext, split: Split, columns: Sequence[str], expression:
         ctx.merge_engine.required_columns(columns)
     if split.raw_convertible:
         # Raw splits are not merged: their rows need only their values, not the partition's
-        # columns (the split's partition gives them), and their kinds, to drop retractions.
-        # Paimon's raw-file reads trust a file's delete count, but some writers count wrong
-        # (pypaimon 2.1 records 0 for level-0 files holding -D rows), so the kinds are read
-        # unless the file's statistics show no -U/-D row.
+        # columns (the split's partition gives them), and their kinds, to drop retractions
+        # (left out by kinds_if_retracting where a file holds none).
         constant = set(_partition_columns(ctx, columns, expression))
         kinds = [kv.VALUE_KIND] if ctx.key_value_files else []
         stored = [c for c in value_columns if c not in constant]
