@@ -206,6 +206,7 @@ class TableContext:
             external=self.external_paths,
             value_fields=tuple(self.arrow_schema),
             value_modes=value_stats.column_modes(options, self.arrow_schema.names),
+            partition_keys=tuple(self.partition_keys),
         )
         problem = settings.unwritable()
         if problem is not None:
