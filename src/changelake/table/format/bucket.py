@@ -66,5 +66,5 @@ def _mix(h: np.ndarray, k: np.ndarray) -> np.ndarray:
 def buckets(key_columns: Sequence[pa.Array], num_buckets: int | np.ndarray) -> np.ndarray:
     """Bucket of every row: ``abs(hash % num_buckets)`` with Java's truncating ``%``
     (``num_buckets`` may be given per row)."""
-    hashes = hash_rows(binary_row.encode(key_columns)).astype(np.int64)
-    return np.abs(np.fmod(hashes, num_buckets)).astype(np.int32)
+    hashes = hash_rows(binary_row.encode(key_columns))  # int32: |hash % n| < n fits it
+    return np.asarray(np.abs(np.fmod(hashes, num_buckets)), dtype=np.int32)
