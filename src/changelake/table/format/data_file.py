@@ -178,7 +178,8 @@ class _OpenFile:
         for bounds, index in zip(self.key_bounds, self.bounded, strict=True):
             bounds.append(pc.min_max(chunk.column(kv.key_column(key_names[index]))))
 
-    def _key_rows(self, settings: FileSettings) -> tuple[bytes, bytes, SimpleStats, dict[str, tuple[pa.Scalar, ...]]]:
+    def _key_rows(self, settings: FileSettings
+                  ) -> tuple[bytes, bytes, SimpleStats, dict[str, tuple[pa.Scalar, pa.Scalar]]]:
         """The first and last keys as BinaryRows, the min and max of every key column (no
         nulls: keys are primary-key columns), and those bounds by key name (the value columns
         of the same names have the same bounds)."""
