@@ -107,6 +107,19 @@ class FileOptions:
         "`truncate(N)` (min/max with strings cut to N characters, the max rounded up) or `full`; "
         "`fields.<name>.stats-mode` sets one column's. Reads skip files by them where no merge is needed "
         "(docs/performance.md).")
+    metadata_stats_mode_per_level: tuple[tuple[int, values.StatsMode], ...] = declare(
+        "metadata.stats-mode.per.level", values.per_level(values.parse_stats_mode), "",
+        "`metadata.stats-mode` by LSM level of primary-key tables (`0:none,5:full`); a column's "
+        "`fields.<name>.stats-mode` still wins.")
+    changelog_file_stats_mode: values.StatsMode | None = declare(
+        "changelog-file.stats-mode", values.parse_stats_mode, None,
+        "Value statistics of changelog files (none: as data files at their level); a column's "
+        "`fields.<name>.stats-mode` still wins.")
+    metadata_stats_dense_store: bool = declare(
+        "metadata.stats-dense-store", values.parse_bool, "true",
+        "Record only the columns with statistics (named in `_VALUE_STATS_COLS`) when some column's mode is "
+        "`none`, as Paimon 1.x does; Java Paimon 0.9.0 readers need `false` there (every column, unknown ones "
+        "null).")
     file_index_read_enabled: bool = declare(
         "file-index.read.enabled", values.parse_bool, "true", "Use file indexes on read.", effect=_STORED)
     # manifests

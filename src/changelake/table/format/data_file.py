@@ -64,6 +64,9 @@ class FileSettings:
     # the value statistics every file records (none without them).
     value_fields: tuple[pa.Field, ...] = ()
     value_modes: tuple[StatsMode, ...] = ()
+    # metadata.stats-mode.per.level: (level, the columns' modes there) pairs overriding ``value_modes``
+    value_modes_per_level: tuple[tuple[int, tuple[StatsMode, ...]], ...] = ()
+    dense_stats: bool = True  # metadata.stats-dense-store
     # The partition columns: every file holds one partition's rows, so one value of each.
     partition_keys: tuple[str, ...] = ()
 
@@ -74,6 +77,10 @@ class FileSettings:
     def format_at(self, level: int) -> FileFormat:
         """The format of files written at ``level``."""
         return dict(self.format_per_level).get(level, self.file_format)
+
+    def modes_at(self, level: int) -> tuple[StatsMode, ...]:
+        """The columns' stats modes in files written at ``level``."""
+        return dict(self.value_modes_per_level).get(level, self.value_modes)
 
     def unwritable(self) -> str | None:
         """Why some level's format cannot be written with that level's compression (None: every
@@ -150,8 +157,9 @@ class _OpenFile:
         self.next_sequence = first_sequence
         self.keep = keep
         self.pieces: list[pa.Table] = []  # with ``keep``: what was written, for ``on_file``
-        self.value_stats = value_stats.Collector(settings.value_fields, settings.value_modes,
-                                                 given=settings.key_names, constant=settings.partition_keys)
+        self.value_stats = value_stats.Collector(settings.value_fields, settings.modes_at(level),
+                                                 given=settings.key_names, constant=settings.partition_keys,
+                                                 dense=settings.dense_stats)
 
     def add(self, chunk: pa.Table, key_names: Sequence[str]) -> None:
         # Bookkeeping is per chunk and whole-column; BinaryRows are encoded once, at close

@@ -4,11 +4,13 @@ the null count and, by the column's stats mode (``metadata.stats-mode``, overrid
 (``truncate(N)``), the null count only (``counts``) or nothing (``none``).
 
 Gathered per written chunk with whole-array Arrow kernels and combined when the file closes.
-The layout written is the one every engine reads: a BinaryRow of every table column in schema
-order with ``_VALUE_STATS_COLS`` null (Java Paimon 0.9 has no such field and reads its stats as
-every column; Paimon 1.x and pypaimon read null as every column). Columns without bounds
-hold nulls (a null count of null: unknown). A file whose columns are all ``none`` records no
-statistics (``_VALUE_STATS_COLS`` empty, as Paimon's dense layout writes it).
+The layout is Paimon's ``SimpleStatsConverter``'s. When every column has statistics: a
+BinaryRow of every table column in schema order with ``_VALUE_STATS_COLS`` null (Java Paimon
+0.9 has no such field and reads its stats as every column; Paimon 1.x and pypaimon read null
+as every column). Columns without bounds hold nulls (a null count of null: unknown). When some
+column's mode is ``none``, ``metadata.stats-dense-store`` (Paimon's default, true) records only
+the others, named in ``_VALUE_STATS_COLS`` (none at all: an empty list); false records every
+column, the ``none`` ones null, as all engines since Java Paimon 0.9.0 read.
 """
 
 from __future__ import annotations
@@ -33,15 +35,17 @@ def field_option(name: str) -> str:
     return f"fields.{name}.{FIELD_SUFFIX}"
 
 
-def column_modes(options: TableOptions, names: Sequence[str]) -> tuple[StatsMode, ...]:
-    """Each column's mode: its ``fields.<name>.stats-mode``, else ``metadata.stats-mode``;
-    OptionError naming the option for a bad value."""
+def column_modes(options: TableOptions, names: Sequence[str], default: StatsMode | None = None
+                 ) -> tuple[StatsMode, ...]:
+    """Each column's mode: its ``fields.<name>.stats-mode``, else ``default`` (a level's or the
+    changelog files' mode), else ``metadata.stats-mode``; OptionError naming the option for a
+    bad value."""
     modes = []
     for name in names:
         key = field_option(name)
         text = options.raw.get(key)
         if text is None:
-            modes.append(options.metadata_stats_mode)
+            modes.append(default or options.metadata_stats_mode)
             continue
         try:
             modes.append(parse_stats_mode(text))
@@ -96,10 +100,12 @@ class Collector:
     columns hold one value in every row of a file (the partition's): their first row's."""
 
     def __init__(self, fields: Sequence[pa.Field], modes: Sequence[StatsMode], *, given: Collection[str] = (),
-                 constant: Collection[str] = ()) -> None:
+                 constant: Collection[str] = (), dense: bool = True) -> None:
         self.fields = list(fields)
         self.modes = list(modes)
         self.silent = all(m.kind is StatsKind.NONE for m in modes)
+        # the columns recorded: with the dense layout only those with statistics
+        self.recorded = [i for i, m in enumerate(self.modes) if not dense or m.kind is not StatsKind.NONE]
         self.nulls = [0] * len(self.fields)
         self.bounds: list[list[pa.StructScalar]] = [[] for _ in self.fields]
         self.bounded = [m.bounded and has_bounds(f.type) for f, m in zip(self.fields, self.modes, strict=True)]
@@ -125,9 +131,10 @@ class Collector:
 
     def stats(self, empty: SimpleStats, given: Mapping[str, tuple[pa.Scalar, pa.Scalar]] | None = None
               ) -> tuple[SimpleStats, tuple[str, ...] | None]:
-        """The statistics and their ``_VALUE_STATS_COLS`` (``empty`` when every column's mode is
-        ``none``); ``given``: the (min, max) of the columns the collector was told it is given."""
-        if self.silent:
+        """The statistics and their ``_VALUE_STATS_COLS`` (``empty`` and no columns when the
+        dense layout records none); ``given``: the (min, max) of the columns the collector was
+        told it is given."""
+        if not self.recorded:
             return empty, ()
         lows, highs = list(self.absent), list(self.absent)
         for i, (field, mode) in enumerate(zip(self.fields, self.modes, strict=True)):
@@ -141,10 +148,13 @@ class Collector:
                 low = pa.scalar(None if rounded is None else low.as_py()[:mode.length], field.type)
                 high = pa.scalar(rounded, field.type)
             lows[i], highs[i] = low, high
-        arity = len(self.fields)
-        counts = tuple(None if m.kind is StatsKind.NONE else n for m, n in zip(self.modes, self.nulls, strict=True))
-        return SimpleStats(binary_row.serialize(binary_row.encode_row(lows), arity),
-                           binary_row.serialize(binary_row.encode_row(highs), arity), counts), None
+        counts = [None if m.kind is StatsKind.NONE else n for m, n in zip(self.modes, self.nulls, strict=True)]
+        kept = self.recorded
+        arity = len(kept)
+        stats = SimpleStats(binary_row.serialize(binary_row.encode_row([lows[i] for i in kept]), arity),
+                            binary_row.serialize(binary_row.encode_row([highs[i] for i in kept]), arity),
+                            tuple(counts[i] for i in kept))
+        return stats, None if arity == len(self.fields) else tuple(self.fields[i].name for i in kept)
 
     def _bounds(self, i: int) -> tuple[pa.Scalar, pa.Scalar] | None:
         if i in self.first:
