@@ -12,6 +12,9 @@
 
 Peak RSS of the driver's Python process is printed (the JVM's is its own).
 
+The sink's per-batch latency is printed for the first and the last tenth of the batches (p50
+each), to show whether it grows with the table (``--batches 500`` is 50M rows).
+
 Run: ./dev bench spark_sink [--batches 20] [--batch 100000]
 """
 
@@ -44,6 +47,8 @@ def session() -> SparkSession:
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4")
+             # every micro-batch's progress is kept (Spark keeps the last 100): the tenths below
+             .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
              .config("spark.driver.memory", "2g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -107,10 +112,14 @@ def main() -> None:
 
         plain_s, _ = run_query(stream_of(spark, big), plain, root / "ck-plain")
         table = new_table(root, "orders")
-        sink_s, _ = run_query(stream_of(spark, big), streaming.ForeachBatchSink(table), root / "ck-sink")
+        sink_s, sink_batches = run_query(stream_of(spark, big), streaming.ForeachBatchSink(table), root / "ck-sink")
         print(f"{total:,} rows in {args.batches} micro-batches, 4 partitions x bucket 4, changelog-producer=lookup")
         print(f"ingest  sink {total / sink_s:>11,.0f} rows/s   plain parquet foreachBatch "
               f"{total / plain_s:>11,.0f} rows/s   ratio {plain_s / sink_s:.2f} (target >= 0.5)")
+        tenth = max(1, len(sink_batches) // 10)
+        first, last = statistics.median(sink_batches[:tenth]), statistics.median(sink_batches[-tenth:])
+        print(f"ingest  sink per-batch p50: first tenth {first:.0f} ms, last tenth {last:.0f} ms, "
+              f"ratio {last / first:.2f} (of {len(sink_batches)} batches)")
 
         small = input_files(root, 30, 1000)
         _, noop = run_query(stream_of(spark, small), lambda df, batch_id: None, root / "ck-noop")

@@ -120,6 +120,19 @@ class FileOptions:
         "file-index.in-manifest-threshold", values.parse_memory_size, "500 b",
         "A data file's index up to this size is embedded in its manifest entry; a larger one is written "
         "beside the data file as `<data file>.index`.")
+    metadata_stats_mode_per_level: tuple[tuple[int, values.StatsMode], ...] = declare(
+        "metadata.stats-mode.per.level", values.per_level(values.parse_stats_mode), "",
+        "`metadata.stats-mode` by LSM level of primary-key tables (`0:none,5:full`); a column's "
+        "`fields.<name>.stats-mode` still wins.")
+    changelog_file_stats_mode: values.StatsMode | None = declare(
+        "changelog-file.stats-mode", values.parse_stats_mode, None,
+        "Value statistics of changelog files (none: as data files at their level); a column's "
+        "`fields.<name>.stats-mode` still wins.")
+    metadata_stats_dense_store: bool = declare(
+        "metadata.stats-dense-store", values.parse_bool, "true",
+        "Record only the columns with statistics (named in `_VALUE_STATS_COLS`) when some column's mode is "
+        "`none`, as Paimon 1.x does; Java Paimon 0.9.0 readers need `false` there (every column, unknown ones "
+        "null).")
     file_index_read_enabled: bool = declare(
         "file-index.read.enabled", values.parse_bool, "true",
         "Skip data files by their file indexes on read.")

@@ -235,12 +235,12 @@ def uri_scheme(uri: str) -> str | None:
     return found.group(1).lower() if found else None
 
 
-def per_level(parse: Callable[[str], str]) -> Callable[[str], tuple[tuple[int, str], ...]]:
+def per_level(parse: Callable[[str], _T]) -> Callable[[str], tuple[tuple[int, _T], ...]]:
     """Paimon's per-level maps: comma-separated ``<level>:<value>`` pairs, each value parsed
     with ``parse`` (``0:lz4,1:zstd``); empty for none."""
 
-    def parse_pairs(text: str) -> tuple[tuple[int, str], ...]:
-        pairs: dict[int, str] = {}
+    def parse_pairs(text: str) -> tuple[tuple[int, _T], ...]:
+        pairs: dict[int, _T] = {}
         for item in (part.strip() for part in text.split(",")):
             if not item:
                 continue
@@ -264,6 +264,7 @@ def choice(*choices: str) -> Callable[[str], str]:
 
 
 _E = TypeVar("_E", bound=enum.StrEnum)
+_T = TypeVar("_T")
 
 
 def member(kind: type[_E]) -> Callable[[str], _E]:

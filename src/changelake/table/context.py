@@ -210,6 +210,12 @@ class TableContext:
             value_fields=tuple(self.arrow_schema),
             value_modes=value_stats.column_modes(options, self.arrow_schema.names),
             file_index=file_index.spec(options, self.arrow_schema),
+            # Paimon's append writers record metadata.stats-mode at every level, as their formats
+            value_modes_per_level=tuple(
+                (level, value_stats.column_modes(options, self.arrow_schema.names, mode))
+                for level, mode in options.metadata_stats_mode_per_level) if self.key_value_files else (),
+            dense_stats=options.metadata_stats_dense_store,
+            partition_keys=tuple(self.partition_keys),
         )
         problem = settings.unwritable()
         if problem is not None:
@@ -244,12 +250,18 @@ class TableContext:
         thin mode included, and rolling size), named ``changelog-file.prefix``, in
         ``changelog-file.format`` and ``changelog-file.compression`` (by default ``file.format``
         and ``file.compression``) whatever level they are written for (Paimon's per-level
-        settings are for data files)."""
+        settings are for data files), with ``changelog-file.stats-mode``'s statistics."""
         options = self.options
+        data_files = self.file_settings
+        # changelog-file.stats-mode at every level when set; otherwise the data files' at the level
+        mode = options.changelog_file_stats_mode
         settings = dataclasses.replace(
-            self.file_settings, prefix=options.changelog_file_prefix, kill_point=KillPoint.CHANGELOG_FILE,
+            data_files, prefix=options.changelog_file_prefix, kill_point=KillPoint.CHANGELOG_FILE,
             compression=options.changelog_file_compression or options.file_compression, compression_per_level=(),
-            file_format=options.changelog_file_format or options.file_format, format_per_level=())
+            file_format=options.changelog_file_format or options.file_format, format_per_level=(),
+            value_modes=data_files.value_modes if mode is None else value_stats.column_modes(
+                options, self.arrow_schema.names, mode),
+            value_modes_per_level=data_files.value_modes_per_level if mode is None else ())
         problem = settings.unwritable()
         if problem is not None:
             raise OptionError(f"changelog files: {problem}", table=self.name, option="changelog-file.compression")

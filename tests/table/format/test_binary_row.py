@@ -92,3 +92,55 @@ def test_decimal_java_byte_array_lengths() -> None:
         slot = int.from_bytes(row[8:16], "little")
         assert slot & 0xFFFFFFFF == length
         assert binary_row.from_bytes(row, [t]) == (decimal.Decimal(unscaled),)
+
+
+EVERY_TYPE = [
+    *VALUES,
+    (200, pa.uint8()),
+    (-1, pa.int8()),
+    (2**63 - 1, pa.uint64()),
+    (float("nan"), pa.float64()),
+    (-0.0, pa.float32()),
+    (float("-inf"), pa.float64()),
+    (dt.time(1, 2, 3), pa.time32("s")),
+    (dt.time(1, 2, 3, 4000), pa.time32("ms")),
+    (dt.time(23, 59, 59, 999999), pa.time64("us")),
+    (86_399_999_999_999, pa.time64("ns")),
+    (dt.datetime(1900, 1, 1), pa.timestamp("s")),
+    ("abcdefg", pa.large_string()),
+    ("abcdefgh", pa.string()),
+    (b"0123456789", pa.large_binary()),
+    (b"abc", pa.binary(3)),
+    (b"0123456789", pa.binary(10)),
+    (decimal.Decimal("123456789012345678"), pa.decimal128(18, 0)),
+    (decimal.Decimal("-1"), pa.decimal128(38, 0)),
+    (decimal.Decimal("-99999999999999999999999999999999999999"), pa.decimal128(38, 0)),
+    (dt.date(2024, 2, 29), pa.date32()),
+]
+
+
+def test_one_row_encoder_equals_column_encoder() -> None:
+    # Every type alone and null, then all of them in one row (variable parts one after another).
+    for value, arrow_type in EVERY_TYPE:
+        for v in (value, None):
+            column = pa.array([v], arrow_type)
+            assert binary_row.encode_row([column[0]]) == binary_row.encode([column]).row(0), (v, arrow_type)
+    columns = [pa.array([v, None], t) for v, t in EVERY_TYPE]
+    encoded = binary_row.encode(columns)
+    for row in range(2):
+        assert binary_row.encode_row([c[row] for c in columns]) == encoded.row(row)
+    words = pa.array(["a", "a much longer word", None]).dictionary_encode()
+    for row in range(3):
+        assert binary_row.encode_row([words[row]]) == binary_row.encode([words]).row(row)
+    assert binary_row.encode_row([]) == binary_row.encode([]).row(0)
+
+
+def test_row_hashes_alike_in_any_batch() -> None:
+    # Rows without nulls hash their all-zero header once per batch: the same hashes as rows
+    # hashed among rows with nulls (whose headers differ).
+    ids = pa.array([1, None, 3, -4, 2**40], pa.int64())
+    names = pa.array(["a", "b", None, "d", "e"])
+    together = bucket.hash_rows(binary_row.encode([ids, names]))
+    alone = [bucket.hash_rows(binary_row.encode([ids.slice(i, 1), names.slice(i, 1)]))[0] for i in range(5)]
+    assert together.tolist() == alone
+    assert bucket.buckets([pa.array(range(1, 8), pa.int64())], 2).tolist() == [0, 0, 1, 0, 0, 0, 1]

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from changelake.option_values import parse_stats_mode
 from changelake.table.format import binary_row, data_file, kv
 from changelake.table.format.data_file import FileSettings
 from changelake.table.io.fileio import FileIO
@@ -86,3 +87,30 @@ def test_a_failed_write_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="the input failed"):
         data_file.write(file_io, f"{root}/bucket-0", chunks(), _settings(1 << 30), level=0)
     assert os.listdir(f"{root}/bucket-0") == []
+
+
+@pytest.mark.parametrize("partition", ["2024-01-01", None])
+@pytest.mark.parametrize("target_file_size", [1, 1 << 30])
+def test_value_stats_match_the_rows_of_each_file(tmp_path: Path, partition: str | None,
+                                                  target_file_size: int) -> None:
+    # The key columns' bounds come from the key statistics and the partition column's from its
+    # one value, not from the rows: still every column's min, max and null count of the file.
+    schema = SCHEMA.append(pa.field("p", pa.string()))
+    rows = _rows(6000)
+    rows = rows.append_column("p", pa.array([partition] * rows.num_rows, pa.string()))
+    modes = (parse_stats_mode("full"),) * len(schema)
+    settings = FileSettings(schema_id=0, key_names=KEYS, compression="zstd", zstd_level=1,
+                            target_file_size=target_file_size, value_fields=tuple(schema), value_modes=modes,
+                            partition_keys=("p",))
+    file_io, root = FileIO.for_url(str(tmp_path))
+    metas = data_file.write(file_io, f"{root}/bucket-0", [rows.slice(0, 2500), rows.slice(2500)], settings, level=0)
+    types = [f.type for f in schema]
+    for meta in metas:
+        stored = pq.read_table(f"{root}/bucket-0/{meta.file_name}")
+        bounds = [pc.min_max(stored[f.name]) for f in schema]
+        stats = meta.value_stats
+        assert binary_row.from_bytes(binary_row.deserialize(stats.min_values)[1], types) == tuple(
+            b["min"].as_py() for b in bounds)
+        assert binary_row.from_bytes(binary_row.deserialize(stats.max_values)[1], types) == tuple(
+            b["max"].as_py() for b in bounds)
+        assert stats.null_counts == tuple(stored[f.name].null_count for f in schema)

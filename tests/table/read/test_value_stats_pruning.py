@@ -12,6 +12,7 @@ import pytest
 
 import changelake as cl
 from changelake.errors import OptionError
+from changelake.table.read import live_files
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
                     pa.field("ts", pa.timestamp("us")), pa.field("score", pa.float64())])
@@ -201,3 +202,64 @@ def test_stats_follow_renamed_columns_and_not_changed_types(tmp_path: Path) -> N
     # the old files' qty bounds are int32's: not used for the int64 column (both files read)
     widened = table.scan(filter=pc.field("qty") >= 1000)
     assert _files(widened) == 2 and _ids(widened) == [1000, 1001]
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_dense_store_records_only_the_columns_with_statistics(tmp_path: Path, dense: bool) -> None:
+    """``metadata.stats-dense-store`` (Paimon's default true): with a ``none`` column the others
+    alone are recorded and named; false records every column, the ``none`` one null."""
+    table = _append(tmp_path, {"fields.name.stats-mode": "none", "metadata.stats-dense-store": str(dense).lower()},
+                    batches=2)
+    files = [f for split in table.scan().plan() for f in split.files]
+    if dense:
+        assert {f.value_stats_cols for f in files} == {("id", "ts", "score")}
+    else:
+        assert {f.value_stats_cols for f in files} == {None}
+    # the files table and the scans read both layouts alike
+    assert _stats(table)[0][0] == "{id=0, name=null, score=10, ts=0}"
+    assert _files(table.scan(filter=pc.field("id") == 1042)) == 1
+    assert _files(table.scan(filter=pc.field("name") == "name-001042")) == 2
+    assert _ids(table.scan(filter=pc.field("name") == "name-001042")) == [1042]
+    silent = cl.Catalog(str(tmp_path)).create_table(
+        "db.n", SCHEMA, options={"bucket": "-1", "metadata.stats-mode": "none",
+                                 "metadata.stats-dense-store": str(dense).lower()})
+    silent.write(_batch(0))
+    [only] = [f for split in silent.scan().plan() for f in split.files]
+    assert only.value_stats_cols == (() if dense else None)
+    assert _files(silent.scan(filter=pc.field("id") == 5000)) == 1  # nothing known: read
+
+
+def test_stats_mode_per_level_and_of_changelog_files(tmp_path: Path) -> None:
+    """``metadata.stats-mode.per.level`` sets a level's mode (a column's own mode still wins);
+    ``changelog-file.stats-mode`` the changelog files'."""
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.pk", SCHEMA, primary_keys=["id"],
+        options={"bucket": "1", "metadata.stats-mode.per.level": "0:none", "fields.score.stats-mode": "full",
+                 "changelog-producer": "input", "changelog-file.stats-mode": "counts", "write-only": "true"})
+    table.write(_batch(0))
+    [level0] = [f for split in table.scan().plan() for f in split.files]
+    assert level0.level == 0 and level0.value_stats_cols == ("score",)
+    snap = table.latest_snapshot()
+    assert snap is not None and snap.changelog_manifest_list is not None
+    ctx = table.context
+    [changelog] = [e.file for m in live_files.manifest_list(ctx, snap.changelog_manifest_list)
+                   for e in live_files.manifest_entries(ctx, m.file_name)]
+    # counts: every column recorded, no bounds but score's own full mode
+    assert changelog.value_stats_cols is None
+    assert changelog.value_stats.null_counts == (0, 0, 0, 10)
+    table.write(_batch(50))
+    table.compact(full=True)  # rewrites the two overlapping files (one alone would move up as it is)
+    [top] = [f for split in table.scan().plan() for f in split.files]
+    assert top.level > 0 and top.value_stats_cols is None  # the default truncate(16) above level 0
+    assert _files(table.scan(filter=pc.field("name") == "nope")) == 0
+
+
+def test_bad_per_level_and_changelog_modes_are_refused(tmp_path: Path) -> None:
+    catalog = cl.Catalog(str(tmp_path))
+    with pytest.raises(OptionError, match=r"metadata\.stats-mode\.per\.level"):
+        catalog.create_table("db.x", SCHEMA, options={"metadata.stats-mode.per.level": "x:full"})
+    with pytest.raises(OptionError, match=r"metadata\.stats-mode\.per\.level"):
+        catalog.create_table("db.x", SCHEMA, options={"metadata.stats-mode.per.level": "0:fulll"})
+    with pytest.raises(OptionError, match=r"changelog-file\.stats-mode"):
+        catalog.create_table("db.x", SCHEMA, options={"changelog-file.stats-mode": "truncate(0)"})
+    assert not (tmp_path / "db.db" / "x").exists()

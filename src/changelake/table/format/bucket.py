@@ -30,7 +30,15 @@ def hash_rows(rows: binary_row.EncodedRows) -> np.ndarray:
     with np.errstate(over="ignore"):
         if uniform and n:
             matrix = words.reshape(n, int(counts[0]))
-            for j in range(matrix.shape[1]):
+            # Leading words that are zero in every row (the header of rows without nulls) mix
+            # every row's hash alike: mixed into one hash, then spread.
+            first = 0
+            seed = h[:1]
+            while first < matrix.shape[1] and not matrix[:, first].any():
+                seed = _mix(seed, np.zeros(1, dtype=np.uint32))
+                first += 1
+            h = np.full(n, seed[0], dtype=np.uint32)
+            for j in range(first, matrix.shape[1]):
                 h = _mix(h, matrix[:, j])
         else:
             for j in range(int(counts.max()) if n else 0):
@@ -58,5 +66,5 @@ def _mix(h: np.ndarray, k: np.ndarray) -> np.ndarray:
 def buckets(key_columns: Sequence[pa.Array], num_buckets: int | np.ndarray) -> np.ndarray:
     """Bucket of every row: ``abs(hash % num_buckets)`` with Java's truncating ``%``
     (``num_buckets`` may be given per row)."""
-    hashes = hash_rows(binary_row.encode(key_columns)).astype(np.int64)
-    return np.abs(np.fmod(hashes, num_buckets)).astype(np.int32)
+    hashes = hash_rows(binary_row.encode(key_columns))  # int32: |hash % n| < n fits it
+    return np.asarray(np.abs(np.fmod(hashes, num_buckets)), dtype=np.int32)

@@ -65,6 +65,11 @@ class FileSettings:
     # the value statistics every file records (none without them).
     value_fields: tuple[pa.Field, ...] = ()
     value_modes: tuple[StatsMode, ...] = ()
+    # metadata.stats-mode.per.level: (level, the columns' modes there) pairs overriding ``value_modes``
+    value_modes_per_level: tuple[tuple[int, tuple[StatsMode, ...]], ...] = ()
+    dense_stats: bool = True  # metadata.stats-dense-store
+    # The partition columns: every file holds one partition's rows, so one value of each.
+    partition_keys: tuple[str, ...] = ()
     # file-index.*: the index each file gets (none without)
     file_index: IndexSpec | None = None
 
@@ -75,6 +80,10 @@ class FileSettings:
     def format_at(self, level: int) -> FileFormat:
         """The format of files written at ``level``."""
         return dict(self.format_per_level).get(level, self.file_format)
+
+    def modes_at(self, level: int) -> tuple[StatsMode, ...]:
+        """The columns' stats modes in files written at ``level``."""
+        return dict(self.value_modes_per_level).get(level, self.value_modes)
 
     def unwritable(self) -> str | None:
         """Why some level's format cannot be written with that level's compression (None: every
@@ -92,8 +101,8 @@ class FileSettings:
 
 def key_row(table: pa.Table, names: Sequence[str], index: int) -> bytes:
     """The serialized key BinaryRow of row ``index`` of a key-value table."""
-    columns = [table.column(kv.key_column(k)).slice(index, 1) for k in names]
-    return binary_row.serialize(binary_row.encode(columns).row(0), len(names))
+    return binary_row.serialize(binary_row.encode_row([table.column(kv.key_column(k))[index] for k in names]),
+                                len(names))
 
 
 def file_name(prefix: str, file_format: FileFormat) -> str:
@@ -151,7 +160,9 @@ class _OpenFile:
         self.next_sequence = first_sequence
         self.keep = keep
         self.pieces: list[pa.Table] = []  # with ``keep``: what was written, for ``on_file``
-        self.value_stats = value_stats.Collector(settings.value_fields, settings.value_modes)
+        self.value_stats = value_stats.Collector(settings.value_fields, settings.modes_at(level),
+                                                 given=settings.key_names, constant=settings.partition_keys,
+                                                 dense=settings.dense_stats)
         self.index = None if settings.file_index is None else IndexCollector(settings.file_index)
         self.index_path: str | None = None  # the index file, once written
 
@@ -182,37 +193,41 @@ class _OpenFile:
         for bounds, index in zip(self.key_bounds, self.bounded, strict=True):
             bounds.append(pc.min_max(chunk.column(kv.key_column(key_names[index]))))
 
-    def _key_rows(self, settings: FileSettings) -> tuple[bytes, bytes, SimpleStats]:
-        """The first and last keys as BinaryRows, and the min and max of every key column (no
-        nulls: keys are primary-key columns), encoded in one pass."""
+    def _key_rows(self, settings: FileSettings
+                  ) -> tuple[bytes, bytes, SimpleStats, dict[str, tuple[pa.Scalar, pa.Scalar]]]:
+        """The first and last keys as BinaryRows, the min and max of every key column (no
+        nulls: keys are primary-key columns), and those bounds by key name (the value columns
+        of the same names have the same bounds)."""
         assert self.first is not None and self.last is not None
         arity = len(settings.key_names)
         if not arity:  # an append table's files have no key: empty key rows and statistics
-            return EMPTY_STATS.min_values, EMPTY_STATS.max_values, EMPTY_STATS
+            return EMPTY_STATS.min_values, EMPTY_STATS.max_values, EMPTY_STATS, {}
         names = [kv.key_column(k) for k in settings.key_names]
-        firsts = [self.first.column(n).combine_chunks() for n in names]
-        lasts = [self.last.column(n).combine_chunks() for n in names]
-        if not self.bounded:
-            encoded = binary_row.encode([pa.concat_arrays([f, t]) for f, t in zip(firsts, lasts, strict=True)])
-            low, high = (binary_row.serialize(encoded.row(r), arity) for r in range(2))
-            return low, high, SimpleStats(low, high, (0,) * arity)
+        firsts = [self.first.column(n)[0] for n in names]
+        lasts = [self.last.column(n)[0] for n in names]
+        first = binary_row.serialize(binary_row.encode_row(firsts), arity)
+        last = binary_row.serialize(binary_row.encode_row(lasts), arity)
         lows, highs = list(firsts), list(lasts)
         for bounds, index in zip(self.key_bounds, self.bounded, strict=True):
-            mins = pa.array([b["min"] for b in bounds], firsts[index].type)
-            maxs = pa.array([b["max"] for b in bounds], firsts[index].type)
-            lows[index] = pa.array([pc.min(mins)], firsts[index].type)
-            highs[index] = pa.array([pc.max(maxs)], firsts[index].type)
-        encoded = binary_row.encode([pa.concat_arrays(c) for c in zip(firsts, lasts, lows, highs, strict=True)])
-        first, last, low, high = (binary_row.serialize(encoded.row(r), arity) for r in range(4))
-        return first, last, SimpleStats(low, high, (0,) * arity)
+            if len(bounds) == 1:
+                lows[index], highs[index] = bounds[0]["min"], bounds[0]["max"]
+            else:
+                key_type = firsts[index].type
+                lows[index] = pc.min(pa.array([b["min"] for b in bounds], key_type))
+                highs[index] = pc.max(pa.array([b["max"] for b in bounds], key_type))
+        by_name = {k: (low, high) for k, low, high in zip(settings.key_names, lows, highs, strict=True)}
+        if not self.bounded:
+            return first, last, SimpleStats(first, last, (0,) * arity), by_name
+        low, high = (binary_row.serialize(binary_row.encode_row(row), arity) for row in (lows, highs))
+        return first, last, SimpleStats(low, high, (0,) * arity), by_name
 
     def close(self, file_io: FileIO, settings: FileSettings, level: int, file_source: FileSource) -> DataFileMeta:
         # The crash test's point: the rows are on disk, the footer is not (a partial file).
         killpoints.reached(settings.kill_point, before_kill=self.writer.flush)
         size = self.writer.close()
         self.target.close()
-        min_key, max_key, key_stats = self._key_rows(settings)
-        values, value_columns = self.value_stats.stats(EMPTY_STATS)
+        min_key, max_key, key_stats, key_bounds = self._key_rows(settings)
+        values, value_columns = self.value_stats.stats(EMPTY_STATS, key_bounds)
         embedded, extra = self._write_index(file_io, settings)
         return DataFileMeta(
             file_name=self.name,

@@ -4,17 +4,19 @@ the null count and, by the column's stats mode (``metadata.stats-mode``, overrid
 (``truncate(N)``), the null count only (``counts``) or nothing (``none``).
 
 Gathered per written chunk with whole-array Arrow kernels and combined when the file closes.
-The layout written is the one every engine reads: a BinaryRow of every table column in schema
-order with ``_VALUE_STATS_COLS`` null (Java Paimon 0.9 has no such field and reads its stats as
-every column; Paimon 1.x and pypaimon read null as every column). Columns without bounds
-hold nulls (a null count of null: unknown). A file whose columns are all ``none`` records no
-statistics (``_VALUE_STATS_COLS`` empty, as Paimon's dense layout writes it).
+The layout is Paimon's ``SimpleStatsConverter``'s. When every column has statistics: a
+BinaryRow of every table column in schema order with ``_VALUE_STATS_COLS`` null (Java Paimon
+0.9 has no such field and reads its stats as every column; Paimon 1.x and pypaimon read null
+as every column). Columns without bounds hold nulls (a null count of null: unknown). When some
+column's mode is ``none``, ``metadata.stats-dense-store`` (Paimon's default, true) records only
+the others, named in ``_VALUE_STATS_COLS`` (none at all: an empty list); false records every
+column, the ``none`` ones null, as all engines since Java Paimon 0.9.0 read.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,15 +35,17 @@ def field_option(name: str) -> str:
     return f"fields.{name}.{FIELD_SUFFIX}"
 
 
-def column_modes(options: TableOptions, names: Sequence[str]) -> tuple[StatsMode, ...]:
-    """Each column's mode: its ``fields.<name>.stats-mode``, else ``metadata.stats-mode``;
-    OptionError naming the option for a bad value."""
+def column_modes(options: TableOptions, names: Sequence[str], default: StatsMode | None = None
+                 ) -> tuple[StatsMode, ...]:
+    """Each column's mode: its ``fields.<name>.stats-mode``, else ``default`` (a level's or the
+    changelog files' mode), else ``metadata.stats-mode``; OptionError naming the option for a
+    bad value."""
     modes = []
     for name in names:
         key = field_option(name)
         text = options.raw.get(key)
         if text is None:
-            modes.append(options.metadata_stats_mode)
+            modes.append(default or options.metadata_stats_mode)
             continue
         try:
             modes.append(parse_stats_mode(text))
@@ -90,51 +94,76 @@ def truncated_max(value: str, length: int) -> str | None:
 
 
 class Collector:
-    """Value statistics of the rows of one file, gathered chunk by chunk."""
+    """Value statistics of the rows of one file, gathered chunk by chunk. The bounds of the
+    ``given`` columns are not gathered: the caller knows them (a data file's key columns,
+    whose bounds its key statistics hold) and hands them to :meth:`stats`. The ``constant``
+    columns hold one value in every row of a file (the partition's): their first row's."""
 
-    def __init__(self, fields: Sequence[pa.Field], modes: Sequence[StatsMode]) -> None:
+    def __init__(self, fields: Sequence[pa.Field], modes: Sequence[StatsMode], *, given: Collection[str] = (),
+                 constant: Collection[str] = (), dense: bool = True) -> None:
         self.fields = list(fields)
         self.modes = list(modes)
         self.silent = all(m.kind is StatsKind.NONE for m in modes)
+        # the columns recorded: with the dense layout only those with statistics
+        self.recorded = [i for i, m in enumerate(self.modes) if not dense or m.kind is not StatsKind.NONE]
         self.nulls = [0] * len(self.fields)
         self.bounds: list[list[pa.StructScalar]] = [[] for _ in self.fields]
         self.bounded = [m.bounded and has_bounds(f.type) for f, m in zip(self.fields, self.modes, strict=True)]
+        bounded = [i for i, f in enumerate(self.fields) if self.bounded[i] and f.name not in given]
+        self.constant = [i for i in bounded if self.fields[i].name in constant]
+        self.gathered = [i for i in bounded if self.fields[i].name not in constant]
+        self.first: dict[int, pa.Scalar] = {}  # of the constant columns
+        # a column without bounds: a null of its type (nested columns have no slot value of
+        # their own: a null of any type is theirs)
+        self.absent = [pa.scalar(None, pa.binary() if pa.types.is_nested(f.type) else f.type) for f in self.fields]
 
     def add(self, chunk: pa.Table) -> None:
         if self.silent:
             return
         for i, field in enumerate(self.fields):
-            column = chunk.column(field.name)
-            self.nulls[i] += column.null_count
-            if self.bounded[i] and column.null_count < len(column):
+            self.nulls[i] += chunk.column(field.name).null_count
+        if not self.first and chunk.num_rows:
+            self.first = {i: chunk.column(self.fields[i].name)[0] for i in self.constant}
+        for i in self.gathered:
+            column = chunk.column(self.fields[i].name)
+            if column.null_count < len(column):
                 self.bounds[i].append(pc.min_max(column))
 
-    def stats(self, empty: SimpleStats) -> tuple[SimpleStats, tuple[str, ...] | None]:
-        """The statistics and their ``_VALUE_STATS_COLS`` (``empty`` when every column's mode is
-        ``none``)."""
-        if self.silent:
+    def stats(self, empty: SimpleStats, given: Mapping[str, tuple[pa.Scalar, pa.Scalar]] | None = None
+              ) -> tuple[SimpleStats, tuple[str, ...] | None]:
+        """The statistics and their ``_VALUE_STATS_COLS`` (``empty`` and no columns when the
+        dense layout records none); ``given``: the (min, max) of the columns the collector was
+        told it is given."""
+        if not self.recorded:
             return empty, ()
-        lows, highs = [], []
-        for field, mode, bounds, bounded in zip(self.fields, self.modes, self.bounds, self.bounded, strict=True):
-            if not (bounded and bounds):
-                # nested columns have no slot value of their own: a null slot of any type is theirs
-                lows.append(pa.nulls(1, pa.binary() if pa.types.is_nested(field.type) else field.type))
-                highs.append(lows[-1])
+        lows, highs = list(self.absent), list(self.absent)
+        for i, (field, mode) in enumerate(zip(self.fields, self.modes, strict=True)):
+            bounds = self._bounds(i) if given is None or field.name not in given else given[field.name]
+            if not self.bounded[i] or bounds is None:
                 continue
-            if len(bounds) == 1:  # a file written in one chunk (most): its bounds as they are
-                low, high = bounds[0]["min"], bounds[0]["max"]
-            else:
-                low = pc.min(pa.array([b["min"] for b in bounds], field.type))
-                high = pc.max(pa.array([b["max"] for b in bounds], field.type))
+            low, high = bounds
             if mode.kind is StatsKind.TRUNCATE and isinstance(low, pa.StringScalar | pa.LargeStringScalar):
                 rounded = truncated_max(high.as_py(), mode.length)
                 # a max that cannot be rounded up leaves both bounds out, as Paimon's collector does
                 low = pa.scalar(None if rounded is None else low.as_py()[:mode.length], field.type)
                 high = pa.scalar(rounded, field.type)
-            lows.append(pa.array([low], field.type))
-            highs.append(pa.array([high], field.type))
-        arity = len(self.fields)
-        encoded = binary_row.encode([pa.concat_arrays([lo, hi]) for lo, hi in zip(lows, highs, strict=True)])
-        counts = tuple(None if m.kind is StatsKind.NONE else n for m, n in zip(self.modes, self.nulls, strict=True))
-        return SimpleStats(binary_row.serialize(encoded.row(0), arity),
-                           binary_row.serialize(encoded.row(1), arity), counts), None
+            lows[i], highs[i] = low, high
+        counts = [None if m.kind is StatsKind.NONE else n for m, n in zip(self.modes, self.nulls, strict=True)]
+        kept = self.recorded
+        arity = len(kept)
+        stats = SimpleStats(binary_row.serialize(binary_row.encode_row([lows[i] for i in kept]), arity),
+                            binary_row.serialize(binary_row.encode_row([highs[i] for i in kept]), arity),
+                            tuple(counts[i] for i in kept))
+        return stats, None if arity == len(self.fields) else tuple(self.fields[i].name for i in kept)
+
+    def _bounds(self, i: int) -> tuple[pa.Scalar, pa.Scalar] | None:
+        if i in self.first:
+            value = self.first[i]
+            return (value, value) if value.is_valid else None
+        bounds = self.bounds[i]
+        if not bounds:
+            return None
+        if len(bounds) == 1:  # a file written in one chunk (most): its bounds as they are
+            return bounds[0]["min"], bounds[0]["max"]
+        t = self.fields[i].type
+        return pc.min(pa.array([b["min"] for b in bounds], t)), pc.max(pa.array([b["max"] for b in bounds], t))

@@ -208,6 +208,9 @@ class FileIO:
 
     def read_bytes(self, path: str) -> bytes:
         with reported("read", path):
+            if self.is_local:  # fsspec's path handling costs more than reading a small file
+                with open(path, "rb") as source:
+                    return source.read()
             data: bytes = self.fs.cat_file(path)
         return data
 
@@ -373,6 +376,8 @@ class FileIO:
                 self.fs.pipe_file(path, data)
 
     def exists(self, path: str) -> bool:
+        if self.is_local:
+            return os.path.exists(path)
         with reported("existence check", path):
             return bool(self.fs.exists(path))
 

@@ -105,10 +105,19 @@ class SortedFlush:
     order: np.ndarray
     sorted_codes: np.ndarray
     bounds: np.ndarray
+    key_names: tuple[str, ...]
 
     def raw(self, group: int) -> pa.Table:
         """The group's rows sorted by key then sequence number, not merged."""
-        return self.rows.take(self.order[self.bounds[group]:self.bounds[group + 1]])
+        return self.take(self.order[self.bounds[group]:self.bounds[group + 1]])
+
+    def take(self, positions: np.ndarray) -> pa.Table:
+        """The rows at ``positions``; a key column is the array of its value column (as in
+        ``rows``), taken once for both."""
+        keys = len(self.key_names)
+        taken = self.rows.select(range(keys, self.rows.num_columns)).take(positions)
+        return pa.Table.from_arrays([taken.column(k) for k in self.key_names] + taken.columns,
+                                    schema=self.rows.schema)
 
 
 def sort_flush(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups: BucketGroups,
@@ -126,12 +135,13 @@ def sort_flush(ctx: TableContext, data: pa.Table, kinds: np.ndarray, groups: Buc
     order = by_key[np.argsort(codes, kind="stable")]
     sorted_codes = groups.codes[order]
     schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    columns = [*keys, pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
+    columns = [pa.array(sequence), pa.array(kinds, type=pa.int8()), *data.columns]
     # One chunk per column (a buffer of many writes has many): each group's rows are taken
     # from it separately, and a take from a chunked column concatenates the chunks first.
-    laid_out = pa.Table.from_arrays(columns, schema=schema).combine_chunks()
+    values = pa.Table.from_arrays(columns, schema=pa.schema(list(schema)[len(keys):])).combine_chunks()
+    laid_out = pa.Table.from_arrays([values.column(k) for k in ctx.key_names] + values.columns, schema=schema)
     bounds = np.searchsorted(sorted_codes, np.arange(len(groups.partitions) + 1))
-    return SortedFlush(laid_out, order, sorted_codes, bounds)
+    return SortedFlush(laid_out, order, sorted_codes, bounds, tuple(ctx.key_names))
 
 
 @dataclass(frozen=True)
@@ -150,7 +160,7 @@ class MergedFlush:
         """The group's rows merged by the merge engine."""
         if self.last_rows is None or self.bounds is None:
             return self.ctx.merge_rows(self.flush.raw(group), drop_deletes=False)
-        return self.flush.rows.take(self.last_rows[self.bounds[group]:self.bounds[group + 1]])
+        return self.flush.take(self.last_rows[self.bounds[group]:self.bounds[group + 1]])
 
 
 def merge_flush(ctx: TableContext, flush: SortedFlush) -> MergedFlush:
