@@ -21,7 +21,7 @@ from pyroaring import BitMap
 from changelake.errors import OptionError, ScanError
 from changelake.options import TableOptions
 from changelake.table.format import binary_row, casts, data_file, file_index, kv, snapshot, types, value_stats
-from changelake.table.format.data_file import FileSettings
+from changelake.table.format.file_settings import FileSettings
 from changelake.table.format.kv import KeyCodec
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.format.schema import SchemaHistory, TableKind, TableSchema

@@ -14,7 +14,7 @@ import pytest
 
 from changelake.option_values import parse_stats_mode
 from changelake.table.format import binary_row, data_file, kv
-from changelake.table.format.data_file import FileSettings
+from changelake.table.format.file_settings import FileSettings
 from changelake.table.io.fileio import FileIO
 
 SCHEMA = pa.schema([pa.field("a", pa.int64(), nullable=False), pa.field("b", pa.float64(), nullable=False),

@@ -20,8 +20,8 @@ import pytest
 import changelake as cl
 from changelake.errors import CorruptMetadataError, OptionError, SchemaError
 from changelake.table.format import data_file, kv
-from changelake.table.format.data_file import FileSettings
 from changelake.table.format.file_format import FileFormat
+from changelake.table.format.file_settings import FileSettings
 from changelake.table.io.fileio import FileIO
 
 UTC = dt.UTC

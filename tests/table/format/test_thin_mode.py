@@ -28,7 +28,7 @@ import changelake as cl
 from changelake.errors import CorruptMetadataError, OptionError
 from changelake.options import TableOptions
 from changelake.table.commit import renumber
-from changelake.table.format import data_file, kv
+from changelake.table.format import data_file, file_settings, kv
 from changelake.table.format.manifest import DataFileMeta
 from changelake.table.io.fileio import FileIO
 from changelake.table.lsm import lookup_files
@@ -101,8 +101,8 @@ def _kv_rows() -> pa.Table:
     }, schema=kv.file_schema(SCHEMA, ["k"]))
 
 
-def _settings(*, thin: bool) -> data_file.FileSettings:
-    return data_file.FileSettings(schema_id=0, key_names=("k",), compression="zstd", zstd_level=1,
+def _settings(*, thin: bool) -> file_settings.FileSettings:
+    return file_settings.FileSettings(schema_id=0, key_names=("k",), compression="zstd", zstd_level=1,
                                   target_file_size=1 << 30, thin=thin)
 
 

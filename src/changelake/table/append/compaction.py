@@ -39,7 +39,7 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import data_file, deletion_vector
-from changelake.table.format.data_file import FileSettings
+from changelake.table.format.file_settings import FileSettings
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints

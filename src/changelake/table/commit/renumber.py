@@ -19,7 +19,7 @@ from changelake.option_values import POSTPONE_BUCKET
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import data_file, kv
-from changelake.table.format.data_file import FileSettings
+from changelake.table.format.file_settings import FileSettings
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.read import live_files

@@ -34,7 +34,7 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import data_file, kv
-from changelake.table.format.data_file import FileSettings
+from changelake.table.format.file_settings import FileSettings
 from changelake.table.format.manifest import DataFileMeta, ManifestEntry
 from changelake.table.format.snapshot import Snapshot
 from changelake.table.lsm.levels import Levels
