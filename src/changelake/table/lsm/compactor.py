@@ -316,18 +316,24 @@ def _tag(rows: pa.Table, f: DataFileMeta) -> pa.Table:
 
 
 def _level0_only(ctx: TableContext, rows: pa.Table) -> pa.Table:
-    """The rows (without the tag) from level 0 whose key has no row from a higher level."""
-    from_level0 = np.asarray(rows.column(_FROM_LEVEL0).to_numpy())
+    """The rows (without the tag) from level 0 whose key has no row from a higher level. The
+    higher rows (an intermediate run: the most) are only probed against the level-0 keys,
+    never hashed or sorted themselves."""
+    from_level0 = rows.column(_FROM_LEVEL0).combine_chunks()
     rows = rows.drop_columns([_FROM_LEVEL0])
     key_columns = ctx.key_columns
-    level0, higher = rows.filter(pa.array(from_level0)), rows.filter(pa.array(~from_level0)).select(key_columns)
+    level0, higher = rows.filter(from_level0), rows.filter(pc.invert(from_level0)).select(key_columns)
     if not higher.num_rows or not level0.num_rows:
         return level0
-    if len(key_columns) == 1 and pa.types.is_integer(rows.schema.field(key_columns[0]).type):
-        keys = level0.column(key_columns[0]).to_numpy()
-        return level0.filter(pa.array(~np.isin(keys, higher.column(0).to_numpy())))
+    if len(key_columns) == 1:
+        wanted = level0.column(key_columns[0])
+        probed = higher.column(0)
+        seen = probed.filter(pc.is_in(probed, value_set=wanted.combine_chunks()))  # few: level-0 keys at most
+        return level0.filter(pc.invert(pc.is_in(wanted, value_set=seen.combine_chunks())))
+    # (Arrow's joins hash their right side: the level-0 keys, then the few keys seen above)
+    seen = higher.join(level0.select(key_columns), keys=key_columns, join_type="left semi")
     # (the join puts the key columns first and forgets that they are not null)
-    return level0.join(higher, keys=key_columns, join_type="left anti").select(rows.schema.names).cast(rows.schema)
+    return level0.join(seen, keys=key_columns, join_type="left anti").select(rows.schema.names).cast(rows.schema)
 
 
 def _unique_sorted(ctx: TableContext, rows: pa.Table) -> bool:
