@@ -322,7 +322,7 @@ def _level0_only(ctx: TableContext, rows: pa.Table) -> pa.Table:
     from_level0 = rows.column(_FROM_LEVEL0).combine_chunks()
     rows = rows.drop_columns([_FROM_LEVEL0])
     key_columns = ctx.key_columns
-    level0, higher = rows.filter(from_level0), rows.filter(pc.invert(from_level0)).select(key_columns)
+    level0, higher = rows.filter(from_level0), rows.select(key_columns).filter(pc.invert(from_level0))
     if not higher.num_rows or not level0.num_rows:
         return level0
     if len(key_columns) == 1:
