@@ -307,7 +307,7 @@ class _Task:
 
 # A column a section's rows carry while merged when some are looked up: whether a row comes
 # from a level-0 file.
-_FROM_LEVEL0 = "_FROM_LEVEL0"
+_FROM_LEVEL0 = "__changelake_from_level0__"
 
 
 def _tag(rows: pa.Table, f: DataFileMeta) -> pa.Table:
