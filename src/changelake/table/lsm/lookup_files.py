@@ -19,9 +19,9 @@ when no lookup of the table needs values) and memory-mapped when used again: the
 from local disk as the columns are searched, and are not the process's own memory. A spilled
 file is mapped once and stays mapped (each lookup would otherwise open it again, fault its
 pages in anew and wait on the store's lock meanwhile); the pages lookups made resident count
-in the process's RSS, so those of the least recently used mapped files are released
-(``MADV_DONTNEED``: the kernel's page cache keeps them, a later lookup maps them again) beyond
-half the memory limit. Spilled files beyond the disk limit are deleted, least recently used
+in the process's RSS, so they count toward the memory limit with the rows held in memory, and
+those of the least recently used mapped files are released beyond it (``MADV_DONTNEED``: the
+kernel's page cache keeps them, a later lookup maps them again). Spilled files beyond the disk limit are deleted, least recently used
 first, and so are those not used for ``lookup.cache-file-retention`` (read again from storage
 on the next miss). Files a compaction removed from the table are dropped.
 """
@@ -51,8 +51,6 @@ from changelake.table.io import scratch
 # A file whose rows take more than this share of the memory limit goes straight to disk: one
 # big compaction output must not push every other file out.
 _LARGEST_IN_MEMORY_SHARE = 4
-# Pages of mapped spilled files may stay resident up to this share of the memory limit.
-_RESIDENT_SHARE = 2
 # At most this many spilled files stay mapped (each mapping holds a file descriptor).
 _MAX_MAPPED = 256
 
@@ -126,8 +124,8 @@ class LookupFiles:
 
     @property
     def resident_bytes(self) -> int:
-        """Bytes of the mapped spilled files whose pages lookups may hold resident (at most
-        half the memory limit, but for the file used last)."""
+        """Bytes of the mapped spilled files whose pages lookups may hold resident: within the
+        memory limit with :attr:`memory_bytes`, but for the file used last."""
         return self._resident_bytes
 
     def __contains__(self, path: object) -> bool:
@@ -260,7 +258,7 @@ class LookupFiles:
             self._resident[path] = spilled.size
             self._resident_bytes += spilled.size
         self._resident.move_to_end(path)
-        while self._resident_bytes * _RESIDENT_SHARE > self.max_memory and len(self._resident) > 1:
+        while self._resident_bytes + self._memory_bytes > self.max_memory and len(self._resident) > 1:
             oldest, size = self._resident.popitem(last=False)
             self._resident_bytes -= size
             self._mapped_files[oldest].release()
