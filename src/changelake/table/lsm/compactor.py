@@ -212,11 +212,11 @@ class _Task:
                 self.store.put_file(self.bucket_dir, f, rows)
 
         # Rows written are handed on (data_file.write holds each file's rows until it closes)
-        # only when something keeps them, and not for big outputs: held until closed, a file
-        # of target-file-size takes several times that in memory on each compacting thread;
-        # its first lookup reads it from storage instead (only its keys when that is enough).
+        # only when something keeps them: the producers that look files up (their lookup files
+        # keep values); for the others, big outputs are not held (deletion vectors' lookups need
+        # just their keys, read from the file on the first lookup).
         store = self.store
-        kept = store is not None and not chunked.is_big([f for s in sections for f in s])
+        kept = store is not None and (store.values or not chunked.is_big([f for s in sections for f in s]))
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
                                   self.unit.output_level, file_source=FileSource.COMPACT,
                                   on_file=on_file if kept else None)
