@@ -21,9 +21,10 @@ file is mapped once and stays mapped (each lookup would otherwise open it again,
 pages in anew and wait on the store's lock meanwhile); the pages lookups made resident count
 in the process's RSS, so they count toward the memory limit with the rows held in memory, and
 those of the least recently used mapped files are released beyond it (``MADV_DONTNEED``: the
-kernel's page cache keeps them, a later lookup maps them again). Spilled files beyond the disk limit are deleted, least recently used
-first, and so are those not used for ``lookup.cache-file-retention`` (read again from storage
-on the next miss). Files a compaction removed from the table are dropped.
+kernel's page cache keeps them, a later lookup maps them again). Spilled files beyond the
+disk limit are deleted, least recently used first, and so are those not used for
+``lookup.cache-file-retention`` (read again from storage on the next miss). Files a compaction
+removed from the table are dropped.
 """
 
 from __future__ import annotations
