@@ -181,13 +181,15 @@ def scale(rows: int, size: int, options: dict[str, str]) -> None:
             options={"bucket": "4", **options})
         print(f"{commits * size:,} rows in {commits:,} commits of {size:,}, options {options}", flush=True)
         durations: list[float] = []
+        cpu: list[float] = []  # the process's CPU seconds (all threads) per commit: the work, whatever the load
         writer = table.writer(commit_user="bench-job")
         started = time.perf_counter()
         for identifier, batch in enumerate(scale_batches(commits, size)):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             writer.write(batch)
             writer.commit(identifier)
             durations.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
             if (identifier + 1) % 100 == 0:
                 print(f"  {identifier + 1:,} commits, {time.perf_counter() - started:,.0f} s, "
                       f"last p50 {statistics.median(durations[-100:]) * 1000:.0f} ms, "
@@ -206,6 +208,9 @@ def scale(rows: int, size: int, options: dict[str, str]) -> None:
         print(f"  ingest: {commits * size / sum(durations):,.0f} rows/s")
         print(f"  per commit p50, first {window}: {first * 1000:.0f} ms, last {window}: {last * 1000:.0f} ms "
               f"(ratio {last / first:.2f}, target <= 1.5)")
+        first_cpu, last_cpu = statistics.median(cpu[:window]), statistics.median(cpu[-window:])
+        print(f"  per commit CPU p50 (all threads; other jobs on the machine do not inflate it), first {window}: "
+              f"{first_cpu * 1000:.0f} ms, last {window}: {last_cpu * 1000:.0f} ms (ratio {last_cpu / first_cpu:.2f})")
         slowest = sorted(range(commits), key=lambda i: durations[i])[-5:]
         print("  slowest commits: " + ", ".join(f"#{i + 1} {durations[i]:.1f} s" for i in reversed(slowest)))
         for start_at in range(0, commits, window):

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
-from changelake.table.lsm import lookup_files
+from changelake.table.lsm import deletion_vectors, lookup_files
 from changelake.table.lsm.lookup_files import LookupFiles
 from changelake.table.merge import sort
 from changelake.table.read import live_files
@@ -272,3 +272,65 @@ def test_integer_key_positions_are_found_chunk_by_chunk(seed: int) -> None:
     found = sort.sorted_positions(column, wanted)
     expected = np.flatnonzero(np.isin(np.array(keys), wanted))
     assert sorted(set(found.tolist())) == expected.tolist()
+
+
+def test_mapped_files_release_their_pages_beyond_the_memory_limit_and_answer_alike() -> None:
+    """Spilled files stay mapped between lookups; the pages of the least recently used ones
+    are released beyond the memory limit (with the rows in memory), and lookups in them find
+    what they found."""
+    one = LookupFiles(["_KEY_k"], max_memory=1, max_disk=1 << 30, values=False)
+    one.put("a", _file(1000))
+    size = one.disk_bytes
+    one.clear()
+    store = LookupFiles(["_KEY_k"], max_memory=3 * size // 2, max_disk=1 << 30, values=False)
+    for name in "abcde":  # each beyond a quarter of the memory limit: straight to disk
+        store.put(name, _file(1000))
+    assert store.memory_bytes == 0 and store.disk_bytes == 5 * size
+
+    def unread() -> pa.Table:
+        raise AssertionError("read from storage")
+
+    wanted = np.array([-1, 0, 7, 500, 999, 1000], dtype=np.int64)
+    for _ in range(2):
+        for name in "abcde":
+            keys = store.keys(name, unread)
+            assert sort.sorted_positions(keys.column("_KEY_k"), wanted).tolist() == [0, 7, 500, 999]
+            assert store.resident_bytes == size  # the others' pages released
+    assert store.find("a") is None  # only the keys were spilled
+    kept = store.keys("a", unread)
+    store.discard(["a"])  # a lookup still using the mapped rows reads on
+    assert kept.column("_KEY_k").to_pylist() == list(range(1000))
+    store.clear()
+    assert store.resident_bytes == 0
+
+
+def test_deletion_vector_compactions_look_up_each_written_key_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key is looked up in the older files when its row leaves level 0, never again when a
+    compaction rewrites that row with newer level-0 rows (Paimon's lookup merge): the keys
+    looked up over a history are at most the rows written."""
+    looked_up = []
+    take = deletion_vectors.take_older_rows
+
+    def counting(*args: Any, **kwargs: Any) -> pa.Table:
+        looked_up.append(args[2].num_rows)
+        return take(*args, **kwargs)
+
+    monkeypatch.setattr(deletion_vectors, "take_older_rows", counting)
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options={
+        "bucket": "1", "deletion-vectors.enabled": "true"})
+    rng = np.random.default_rng(3)
+    plain = cl.Catalog(str(tmp_path)).create_table("db.plain", SCHEMA, primary_keys=["k"], options={"bucket": "1"})
+    written = 0
+    with table.writer(commit_user="job") as writer, plain.writer(commit_user="job") as other:
+        for commit in range(40):
+            ids = np.unique(np.concatenate([np.arange(commit * 50, commit * 50 + 40),
+                                            rng.integers(0, commit * 50 + 1, 10)]))
+            batch = pa.table({"s": ["x"] * len(ids), "k": ids, "a": np.full(len(ids), commit),
+                              "b": ids * 2})
+            written += len(ids)
+            for w in (writer, other):
+                w.write(batch)
+                w.commit(commit)
+    assert looked_up and sum(looked_up) <= written
+    assert _rows(table, ["k"]) == _rows(plain, ["k"])

@@ -189,16 +189,22 @@ class _Task:
                 # Oldest first: the merge's sort then finds rows in (key, sequence) order within
                 # each key and sorts by key alone.
                 oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
+                tagged = self._looks_up_older(files) and any(f.level > 0 for f in files)
                 if len(files) > 1 and chunked.is_big(files):
                     # Merged a chunk of keys at a time, in bounded memory (merges are per key).
                     # Sections that look older keys up (first-row, deletion vectors with files
                     # outside the unit) look up each chunk's keys alone: the files outside
                     # are searched in the lookup files, not read again per chunk.
                     sources = [self._batches(f) for f in oldest_first]
+                    if tagged:
+                        sources = [map(partial(_tag, f=f), source)
+                                   for f, source in zip(oldest_first, sources, strict=True)]
                     for rows in chunked.key_bounded(sources, ctx.key_columns):
                         yield self._merge(rows, files)
                 else:
-                    yield self._merge(pa.concat_tables([self._read(f) for f in oldest_first]), files)
+                    read = [self._read(f) for f in oldest_first]
+                    yield self._merge(pa.concat_tables([_tag(t, f) for t, f in zip(read, oldest_first, strict=True)]
+                                                       if tagged else read), files)
 
         def on_file(f: DataFileMeta, rows: pa.Table) -> None:
             self.changelog.on_compacted_file(self.bucket_dir, f, rows)
@@ -222,13 +228,19 @@ class _Task:
         """The merge of ``rows``: all rows of their keys in ``files`` (oldest file first)."""
         ctx = self.ctx
         alone = True  # no older row of the keys is merged in
-        if self.vectors is not None and self.store is not None and not ctx.merge_engine.needs_lookup \
-                and self.lookup and rows.num_rows and any(f.level == 0 for f in files):
+        looked_up = rows
+        if _FROM_LEVEL0 in rows.column_names:
+            looked_up = _level0_only(ctx, rows)
+            rows = rows.drop_columns([_FROM_LEVEL0])
+        if self._looks_up_older(files) and looked_up.num_rows:
             # Older rows of the keys are merged in (the engine needs them) and marked
             # deleted where they are: every older row of a key is gone, so deletes
-            # can be dropped at any level.
+            # can be dropped at any level. Only keys whose rows all come from level 0 are
+            # looked up, as Paimon's lookup merge does: a key with a row above level 0 in
+            # the section had its older rows marked when that row went up.
+            assert self.vectors is not None and self.store is not None
             older = deletion_vectors.take_older_rows(
-                ctx, self.bucket_dir, rows, files, self.lookup, self.store, self.vectors,
+                ctx, self.bucket_dir, looked_up, files, self.lookup, self.store, self.vectors,
                 with_values=not ctx.merge_engine.keeps_last_row)
             rows = pa.concat_tables([older, rows]) if older.num_rows else rows
             alone = not older.num_rows
@@ -242,6 +254,12 @@ class _Task:
         if self.lookup and ctx.merge_engine.needs_lookup and merged.num_rows:
             merged = self._without_older_keys(merged)
         return merged
+
+    def _looks_up_older(self, files: Sequence[DataFileMeta]) -> bool:
+        """Whether merging ``files`` looks their keys up in the files outside the unit: with
+        deletion vectors (first-row looks up after the merge instead), for level-0 rows."""
+        return self.vectors is not None and self.store is not None and not self.ctx.merge_engine.needs_lookup \
+            and bool(self.lookup) and any(f.level == 0 for f in files)
 
     def _batches(self, f: DataFileMeta) -> Iterator[pa.Table]:
         """The live rows of ``f`` in batches: sliced from memory when this process wrote it,
@@ -285,6 +303,37 @@ class _Task:
         found = indexed.join(older, keys=key_columns, join_type="left semi").column("__row")
         keep = pc.invert(pc.is_in(indexed.column("__row"), value_set=found.combine_chunks()))
         return merged.filter(keep)
+
+
+# A column a section's rows carry while merged when some are looked up: whether a row comes
+# from a level-0 file.
+_FROM_LEVEL0 = "__changelake_from_level0__"
+
+
+def _tag(rows: pa.Table, f: DataFileMeta) -> pa.Table:
+    """Rows of ``f`` with the :data:`_FROM_LEVEL0` column."""
+    return rows.append_column(_FROM_LEVEL0, pa.array(np.full(rows.num_rows, f.level == 0)))
+
+
+def _level0_only(ctx: TableContext, rows: pa.Table) -> pa.Table:
+    """The rows (without the tag) from level 0 whose key has no row from a higher level. The
+    higher rows (an intermediate run: the most) are only probed against the level-0 keys,
+    never hashed or sorted themselves."""
+    from_level0 = rows.column(_FROM_LEVEL0).combine_chunks()
+    rows = rows.drop_columns([_FROM_LEVEL0])
+    key_columns = ctx.key_columns
+    level0, higher = rows.filter(from_level0), rows.select(key_columns).filter(pc.invert(from_level0))
+    if not higher.num_rows or not level0.num_rows:
+        return level0
+    if len(key_columns) == 1:
+        wanted = level0.column(key_columns[0])
+        probed = higher.column(0)
+        seen = probed.filter(pc.is_in(probed, value_set=wanted.combine_chunks()))  # few: level-0 keys at most
+        return level0.filter(pc.invert(pc.is_in(wanted, value_set=seen.combine_chunks())))
+    # (Arrow's joins hash their right side: the level-0 keys, then the few keys seen above)
+    seen = higher.join(level0.select(key_columns), keys=key_columns, join_type="left semi")
+    # (the join puts the key columns first and forgets that they are not null)
+    return level0.join(seen, keys=key_columns, join_type="left anti").select(rows.schema.names).cast(rows.schema)
 
 
 def _unique_sorted(ctx: TableContext, rows: pa.Table) -> bool:

@@ -16,15 +16,21 @@ Rows come from the writer and the compactions as they write a file (no decoding)
 storage on a miss. They stay in memory, least recently used first out, up to the memory limit;
 beyond it they are spilled to a local temp directory as Arrow IPC files (only the key columns
 when no lookup of the table needs values) and memory-mapped when used again: the pages are read
-from local disk as the columns are searched, and are not the process's own memory. Spilled
-files beyond the disk limit are deleted, least recently used first, and so are those not used
-for ``lookup.cache-file-retention`` (read again from storage on the next miss). Files a
-compaction removed from the table are dropped.
+from local disk as the columns are searched, and are not the process's own memory. A spilled
+file is mapped once and stays mapped (each lookup would otherwise open it again, fault its
+pages in anew and wait on the store's lock meanwhile); the pages lookups made resident count
+in the process's RSS, so they count toward the memory limit with the rows held in memory, and
+those of the least recently used mapped files are released beyond it (``MADV_DONTNEED``: the
+kernel's page cache keeps them, a later lookup maps them again). Spilled files beyond the
+disk limit are deleted, least recently used first, and so are those not used for
+``lookup.cache-file-retention`` (read again from storage on the next miss). Files a compaction
+removed from the table are dropped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import shutil
 import threading
@@ -46,6 +52,8 @@ from changelake.table.io import scratch
 # A file whose rows take more than this share of the memory limit goes straight to disk: one
 # big compaction output must not push every other file out.
 _LARGEST_IN_MEMORY_SHARE = 4
+# At most this many spilled files stay mapped (each mapping holds a file descriptor).
+_MAX_MAPPED = 256
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,19 @@ class _Spilled:
     size: int
     whole: bool
     used: float  # when it was last used (time.monotonic)
+
+
+@dataclass(frozen=True)
+class _Mapped:
+    """A spilled file mapped into memory, and its rows (zero-copy views of the mapping)."""
+
+    mapping: mmap.mmap
+    rows: pa.Table
+
+    def release(self) -> None:
+        """Let the kernel take back the resident pages (the mapping and its rows stay valid:
+        the next use maps the pages again from the page cache or the file)."""
+        self.mapping.madvise(mmap.MADV_DONTNEED)
 
 
 class LookupFiles:
@@ -79,6 +100,10 @@ class LookupFiles:
         self._keys: OrderedDict[str, pa.Table] = OrderedDict()  # path -> key columns read alone
         self._spilled: OrderedDict[str, _Spilled] = OrderedDict()
         self._disk_bytes = 0
+        self._mapped_files: OrderedDict[str, _Mapped] = OrderedDict()  # spilled files kept mapped
+        # mapped files whose pages lookups may have made resident (least recently used first), by size
+        self._resident: OrderedDict[str, int] = OrderedDict()
+        self._resident_bytes = 0
         self._spill_dir: str | None = None
         self._remove_spill_dir: weakref.finalize[..., LookupFiles] | None = None
 
@@ -97,6 +122,12 @@ class LookupFiles:
     def disk_bytes(self) -> int:
         """Bytes of the spilled files on local disk."""
         return self._disk_bytes
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes of the mapped spilled files whose pages lookups may hold resident: within the
+        memory limit with :attr:`memory_bytes`, but for the file used last."""
+        return self._resident_bytes
 
     def __contains__(self, path: object) -> bool:
         """Whether anything of the file at ``path`` is kept (in memory or on local disk)."""
@@ -173,6 +204,9 @@ class LookupFiles:
             self._memory_bytes = 0
             self._spilled.clear()
             self._disk_bytes = 0
+            self._mapped_files.clear()
+            self._resident.clear()
+            self._resident_bytes = 0
             if self._remove_spill_dir is not None:
                 self._remove_spill_dir()
                 self._spill_dir = self._remove_spill_dir = None
@@ -211,8 +245,31 @@ class LookupFiles:
     def _mapped(self, path: str, spilled: _Spilled) -> pa.Table:
         self._spilled[path] = dataclasses.replace(spilled, used=self._clock())
         self._spilled.move_to_end(path)
-        # Memory-mapped: the pages are read from local disk as the columns are used.
-        return ipc.open_file(pa.memory_map(spilled.local)).read_all()
+        mapped = self._mapped_files.get(path)
+        if mapped is None:
+            # Memory-mapped: the pages are read from local disk as the columns are used.
+            with open(spilled.local, "rb") as file:
+                mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            rows = ipc.open_file(pa.BufferReader(pa.py_buffer(mapping))).read_all()
+            mapped = self._mapped_files[path] = _Mapped(mapping, rows)
+            if len(self._mapped_files) > _MAX_MAPPED:  # unmapped once no lookup uses its rows
+                self._forget_mapped(next(iter(self._mapped_files)))
+        self._mapped_files.move_to_end(path)
+        if path not in self._resident:
+            self._resident[path] = spilled.size
+            self._resident_bytes += spilled.size
+        self._resident.move_to_end(path)
+        while self._resident_bytes + self._memory_bytes > self.max_memory and len(self._resident) > 1:
+            oldest, size = self._resident.popitem(last=False)
+            self._resident_bytes -= size
+            self._mapped_files[oldest].release()
+        return mapped.rows
+
+    def _forget_mapped(self, path: str) -> None:
+        self._mapped_files.pop(path, None)
+        size = self._resident.pop(path, None)
+        if size is not None:
+            self._resident_bytes -= size
 
     def _bound(self) -> None:
         """Spill the least recently used files over the memory limit, then delete the least
@@ -251,6 +308,7 @@ class LookupFiles:
 
     def _drop_spilled(self, path: str) -> None:
         spilled = self._spilled.pop(path, None)
+        self._forget_mapped(path)
         if spilled is not None:
             self._disk_bytes -= spilled.size
             # Mapped tables still in use keep their pages: unlinking only frees the name.
