@@ -197,14 +197,15 @@ class _Task:
                     # are searched in the lookup files, not read again per chunk.
                     sources = [self._batches(f) for f in oldest_first]
                     if tagged:
-                        sources = [map(partial(_tag, f=f), source)
+                        sources = [map(partial(deletion_vectors.tag_level0, f=f), source)
                                    for f, source in zip(oldest_first, sources, strict=True)]
                     for rows in chunked.key_bounded(sources, ctx.key_columns):
                         yield self._merge(rows, files)
                 else:
                     read = [self._read(f) for f in oldest_first]
-                    yield self._merge(pa.concat_tables([_tag(t, f) for t, f in zip(read, oldest_first, strict=True)]
-                                                       if tagged else read), files)
+                    if tagged:
+                        read = [deletion_vectors.tag_level0(t, f) for t, f in zip(read, oldest_first, strict=True)]
+                    yield self._merge(pa.concat_tables(read), files)
 
         def on_file(f: DataFileMeta, rows: pa.Table) -> None:
             self.changelog.on_compacted_file(self.bucket_dir, f, rows)
@@ -229,9 +230,9 @@ class _Task:
         ctx = self.ctx
         alone = True  # no older row of the keys is merged in
         looked_up = rows
-        if _FROM_LEVEL0 in rows.column_names:
-            looked_up = _level0_only(ctx, rows)
-            rows = rows.drop_columns([_FROM_LEVEL0])
+        if deletion_vectors.FROM_LEVEL0 in rows.column_names:
+            looked_up = deletion_vectors.level0_only(ctx, rows)
+            rows = rows.drop_columns([deletion_vectors.FROM_LEVEL0])
         if self._looks_up_older(files) and looked_up.num_rows:
             # Older rows of the keys are merged in (the engine needs them) and marked
             # deleted where they are: every older row of a key is gone, so deletes
@@ -303,37 +304,6 @@ class _Task:
         found = indexed.join(older, keys=key_columns, join_type="left semi").column("__row")
         keep = pc.invert(pc.is_in(indexed.column("__row"), value_set=found.combine_chunks()))
         return merged.filter(keep)
-
-
-# A column a section's rows carry while merged when some are looked up: whether a row comes
-# from a level-0 file.
-_FROM_LEVEL0 = "__changelake_from_level0__"
-
-
-def _tag(rows: pa.Table, f: DataFileMeta) -> pa.Table:
-    """Rows of ``f`` with the :data:`_FROM_LEVEL0` column."""
-    return rows.append_column(_FROM_LEVEL0, pa.array(np.full(rows.num_rows, f.level == 0)))
-
-
-def _level0_only(ctx: TableContext, rows: pa.Table) -> pa.Table:
-    """The rows (without the tag) from level 0 whose key has no row from a higher level. The
-    higher rows (an intermediate run: the most) are only probed against the level-0 keys,
-    never hashed or sorted themselves."""
-    from_level0 = rows.column(_FROM_LEVEL0).combine_chunks()
-    rows = rows.drop_columns([_FROM_LEVEL0])
-    key_columns = ctx.key_columns
-    level0, higher = rows.filter(from_level0), rows.select(key_columns).filter(pc.invert(from_level0))
-    if not higher.num_rows or not level0.num_rows:
-        return level0
-    if len(key_columns) == 1:
-        wanted = level0.column(key_columns[0])
-        probed = higher.column(0)
-        seen = probed.filter(pc.is_in(probed, value_set=wanted.combine_chunks()))  # few: level-0 keys at most
-        return level0.filter(pc.invert(pc.is_in(wanted, value_set=seen.combine_chunks())))
-    # (Arrow's joins hash their right side: the level-0 keys, then the few keys seen above)
-    seen = higher.join(level0.select(key_columns), keys=key_columns, join_type="left semi")
-    # (the join puts the key columns first and forgets that they are not null)
-    return level0.join(seen, keys=key_columns, join_type="left anti").select(rows.schema.names).cast(rows.schema)
 
 
 def _unique_sorted(ctx: TableContext, rows: pa.Table) -> bool:

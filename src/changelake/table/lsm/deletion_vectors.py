@@ -14,6 +14,7 @@ from functools import partial
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from changelake.table.context import TableContext
@@ -150,3 +151,34 @@ def index_changes(
         return (), ()
     added = write_index_file(ctx, kept)
     return (() if added is None else (added,)), tuple(base_files)
+
+
+# A column a section's rows carry while merged when some are looked up: whether a row comes
+# from a level-0 file.
+FROM_LEVEL0 = "__changelake_from_level0__"
+
+
+def tag_level0(rows: pa.Table, f: DataFileMeta) -> pa.Table:
+    """Rows of ``f`` with the :data:`FROM_LEVEL0` column."""
+    return rows.append_column(FROM_LEVEL0, pa.array(np.full(rows.num_rows, f.level == 0)))
+
+
+def level0_only(ctx: TableContext, rows: pa.Table) -> pa.Table:
+    """The rows (without the tag) from level 0 whose key has no row from a higher level. The
+    higher rows (an intermediate run: the most) are only probed against the level-0 keys,
+    never hashed or sorted themselves."""
+    from_level0 = rows.column(FROM_LEVEL0).combine_chunks()
+    rows = rows.drop_columns([FROM_LEVEL0])
+    key_columns = ctx.key_columns
+    level0, higher = rows.filter(from_level0), rows.select(key_columns).filter(pc.invert(from_level0))
+    if not higher.num_rows or not level0.num_rows:
+        return level0
+    if len(key_columns) == 1:
+        wanted = level0.column(key_columns[0])
+        probed = higher.column(0)
+        seen = probed.filter(pc.is_in(probed, value_set=wanted.combine_chunks()))  # few: level-0 keys at most
+        return level0.filter(pc.invert(pc.is_in(wanted, value_set=seen.combine_chunks())))
+    # (Arrow's joins hash their right side: the level-0 keys, then the few keys seen above)
+    seen = higher.join(level0.select(key_columns), keys=key_columns, join_type="left semi")
+    # (the join puts the key columns first and forgets that they are not null)
+    return level0.join(seen, keys=key_columns, join_type="left anti").select(rows.schema.names).cast(rows.schema)
