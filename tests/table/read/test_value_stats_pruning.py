@@ -121,6 +121,11 @@ def test_bad_stats_modes_are_refused(tmp_path: Path) -> None:
         catalog.create_table("db.x", SCHEMA, options={"fields.name.stats-mode": "fulll"})
     with pytest.raises(OptionError, match=r"fields\.nmae\.stats-mode.*did you mean 'name'"):
         catalog.create_table("db.x", SCHEMA, options={"fields.nmae.stats-mode": "full"})
+    for key, value in (("metadata.stats-mode.per.level", "x:full"), ("metadata.stats-mode.per.level", "0:fulll"),
+                       ("changelog-file.stats-mode", "truncate(0)")):
+        with pytest.raises(OptionError, match=key.replace(".", r"\.")):
+            catalog.create_table("db.x", SCHEMA, options={key: value})
+    assert not (tmp_path / "db.db" / "x").exists()
     table = catalog.create_table("db.y", SCHEMA)
     with pytest.raises(OptionError, match=r"fields\.nope\.stats-mode"):
         table.set_options({"fields.nope.stats-mode": "full"})
@@ -252,14 +257,3 @@ def test_stats_mode_per_level_and_of_changelog_files(tmp_path: Path) -> None:
     [top] = [f for split in table.scan().plan() for f in split.files]
     assert top.level > 0 and top.value_stats_cols is None  # the default truncate(16) above level 0
     assert _files(table.scan(filter=pc.field("name") == "nope")) == 0
-
-
-def test_bad_per_level_and_changelog_modes_are_refused(tmp_path: Path) -> None:
-    catalog = cl.Catalog(str(tmp_path))
-    with pytest.raises(OptionError, match=r"metadata\.stats-mode\.per\.level"):
-        catalog.create_table("db.x", SCHEMA, options={"metadata.stats-mode.per.level": "x:full"})
-    with pytest.raises(OptionError, match=r"metadata\.stats-mode\.per\.level"):
-        catalog.create_table("db.x", SCHEMA, options={"metadata.stats-mode.per.level": "0:fulll"})
-    with pytest.raises(OptionError, match=r"changelog-file\.stats-mode"):
-        catalog.create_table("db.x", SCHEMA, options={"changelog-file.stats-mode": "truncate(0)"})
-    assert not (tmp_path / "db.db" / "x").exists()
