@@ -6,12 +6,14 @@ their age; clearing drops everything."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import changelake as cl
@@ -334,3 +336,38 @@ def test_deletion_vector_compactions_look_up_each_written_key_once(
                 w.commit(commit)
     assert looked_up and sum(looked_up) <= written
     assert _rows(table, ["k"]) == _rows(plain, ["k"])
+
+
+def _resident_kb(local: str) -> int:
+    """The resident kB of this process's mappings of the file at ``local`` (Linux smaps)."""
+    total, current = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            parts = line.split()
+            if parts and "-" in parts[0] and len(parts) >= 5:
+                current = parts[-1] == local
+            elif current and parts[:1] == ["Rss:"]:
+                total += int(parts[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+def test_pages_a_late_lookup_faults_back_in_are_released_again() -> None:
+    """A lookup in another thread may use a file's mapped rows after its pages were released:
+    they come back resident, and the next lookup beyond the limit releases them again."""
+    store = LookupFiles(["_KEY_k"], max_memory=1, max_disk=1 << 30, values=False)
+    for name in "ab":
+        store.put(name, _file(200_000))
+
+    def unread() -> pa.Table:
+        raise AssertionError("read from storage")
+
+    late = store.keys("a", unread)
+    local = store._spilled["a"].local
+    store.keys("b", unread)  # beyond the limit: a's pages released
+    assert _resident_kb(local) == 0
+    assert pc.sum(late.column("_KEY_k")).as_py() == sum(range(200_000))  # the late user reads a again
+    assert _resident_kb(local) > 0
+    store.keys("b", unread)
+    assert _resident_kb(local) == 0
+    store.clear()

@@ -259,10 +259,17 @@ class LookupFiles:
             self._resident[path] = spilled.size
             self._resident_bytes += spilled.size
         self._resident.move_to_end(path)
-        while self._resident_bytes + self._memory_bytes > self.max_memory and len(self._resident) > 1:
-            oldest, size = self._resident.popitem(last=False)
-            self._resident_bytes -= size
-            self._mapped_files[oldest].release()
+        if self._resident_bytes + self._memory_bytes > self.max_memory:
+            while self._resident_bytes + self._memory_bytes > self.max_memory and len(self._resident) > 1:
+                oldest, size = self._resident.popitem(last=False)
+                self._resident_bytes -= size
+                self._mapped_files[oldest].release()
+            # A lookup still running in another thread faults the pages of a file released
+            # before back in: released again (cheap where none are resident), or they would
+            # stay beyond the limit until that file is looked up again.
+            for other, kept in self._mapped_files.items():
+                if other not in self._resident:
+                    kept.release()
         return mapped.rows
 
     def _forget_mapped(self, path: str) -> None:
