@@ -13,6 +13,7 @@ import pytest
 
 import changelake as cl
 from changelake.table import executor
+from changelake.table.io.cache import ManifestCache
 from changelake.table.maintenance import rollback
 from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
@@ -57,7 +58,7 @@ def test_manifest_cache_and_key_codec_can_be_cleared(tmp_path: Path) -> None:
 
 
 def test_a_cache_bounded_by_bytes_keeps_the_most_recent_within_the_bound() -> None:
-    cache = live_files.ManifestCache(max_files=100, max_bytes=1000, weigh=len)
+    cache = ManifestCache(max_files=100, max_bytes=1000, weigh=len)
     for i in range(10):
         cache.put(("fs", f"f{i}"), b"x" * 300)
         assert cache.nbytes <= 1000

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from changelake.table.format import data_file, parquet_file
+from changelake.table.io.cache import ManifestCache
 from changelake.table.io.fileio import FileIO
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
@@ -47,9 +48,10 @@ def test_the_kept_footers_stay_within_their_bytes(tmp_path: Path, monkeypatch: p
     for path in paths:
         _write(path, 10)
     footer_bytes = pq.ParquetFile(paths[0]).metadata.serialized_size
-    footers = parquet_file._Footers(max_bytes=3 * footer_bytes)
+    footers = ManifestCache(max_files=1 << 20, max_bytes=3 * footer_bytes,
+                            weigh=lambda f: f.metadata.serialized_size)
     monkeypatch.setattr(parquet_file, "FOOTERS", footers)
     for path in paths:
         data_file.read(file_io, str(path), SCHEMA)
-    assert 0 < len(footers._footers) <= 3
-    assert footers._bytes <= footers.max_bytes
+    assert 0 < len(footers._files) <= 3
+    assert footers.nbytes <= 3 * footer_bytes

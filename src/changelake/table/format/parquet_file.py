@@ -3,9 +3,7 @@ Parquet's footer (row-group ranges, statistics, dictionary pages)."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +13,7 @@ import pyarrow.parquet as pq
 from changelake.errors import CorruptMetadataError, StorageError
 from changelake.table.format import kv, parquet_layout
 from changelake.table.format.parquet_footer import Int96Sink
+from changelake.table.io.cache import ManifestCache
 
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -87,37 +86,10 @@ class Footer:
     no_retractions: bool
 
 
-class _Footers:
-    """Parsed footers by (filesystem, path, size), least recently used first out. A data file
-    never changes once written (its name is unique; the size guards a path written again), so
-    a footer is valid for as long as it is kept: reads open a file once, without parsing its
-    footer and walking its row groups again. Bounded by the footers' serialized bytes (a big
-    file's footer, with many row groups, weighs more). Safe to share between threads."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._footers: OrderedDict[Hashable, Footer] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable, load: Callable[[], Footer]) -> Footer:
-        with self._lock:
-            found = self._footers.get(key)
-            if found is not None:
-                self._footers.move_to_end(key)
-                return found
-        value = load()
-        with self._lock:
-            if key not in self._footers:
-                self._footers[key] = value
-                self._bytes += value.metadata.serialized_size
-            while self._bytes > self.max_bytes:
-                _, dropped = self._footers.popitem(last=False)
-                self._bytes -= dropped.metadata.serialized_size
-        return value
-
-
-FOOTERS = _Footers(max_bytes=8 * 1024 * 1024)
+# Parsed footers by (filesystem, path, size): a data file never changes once written (its name
+# is unique; the size guards a path written again), so reads open a file once without parsing
+# its footer again. Bounded by the footers' serialized bytes (many row groups weigh more).
+FOOTERS = ManifestCache(max_files=1 << 20, max_bytes=8 * 1024 * 1024, weigh=lambda f: f.metadata.serialized_size)
 
 
 def footer(source: pa.NativeFile, path: str, protocol: str) -> Footer:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from changelake.table.read.live_files import ManifestCache
+from changelake.table.io.cache import ManifestCache
 
 
 class ConstantColumns:

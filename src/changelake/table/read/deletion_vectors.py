@@ -14,7 +14,7 @@ from changelake.table.format import deletion_vector, index_manifest
 from changelake.table.format.deletion_vector import DeletionVectorMeta
 from changelake.table.format.index_manifest import IndexFileMeta, IndexManifestEntry
 from changelake.table.format.snapshot import Snapshot
-from changelake.table.read.live_files import ManifestCache
+from changelake.table.io.cache import ManifestCache
 
 # Index manifests and index files never change once written; parsed manifests and the bytes
 # of index files are kept here (a big table's index files weigh MBs each: bounded by bytes).

@@ -32,8 +32,8 @@ from changelake.table.executor import executor, map_all
 from changelake.table.format import binary_row, bucket, hash_index
 from changelake.table.format.index_manifest import IndexFileMeta, IndexManifestEntry
 from changelake.table.format.snapshot import Snapshot
+from changelake.table.io.cache import ManifestCache
 from changelake.table.read import deletion_vectors as read_index
-from changelake.table.read.live_files import ManifestCache
 from changelake.table.write.assigners import membership
 from changelake.table.write.assigners.base import IndexUpdate, Stateless, with_index
 

@@ -22,6 +22,7 @@ from changelake.table.executor import map_all
 from changelake.table.format import kv
 from changelake.table.format.manifest import FileKind, ManifestEntry
 from changelake.table.format.snapshot import CommitKind, Snapshot
+from changelake.table.io.cache import ManifestCache
 from changelake.table.read import deletion_vectors, live_files
 from changelake.table.read.planner import Split, split_bucket
 from changelake.table.read.reader import read_split
@@ -82,7 +83,7 @@ def _weigh(cached: object) -> int:
 # committed. The next writer (``table.write`` after ``table.write``, a Spark task of the next
 # micro-batch in a reused Python worker) catches it up with the rows landed since, instead of
 # reading every key of the table again.
-COMMITTED = live_files.ManifestCache(max_files=8, max_bytes=1024 * 1024 * 1024, weigh=_weigh)
+COMMITTED = ManifestCache(max_files=8, max_bytes=1024 * 1024 * 1024, weigh=_weigh)
 
 
 def remember(ctx: TableContext, snapshot: Snapshot, state: KeyPlaces) -> None:
