@@ -116,10 +116,12 @@ class _OpenFile:
             self.next_sequence = low + chunk.num_rows
             high = self.next_sequence - 1
         else:
-            kinds = np.asarray(chunk.column(kv.VALUE_KIND).to_numpy())
-            self.deletes += int(np.count_nonzero((kinds == kv.UPDATE_BEFORE) | (kinds == kv.DELETE)))
-            seq = np.asarray(chunk.column(kv.SEQUENCE).to_numpy())
-            low, high = int(seq.min()), int(seq.max())
+            # Viewed chunk by chunk: a chunked column's to_numpy copies it (an allocation per file).
+            for kinds in chunk.column(kv.VALUE_KIND).chunks:
+                view = kinds.to_numpy()
+                self.deletes += int(np.count_nonzero((view == kv.UPDATE_BEFORE) | (view == kv.DELETE)))
+            bounds = pc.min_max(chunk.column(kv.SEQUENCE))
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
         self.seq_min = low if self.seq_min is None else min(self.seq_min, low)
         self.seq_max = high if self.seq_max is None else max(self.seq_max, high)
         for bounds, index in zip(self.key_bounds, self.bounded, strict=True):

@@ -3,6 +3,7 @@ Parquet's footer (row-group ranges, statistics, dictionary pages)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,24 +24,21 @@ class ParquetWriter:
 
     def __init__(self, target: pa.NativeFile, schema: pa.Schema, *, compression: str, zstd_level: int,
                  dictionary: bool) -> None:
-        # BINARY(n) and TIMESTAMP(7..9) columns are stored as Paimon stores them (parquet_layout)
-        self.int96 = parquet_layout.int96_leaves(schema)
-        schema = self.schema = parquet_layout.stored_schema(schema)
-        # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space,
-        # but for the row kinds: a merge-free read decodes them to drop retractions, fastest from
-        # runs of dictionary indices. Their statistics tell that read when a file holds none
-        # (Paimon's and pypaimon's writers keep statistics of every column).
-        encoded = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
-                   or pa.types.is_large_string(f.type) or f.name == kv.VALUE_KIND] if dictionary else False
+        self.int96, schema, encoded = _layout(schema, dictionary=dictionary)
+        self.schema = schema
         self.target = target
         # INT96 columns go to pyarrow as FIXED_LEN_BYTE_ARRAY(12), and the sink retypes them in
         # the footer; the Arrow schema pyarrow would store in the file names that stand-in
         # type, so such a file stores none (as Paimon's files store none).
         self.sink: pa.NativeFile | Int96Sink = Int96Sink(target, self.int96) if self.int96 else target
+        # The writer's buffers (pages, their compressed copies) live as long as the file: from
+        # the system allocator, which reuses them for the next file, where Arrow's default
+        # (mimalloc) hands freed pages back to the kernel, which zeroes them again on reuse.
         self.writer = pq.ParquetWriter(self.sink, schema, compression=compression,
                                        compression_level=zstd_level if compression == "zstd" else None,
                                        write_statistics=[kv.VALUE_KIND], store_schema=not self.int96,
-                                       use_dictionary=encoded)
+                                       use_dictionary=encoded if isinstance(encoded, bool) else list(encoded),
+                                       memory_pool=pa.system_memory_pool())
 
     def write(self, table: pa.Table) -> None:
         self.writer.write_table(parquet_layout.to_stored(table, self.schema), row_group_size=ROW_GROUP_ROWS)
@@ -62,6 +60,22 @@ class ParquetWriter:
 
     def abandon(self) -> None:
         self.writer.close()
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(schema: pa.Schema, *, dictionary: bool) -> tuple[tuple[int, ...], pa.Schema, tuple[str, ...] | bool]:
+    """The INT96 leaves, stored schema and dictionary columns of files of ``schema``, worked out
+    once a schema (a flush writes a small file per bucket, each with the same schema)."""
+    # BINARY(n) and TIMESTAMP(7..9) columns are stored as Paimon stores them (parquet_layout)
+    int96 = parquet_layout.int96_leaves(schema)
+    stored = parquet_layout.stored_schema(schema)
+    # Dictionaries pay off for strings and bytes; for numbers they cost time and rarely space,
+    # but for the row kinds: a merge-free read decodes them to drop retractions, fastest from
+    # runs of dictionary indices. Their statistics tell that read when a file holds none
+    # (Paimon's and pypaimon's writers keep statistics of every column).
+    encoded = tuple(f.name for f in stored if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
+                    or pa.types.is_large_string(f.type) or f.name == kv.VALUE_KIND) if dictionary else False
+    return tuple(int96), stored, encoded
 
 
 def opened(source: pa.NativeFile, path: str, **options: Any) -> pq.ParquetFile:
