@@ -10,15 +10,22 @@ snapshot (``table.scan().to_arrow()``, ``DeltaTable(...).to_pyarrow_table()``) a
 drifts, and other work shares it); each ratio (delta-rs's seconds / ours) is the median of the
 rounds' ratios.
 
-Run: ./dev bench read_vs_delta [--commits 20] [--batch 100000] [--reads 21] [--tables DIR]
+``--decode`` also prints where most of a read's CPU goes: pyarrow's decoding of each column the
+reads return, on one thread, from the deletion-vector table's files of the latest snapshot and
+from the Delta table's files, in the same fresh process (``name`` as each read decodes it: ours
+as a dictionary, decoded to strings after the deletion vectors' filter, delta-rs's as strings).
+
+Run: ./dev bench read_vs_delta [--commits 20] [--batch 100000] [--reads 21] [--tables DIR] [--decode]
 (``--tables DIR`` keeps the tables in DIR and reuses them when DIR holds them already)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
+import pathlib
 import shutil
 import statistics
 import sys
@@ -27,6 +34,7 @@ import time
 from collections.abc import Callable
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deletion_vectors import _sorted, ingest
 from ingest_read import SCHEMA
 
@@ -76,12 +84,37 @@ def time_reads(root: str, reads: int) -> dict[str, list[tuple[float, float]]]:
     return seconds
 
 
+def _decode(paths: list[str], column: str, *, dictionary: bool) -> None:
+    for path in paths:
+        pq.ParquetFile(path, read_dictionary=[column] if dictionary else None).read(columns=[column], use_threads=False)
+
+
+def decode_seconds(root: str, rounds: int = 7) -> dict[str, dict[str, float]]:
+    """CPU seconds pyarrow takes, on one thread, to decode each value column from the
+    deletion-vector table's data files of the latest snapshot and from the Delta table's
+    files (the median of ``rounds``), by table then column."""
+    pa.set_cpu_count(1)
+    scan = cl.open_table(f"{root}/dv/bench.db/orders").scan()
+    files = {"ours": [scan.read_context.file_path(s.bucket_dir, f) for s in scan.plan() for f in s.files],
+             "delta-rs": [str(p) for p in sorted(pathlib.Path(root, "delta").rglob("*.parquet"))]}
+    seconds: dict[str, dict[str, float]] = {}
+    for name, paths in files.items():
+        seconds[name] = {}
+        for column in (c for c in SCHEMA.names if c != "dt"):
+            # ours decodes strings from dictionaries after the filter; delta-rs's read, as strings
+            dictionary = name == "ours" and pa.types.is_string(SCHEMA.field(column).type)
+            read = functools.partial(_decode, paths, column, dictionary=dictionary)
+            seconds[name][column] = statistics.median(_timed(read)[1] for _ in range(rounds))
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--reads", type=int, default=21, help="timed rounds of the three reads")
     parser.add_argument("--tables", help="keep the tables here (reused when present)")
+    parser.add_argument("--decode", action="store_true", help="also time pyarrow's decoding of each column")
     args = parser.parse_args()
     if deltalake is None:
         sys.exit("delta-rs is not installed: pip install deltalake (or the bench extra)")
@@ -93,6 +126,7 @@ def main() -> None:
             print(f"tables written in {time.perf_counter() - start:.1f} s")
         with multiprocessing.get_context("spawn").Pool(1) as pool:
             seconds = pool.apply(time_reads, (root, args.reads))
+            decoding = pool.apply(decode_seconds, (root,)) if args.decode else {}
         files = {name: cl.open_table(f"{root}/{name}/bench.db/orders").system("files").num_rows
                  for name in ("plain", "dv")}
     finally:
@@ -115,6 +149,9 @@ def main() -> None:
             line += (f"; {statistics.median(ratios):.2f}x delta-rs (median of the rounds' ratios; quartiles "
                      f"{low:.2f}-{high:.2f}; by CPU seconds {delta_cpu / cpu:.2f}x)")
         print(line)
+    for name, columns in decoding.items():
+        each = ", ".join(f"{column} {1000 * cpu:.1f}" for column, cpu in columns.items())
+        print(f"{name}: decoding on one thread, CPU ms: {each}; all {1000 * sum(columns.values()):.1f}")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,10 @@ class FileOptions:
         "target-file-size", values.parse_memory_size, "128 mb", "Data files roll over at this size."
     )
     parquet_dictionary: bool = declare(
-        "parquet.enable.dictionary", values.parse_bool, "true", "Dictionary-encode string and binary columns."
+        "parquet.enable.dictionary", values.parse_bool, "true",
+        "Dictionary-encode the columns where it pays, as Paimon's Parquet writer: string and binary columns, and "
+        "integer and date columns whose range of values makes a dictionary and its indices smaller than plain "
+        "values (false: none)."
     )
     parquet_block_size: int = declare(
         "parquet.block.size", values.parse_memory_size, "128 mb", "Parquet row group size.", effect=_STORED)
