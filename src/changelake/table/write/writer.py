@@ -473,7 +473,7 @@ class TableWrite:
         compacted = any(m.compact_before or m.compact_after for m in messages)
         lost_compaction = compacted and bool(landed) and landed[-1].commit_kind != CommitKind.COMPACT
         if landed:
-            self._assigner.landed(landed[-1])
+            self._assigner.landed(landed[0])
         if renumbered or not landed or lost_compaction:
             # Skipped, renumbered after another commit, or our compaction lost to another
             # committer: this writer's view of the buckets is stale, so it is restored from the
