@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,8 @@ from changelake.api.writer import open_write
 from changelake.changelog import producers
 from changelake.table.context import TableContext
 from changelake.table.format.manifest import ManifestEntry
+from changelake.table.io import killpoints
+from changelake.table.io.killpoints import KillPoint
 from changelake.table.read.live_files import live_entries
 from changelake.table.write import landing
 from changelake.table.write.assigners import key_places
@@ -408,4 +411,40 @@ def test_the_next_task_in_a_process_takes_the_keys_a_task_placed_once_its_files_
     apply(model, rows, "deduplicate")
     assert read_back == [written[0]]
     assert read(table) == model
+    assert_one_place(table)
+
+
+
+@pytest.mark.parametrize("next_writer", ["the same writer", "the next writer of the process"])
+def test_a_writer_learns_of_keys_another_writer_moved_between_its_append_and_its_compaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, next_writer: str) -> None:
+    """Another writer's commit lands between a writer's APPEND snapshot and its COMPACT snapshot
+    (a compaction moves no key, but the rows in between may): the writer's key index, and the
+    one its process keeps for the next writer, stay as of its APPEND, so the next rows of a key
+    the other writer moved retract it where it went instead of writing it in its old partition."""
+    table = _table(tmp_path, **{"full-compaction.delta-commits": "1"})  # every commit compacts
+    table.write(_many(range(10), "a", 0))  # keys 0-6 in bucket 0, 7-9 in bucket 1
+    real_reached = killpoints.reached
+    moved: list[cl.Snapshot | None] = []
+
+    def other_writer_between(point: KillPoint, **kwargs: Any) -> None:
+        if point is KillPoint.BEFORE_COMPACT_SNAPSHOT and not moved:
+            moved.append(None)  # once: the other writer's own commit passes here too
+            moved[0] = cl.open_table(table.location).write(_rows([(9, "b", 1, "+I")]))
+        real_reached(point, **kwargs)
+
+    monkeypatch.setattr(killpoints, "reached", other_writer_between)
+    with table.writer(commit_user="one") as writer:
+        writer.write(_rows([(2, "a", 2, "+I")]))  # compacts bucket 0, which the other writer leaves
+        landed = writer.commit(1)
+        assert [s.commit_kind for s in landed] == [cl.CommitKind.APPEND, cl.CommitKind.COMPACT]
+        assert moved[0] is not None and moved[0].id == landed[0].id + 1  # key 9 moved to "b" in between
+        back = _rows([(9, "a", 3, "+I")])  # moves key 9 back, retracting it in "b"
+        if next_writer == "the same writer":
+            writer.write(back)
+            assert writer.commit(2)
+        else:
+            assert table.write(back) is not None
+    want: Model = {k: ("a", 0) for k in range(10)} | {2: ("a", 2), 9: ("a", 3)}
+    assert read(table) == want
     assert_one_place(table)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -292,15 +292,31 @@ class _Model:
         return kinds
 
 
+def _after_next_rebase(monkeypatch: pytest.MonkeyPatch, other_writers: Callable[[], object]) -> None:
+    """Run ``other_writers`` once, right after the next writer rebases a bucket's levels on what
+    is committed (before it compacts): the race a compaction must survive, as narrow as it gets."""
+    rebase = TableWrite._refresh
+    armed = [True]
+
+    def rebase_then_race(self: TableWrite, state: Any, files: list[DataFileMeta]) -> None:
+        rebase(self, state, files)
+        if armed[0]:
+            armed[0] = False  # the other writers' own rebases pass here too
+            other_writers()
+
+    monkeypatch.setattr(TableWrite, "_refresh", rebase_then_race)
+
+
 @pytest.mark.parametrize("where", ["in the commit", "in the background"])
 def test_a_compaction_whose_input_another_writer_compacted_away_and_expired_is_void(
-        tmp_path: Path, where: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     """The race behind a "data file is missing" from ``writer.commit`` under two writers:
-    writer a's levels still name its file F, which writer b's compaction removed and b's expiry
-    (retain max 1) then deleted; a's next compaction (in its commit, or in the background and
-    collected by a later commit) finds F missing. As a compaction a concurrent commit voided, it
-    is void: a's rows land without it, a's view is rebased on the table, and later commits of
-    both writers compact again; the table always matches the model, with no file left over."""
+    writer a's levels name its file F, which writer b's compaction removed and b's expiry
+    (retain max 1) then deleted right after a rebased them on the table; a's next compaction
+    (in its commit, or in the background and collected by a later commit) finds F missing. As a
+    compaction a concurrent commit voided, it is void: a's rows land without it, a's view is
+    rebased on the table, and later commits of both writers compact again; the table always
+    matches the model, with no file left over."""
     mode = {"commit.force-compact": "true"} if where == "in the commit" else {"num-sorted-run.stop-trigger": "2"}
     table = _table(tmp_path, **RACING, **mode)
     model = _Model(table)
@@ -308,11 +324,16 @@ def test_a_compaction_whose_input_another_writer_compacted_away_and_expired_is_v
         assert model.commit(a, 1, range(0, 100), 1) == [cl.CommitKind.APPEND]  # one run: no compaction
         (f,) = _live_paths(table)
         model.commit(b, 1, range(100, 200), 2)  # b's levels: F and its own file
-        model.commit(b, 2, range(200, 300), 3)  # F compacted away (b's third run forces it at the latest)
-        assert f not in _live_paths(table) and not os.path.exists(f), "b's expiry deleted F"
-        # a's levels still name F: a compaction of F and a's new file runs in this commit (void:
-        # only the APPEND lands), or starts in the background ...
-        assert model.commit(a, 2, range(0, 100), 4) == [cl.CommitKind.APPEND]
+
+        def b_compacts_f_away() -> None:
+            model.commit(b, 2, range(200, 300), 3)  # F compacted away (b's third run forces it at the latest)
+            assert f not in _live_paths(table) and not os.path.exists(f), "b's expiry deleted F"
+
+        _after_next_rebase(monkeypatch, b_compacts_f_away)
+        # a's levels name F and b's file: their compaction runs in this commit (void: nothing
+        # lands), or starts in the background ...
+        assert a.commit(2) == []
+        assert not os.path.exists(f)
         # ... and the next commit, past the stop trigger, waits for it (void: only the APPEND lands)
         third = model.commit(a, 3, range(50, 150), 5)
         if where == "in the background":
@@ -330,7 +351,7 @@ def test_a_compaction_whose_input_another_writer_compacted_away_and_expired_is_v
     [*range(2, 20_002), *range(500_000, 510_000), 2_000_000],  # after that rewrite, a file moved up, F merged
 ], ids=["in-the-rewrite", "after-a-rewrite"])
 def test_a_void_compaction_deletes_what_it_and_the_compactions_before_it_wrote(
-        tmp_path: Path, new_keys: Sequence[int]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_keys: Sequence[int]) -> None:
     """Writer a's full compaction (every third commit) first collects a background compaction of
     two small files, then merges its new rows with them (rolling past ``target-file-size``) and
     only then reads F, which another writer's write compacted away and expired: the compaction
@@ -344,13 +365,17 @@ def test_a_void_compaction_deletes_what_it_and_the_compactions_before_it_wrote(
         model.commit(a, 2, range(high + 250, high + 500), 2)
         assert model.commit(a, 3, range(high + 500, high + 750), 3)[-1] is cl.CommitKind.COMPACT
         (f,) = _live_paths(table)  # small enough to be rewritten, not moved, by a full compaction
-        table.write(_rows(high, high + 1300, 4))  # compacts F away; its expiry deletes F
-        model.rows.update(dict.fromkeys(range(high, high + 1300), 4))
-        assert not os.path.exists(f)
         # two small files spanning the keys below 100,000 (and much smaller than F): they compact
         # in the background, without F, and their output overlaps the next flush's files there
         model.commit(a, 4, [0, 100_000], 5)
         model.commit(a, 5, [1, 99_999], 6)
+
+        def another_writer_compacts_f_away() -> None:
+            table.write(_rows(high, high + 1300, 4))  # compacts F away; its expiry deletes F
+            model.rows.update(dict.fromkeys(range(high, high + 1300), 4))
+            assert not os.path.exists(f)
+
+        _after_next_rebase(monkeypatch, another_writer_compacts_f_away)
         assert model.commit(a, 6, new_keys, 7) == [cl.CommitKind.APPEND]  # full, void
         assert _data_files(table) == _live_paths(table), "a void compaction left files behind"
         assert model.commit(a, 7, range(5, 25), 8)[-1] is cl.CommitKind.COMPACT  # rebased: compacts again
@@ -408,3 +433,27 @@ def test_a_lookup_compaction_whose_input_another_writer_compacted_away_and_expir
         assert not any(file.level == 0 for split in table.scan().plan() for file in split.files), "level 0 went up"
         model.commit(a, 3, range(150, 300), 4)
     assert _data_files(table) == _live_paths(table), "a void compaction left files behind"
+
+
+
+def test_a_compaction_keeps_retractions_of_rows_another_writer_landed_since_the_writer_looked(
+        tmp_path: Path) -> None:
+    """A long-lived writer's compaction that takes in every file it knows of its bucket drops
+    retractions (its output is the bottom level): the files other writers landed in the bucket
+    since this writer last looked must be among them, or the rows those retractions retract
+    (older than them) come back."""
+    # The other writer never compacts; this one compacts two sorted runs at commit.
+    table = _table(tmp_path, **{"write-only": "true", "num-sorted-run.compaction-trigger": "2",
+                                "commit.force-compact": "true"})
+    with table.writer(commit_user="other") as other:
+        table.reset_options(["write-only"])
+        with cl.open_table(table.location).writer(commit_user="one") as writer:
+            writer.write(_rows(0, 5, 1))
+            assert writer.commit(1)
+            other.write(_rows(5, 10, 2))  # rows in the bucket since this writer looked
+            assert other.commit(1)
+            writer.write(pa.table({"k": np.arange(3, 8), "v": np.full(5, 3), "rowkind": ["-D"] * 5}))
+            landed = writer.commit(2)
+    assert [s.commit_kind for s in landed] == [cl.CommitKind.APPEND, cl.CommitKind.COMPACT]
+    assert sorted(table.scan().to_arrow().column("k").to_pylist()) == [0, 1, 2, 8, 9]
+    _assert_files_present(table)

@@ -410,15 +410,15 @@ class TableWrite:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
         states = list(self._buckets.values())
-        # Compactions that look up previous values (or diff the top level) rebase their bucket on
-        # what is committed now: read once for every bucket.
-        committed = None
+        # Compactions rebase their bucket on what is committed now (read once for every bucket,
+        # cached since the flush read it): other writers may have landed files in it since this
+        # writer looked, and a compaction of every file it knows drops retractions, which would
+        # let their older rows come back; those that look up previous values must see them too.
+        latest = self.ctx.latest_snapshot()
+        committed = None if latest is None else live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
         if compaction.forces_level0_up(self.ctx, self.changelog) or \
                 self.changelog.full_compaction_delta_commits is not None:
-            latest = self.ctx.latest_snapshot()
             self.view = latest.id if latest is not None else 0
-            if latest is not None:
-                committed = live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
             self._index_files = read_vectors.snapshot_vectors(self.ctx, latest)
         map_all(lambda s: self._compact(s, full=full_compaction, committed=committed), states)
         messages = []
@@ -473,7 +473,7 @@ class TableWrite:
         compacted = any(m.compact_before or m.compact_after for m in messages)
         lost_compaction = compacted and bool(landed) and landed[-1].commit_kind != CommitKind.COMPACT
         if landed:
-            self._assigner.landed(landed[-1])
+            self._assigner.landed(landed[0])
         if renumbered or not landed or lost_compaction:
             # Skipped, renumbered after another commit, or our compaction lost to another
             # committer: this writer's view of the buckets is stale, so it is restored from the

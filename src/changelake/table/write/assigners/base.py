@@ -48,7 +48,9 @@ class BucketAssigner(Protocol):
         ...
 
     def landed(self, snapshot: Snapshot) -> None:
-        """The prepared messages landed, the last of their snapshots being ``snapshot``."""
+        """The prepared messages landed, the first of their snapshots being ``snapshot``: the
+        APPEND with their rows (the COMPACT after it may follow other writers' commits), or a
+        COMPACT when they held compactions alone."""
         ...
 
     def forget(self) -> None:

@@ -29,7 +29,7 @@ from changelake.option_values import MergeEngineKind
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, bucket, kv
-from changelake.table.format.snapshot import Snapshot
+from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.write.assigners import key_places
 from changelake.table.write.assigners.key_index import (
     BUCKET_BITS,
@@ -133,7 +133,11 @@ class CrossPartitionBuckets:
         return [dataclasses.replace(m, key_base=self._state.base) for m in messages]
 
     def landed(self, snapshot: Snapshot) -> None:
-        if self._state is None:
+        # The index holds as of the APPEND snapshot with the placed rows (the commit check made
+        # sure no other writer's rows landed before it), not of a COMPACT snapshot after it:
+        # other writers' rows may land in between, and the next writer's staleness check and
+        # commit check start from the index's snapshot. Compactions alone move no key.
+        if self._state is None or snapshot.commit_kind is not CommitKind.APPEND:
             return
         self._state.base = snapshot.id
         self._state.dirty = False
