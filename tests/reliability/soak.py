@@ -39,6 +39,7 @@ from workload import Diff, Log, Mode
 import changelake as cl
 from changelake.errors import CommitConflictError
 from changelake.table.format import snapshot as snapshot_format
+from changelake.table.io import killpoints
 from pypaimon_oracle import PypaimonWorker
 
 OPTIONS = {
@@ -78,8 +79,23 @@ class _RaceCounter:
         return landed
 
 
+def _pause_before_compact_snapshots(seconds: float) -> None:
+    """Widen the window between a commit's APPEND snapshot and its COMPACT one, where other
+    writers' commits land: the races there showed only under load before."""
+    reached = killpoints.reached
+
+    def paused(point: killpoints.KillPoint, **kwargs: Any) -> None:
+        if point is killpoints.KillPoint.BEFORE_COMPACT_SNAPSHOT:
+            time.sleep(seconds)
+        reached(point, **kwargs)
+
+    killpoints.reached = paused
+
+
 def writer_main(spec: dict[str, Any]) -> None:
     races = _RaceCounter()
+    if spec["compact_pause"]:
+        _pause_before_compact_snapshots(spec["compact_pause"])
     table = cl.open_table(workload.table_location(spec["warehouse"]))
     mode = MODES[spec["mode"]]
     writer_id = spec["writer"]
@@ -242,13 +258,14 @@ def _verify_child(conn: Connection, spec: dict[str, Any]) -> None:
 
 
 def soak(warehouse: str, commits: int, *, pypaimon_address: str, mode: str = "fixed", seed: int = 0,
-         timeout: float = 600.0, every_snapshot: bool = True) -> SoakReport:
+         timeout: float = 600.0, every_snapshot: bool = True, compact_pause: float = 0.0) -> SoakReport:
     """Run the soak on a table of ``mode`` (one of ``MODES``) in ``warehouse`` and check it from a
-    fresh process (pypaimon is the worker at ``pypaimon_address``)."""
+    fresh process (pypaimon is the worker at ``pypaimon_address``); ``compact_pause`` seconds
+    before each writer's COMPACT snapshot let other writers' commits land in between."""
     workload.create_table(warehouse, MODES[mode].table_options, MODES[mode].primary_keys)
     context = workload.process_context()
     spec = {"warehouse": warehouse, "commits": commits, "seed": seed, "every_snapshot": every_snapshot,
-            "pypaimon_address": pypaimon_address, "mode": mode}
+            "pypaimon_address": pypaimon_address, "mode": mode, "compact_pause": compact_pause}
     stop = context.Event()
     writers = [
         context.Process(target=writer_main, daemon=True,
@@ -317,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--root", default=None, help="where the tables go (default: a temp directory, removed)")
+    parser.add_argument("--compact-pause", type=float, default=0.0,
+                        help="seconds each writer waits before its COMPACT snapshot (widens races after its APPEND)")
     args = parser.parse_args(argv)
     failed = False
     with tempfile.TemporaryDirectory(prefix="changelake-soak-") as scratch, PypaimonWorker.start() as worker:
@@ -326,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"soak: {mode} table, {args.commits} commits per writer, seed {args.seed}, table in {root}",
                   flush=True)
             report = soak(root, args.commits, pypaimon_address=worker.address, mode=mode, seed=args.seed,
-                          timeout=args.timeout)
+                          timeout=args.timeout, compact_pause=args.compact_pause)
             print(summary(report, args.commits, time.monotonic() - started, mode), flush=True)
             failed |= bool(report.errors)
     return 1 if failed else 0
