@@ -45,6 +45,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from ingest_read import PARTITIONS, SCHEMA, batches, compact_level0_left
 
 import changelake as cl
+from changelake.table.format.manifest import FileKind
+from changelake.table.format.snapshot import CommitKind
 from changelake.table.read import live_files
 
 
@@ -171,6 +173,23 @@ def scale_batches(commits: int, size: int, seed: int = 7) -> Iterator[pa.Table]:
         })
 
 
+def rows_rewritten(table: cl.Table, after: int) -> int:
+    """Rows of the data files that the compactions of the snapshots after ``after`` rewrote
+    (removed, not just moved to another level): the work a commit's compaction does."""
+    ctx = table.context
+    latest = ctx.latest_snapshot()
+    total = 0
+    for snapshot_id in range(after + 1, 0 if latest is None else latest.id + 1):
+        snapshot = ctx.snapshot(snapshot_id)
+        if snapshot.commit_kind is not CommitKind.COMPACT:
+            continue
+        entries = [e for m in live_files.manifest_list(ctx, snapshot.delta_manifest_list)
+                   for e in live_files.manifest_entries(ctx, m.file_name)]
+        added = {e.file.file_name for e in entries if e.kind is FileKind.ADD}
+        total += sum(e.file.row_count for e in entries if e.kind is FileKind.DELETE and e.file.file_name not in added)
+    return total
+
+
 def scale(rows: int, size: int, options: dict[str, str]) -> None:
     """The scale run (see the module docstring); prints its figures."""
     commits = rows // size
@@ -182,14 +201,17 @@ def scale(rows: int, size: int, options: dict[str, str]) -> None:
         print(f"{commits * size:,} rows in {commits:,} commits of {size:,}, options {options}", flush=True)
         durations: list[float] = []
         cpu: list[float] = []  # the process's CPU seconds (all threads) per commit: the work, whatever the load
+        rewritten: list[int] = []  # rows the commit's compactions rewrote
         writer = table.writer(commit_user="bench-job")
         started = time.perf_counter()
         for identifier, batch in enumerate(scale_batches(commits, size)):
+            before = table.latest_snapshot()
             start, start_cpu = time.perf_counter(), time.process_time()
             writer.write(batch)
             writer.commit(identifier)
             durations.append(time.perf_counter() - start)
             cpu.append(time.process_time() - start_cpu)
+            rewritten.append(rows_rewritten(table, 0 if before is None else before.id))
             if (identifier + 1) % 100 == 0:
                 print(f"  {identifier + 1:,} commits, {time.perf_counter() - started:,.0f} s, "
                       f"last p50 {statistics.median(durations[-100:]) * 1000:.0f} ms, "
@@ -215,8 +237,11 @@ def scale(rows: int, size: int, options: dict[str, str]) -> None:
         print("  slowest commits: " + ", ".join(f"#{i + 1} {durations[i]:.1f} s" for i in reversed(slowest)))
         for start_at in range(0, commits, window):
             part = sorted(durations[start_at:start_at + window])
+            cpu_part, rows_part = cpu[start_at:start_at + window], rewritten[start_at:start_at + window]
             print(f"  commits {start_at + 1}-{start_at + len(part)}: p50 {part[len(part) // 2] * 1000:.0f} ms, "
-                  f"p90 {part[int(0.9 * (len(part) - 1))] * 1000:.0f} ms, total {sum(part):.0f} s")
+                  f"p90 {part[int(0.9 * (len(part) - 1))] * 1000:.0f} ms, total {sum(part):.0f} s; CPU p50 "
+                  f"{statistics.median(cpu_part) * 1000:.0f} ms; rows rewritten p50 "
+                  f"{statistics.median(rows_part):,.0f}, mean {statistics.mean(rows_part):,.0f}")
         print(f"  peak RSS during ingest: {ingest_rss:,.0f} MB (target < 2,048; the generator's live-id "
               f"bitmap is {commits * size / 2**20:,.0f} MB of it)")
         print(f"  latest read (streamed): {read:,} live rows in {read_s:.1f} s = {read / read_s:,.0f} rows/s")

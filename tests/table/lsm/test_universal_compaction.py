@@ -83,6 +83,31 @@ def test_explain_level0_forces_level0_up_when_nothing_else_is_picked() -> None:
     assert PICKER.explain_level0(6, _runs((5, 1000))).rule is PickRule.NONE
 
 
+def test_forced_level0_goes_up_with_level1_and_weighs_level2_against_both() -> None:
+    # Paimon's ForceUpLevel0CompactionTest: level 1 joins whatever its size, and level 2 joins
+    # when level 0 and level 1 together reach it (level 1 would otherwise grow at every commit).
+    force = PICKER.pick_level0
+    assert (unit := force(3, _runs((0, 1), (1, 99), (2, 100)))) is not None
+    assert (len(unit.files), unit.output_level) == (3, 2)
+    assert (unit := force(3, _runs((0, 1), (1, 99), (2, 102)))) is not None
+    assert (len(unit.files), unit.output_level) == (2, 1)
+    assert (unit := force(3, _runs((0, 1), (1, 10)))) is not None and unit.output_level == 2
+    assert (unit := force(3, _runs((0, 1), (0, 5), (2, 10)))) is not None and unit.output_level == 1
+    assert (unit := force(3, _runs((0, 1), (0, 5), (0, 10), (0, 20)))) is not None and unit.output_level == 2
+    assert force(3, _runs((2, 10))) is None
+
+
+def test_run_count_pick_weighs_the_next_level_against_level0_and_level1() -> None:
+    # Paimon's UniversalCompactionTest.testFileNumCompactionConsidersLevel2.
+    unit = UniversalCompaction(max_size_amplification_percent=200, size_ratio=1, compaction_trigger=3).pick(
+        3, _runs((0, 10), (0, 20), (1, 97), (2, 100)))
+    assert unit is not None and (len(unit.files), unit.output_level) == (4, 2)
+
+
+def test_size_ratio_never_takes_a_larger_level1_run_before_a_pick_is_due() -> None:
+    assert PICKER.pick(6, _runs((0, 1), (1, 50), (2, 100), (3, 200), (4, 400))) is None
+
+
 def test_level0_output_extends_to_the_next_run_above_level0() -> None:
     unit = create_unit(_runs((0, 1), (0, 1), (2, 1), (4, 1)), max_level=5, run_count=1)
     assert unit.output_level == 2 and _names(unit) == ["f0", "f1", "f2"]

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import changelake as cl
+from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string()), ("n", pa.int64())])
@@ -183,3 +184,41 @@ def test_level0_files_without_retractions_move_up_without_a_rewrite(tmp_path: An
     (level0,) = [name for name, level in appended.items() if level == 0]
     assert level0 not in compacted
     assert [(r["k"], r["v"]) for r in _rows(partial)] == [(k, "b3" if k == 3 else f"a{k}") for k in range(10)]
+
+
+def test_a_writer_keeps_its_vectors_between_commits_and_rereads_them_after_another_writers(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", SCHEMA, primary_keys=["k"], options={**DV, "target-file-size": "4 kb"})
+    twin = cl.Catalog(str(tmp_path)).create_table("db.twin", SCHEMA, primary_keys=["k"], options={"bucket": "2"})
+    parsed: list[str] = []  # the index files whose vectors are parsed
+    parsed_at: set[int] = set()
+    parse = read_vectors.bucket_vectors
+
+    def counted(ctx: Any, files: Any) -> Any:
+        files = list(files)
+        parsed.extend(f.file_name for f in files)
+        return parse(ctx, files)
+
+    monkeypatch.setattr(read_vectors, "bucket_vectors", counted)
+    with table.writer(commit_user="a") as writer, twin.writer(commit_user="a") as twin_writer:
+        for i in range(12):
+            keys = list(range(i * 10, i * 10 + 40))
+            if i in (5, 9):  # another writer's commit: its compaction marks rows this writer's vectors do not
+                other_keys = list(range(i * 10 - 30, i * 10 + 5))
+                for t in (table, twin):
+                    with t.writer(commit_user="b") as other:
+                        other.write(_batch(other_keys, f"b{i}-"))
+                        other.commit(0)
+            parsed.clear()
+            for w in (writer, twin_writer):
+                w.write(_batch(keys, f"a{i}-"))
+                w.commit(i)
+            if parsed:
+                parsed_at.add(i)
+            assert _rows(table) == _rows(twin)
+    # Only after the other writer's commits (its index files replaced those this writer's last
+    # commit left; a compaction started before it may still start from the older ones).
+    assert parsed_at and parsed_at <= {5, 9}
+    rows = table.scan().to_arrow()
+    assert len(pc.unique(rows.column("k"))) == rows.num_rows

@@ -147,7 +147,7 @@ def index_changes(
         return (), ()
     names = {f.file_name for f in live}
     kept = {name: v for name, v in vectors.items() if name in names and v}
-    if kept.keys() == base.keys() and all(kept[name] == base[name] for name in kept):
+    if kept.keys() == base.keys() and all(kept[name] is base[name] or kept[name] == base[name] for name in kept):
         return (), ()
     added = write_index_file(ctx, kept)
     return (() if added is None else (added,)), tuple(base_files)

@@ -111,14 +111,19 @@ class UniversalCompaction:
         self, max_level: int, runs: Sequence[LevelSortedRun], candidate_count: int, *, force: bool = False
     ) -> CompactUnit | None:
         candidate_size = sum(r.run.total_size for r in runs[:candidate_count])
+        # Once a compaction is due, level 0 and level 1 go in whatever their size, and the
+        # size ratio is then weighed against all of it: a level-1 run merged into at every
+        # forced commit would otherwise grow without bound (Paimon's "level 1 inflation" fix).
+        triggered = force or candidate_count > 1
         for nxt in runs[candidate_count:]:
-            if candidate_size * (100.0 + self.size_ratio) / 100.0 < nxt.run.total_size:
+            if candidate_size * (100.0 + self.size_ratio) / 100.0 < nxt.run.total_size and (
+                not triggered or nxt.level > 1
+            ):
                 break
             candidate_size += nxt.run.total_size
             candidate_count += 1
-        if candidate_count > 1 or force:
-            return create_unit(runs, max_level, candidate_count)
-        return None
+            triggered = True
+        return create_unit(runs, max_level, candidate_count) if triggered else None
 
 
 def _run_count(runs: Sequence[LevelSortedRun], unit: CompactUnit) -> int:

@@ -48,6 +48,10 @@ class BucketState:
     # ``compacted`` started from, and those the running background compaction started from
     compacted_base: deletion_vectors.IndexBase | None = None
     running_base: deletion_vectors.IndexBase | None = None
+    # deletion vectors: the index files the last prepared commit leaves the bucket with, and
+    # their vectors; the next commit starts from them while they are the committed ones,
+    # rather than parsing every vector again (Paimon's writer keeps a bucket's vectors too)
+    prepared_base: deletion_vectors.IndexBase | None = None
 
     def void_compactions(self, ctx: TableContext, committed: Collection[DataFileMeta]) -> None:
         """Drop the compactions not yet committed (deleting the files they wrote) and rebase the

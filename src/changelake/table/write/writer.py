@@ -356,6 +356,9 @@ class TableWrite:
 
     def _committed_vectors(self, state: BucketState) -> deletion_vectors.IndexBase:
         files = tuple(self._index_files.get((state.partition, state.bucket), []))
+        kept = state.prepared_base
+        if kept is not None and {f.file_name for f in kept.files} == {f.file_name for f in files}:
+            return deletion_vectors.IndexBase(files, kept.vectors)  # index files are never rewritten
         return deletion_vectors.IndexBase(files, read_vectors.bucket_vectors(self.ctx, files))
 
     def _vectors_after_commit(self, state: BucketState) -> deletion_vectors.IndexBase:
@@ -433,6 +436,8 @@ class TableWrite:
                 ))
             state.new_files = []
             state.changelog = []
+            if state.compacted_base is not None:
+                state.prepared_base = self._vectors_after_commit(state)
             state.compacted = compaction.CompactResult()
             state.compacted_base = None
             state.index_added = state.index_deleted = ()
