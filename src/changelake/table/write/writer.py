@@ -341,7 +341,7 @@ class TableWrite:
                 ctx, state.compacted_base.files, state.compacted_base.vectors, state.compacted.vectors,
                 state.levels.files)
         if not sync and state.running is None and self._background:
-            if committed is not None:  # its lookups must see what other writers committed
+            if committed is not None:  # (as above: it may drop retractions, or look keys up)
                 self._refresh(state, committed.get((state.partition, state.bucket), []))
             choose = compaction.picker(ctx)
             pick = choose.pick_level0 if force_level0 else choose.pick
@@ -383,9 +383,10 @@ class TableWrite:
 
     def _refresh(self, state: BucketState, files: list[DataFileMeta]) -> None:
         """Rebase the bucket's levels on ``files``, its files committed now: other writers may
-        have committed in it since this writer looked, and a compaction that looks up previous
-        values (or diffs the top level) must see them. Kept as is when a compaction not yet
-        committed lost its inputs meanwhile (its commit is void anyway)."""
+        have committed in it since this writer looked, and a compaction must see their files (one
+        to the bottom level drops retractions of their rows; lookups must find their keys). Kept
+        as is when a compaction not yet committed lost its inputs meanwhile (its commit is void
+        anyway)."""
         committed = {(f.file_name, f.level): f for f in files}
         new = {f.file_name for f in state.new_files}
         if any((f.file_name, f.level) not in committed for f in state.compacted.before if f.file_name not in new):
@@ -413,12 +414,12 @@ class TableWrite:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
         states = list(self._buckets.values())
-        # Compactions rebase their bucket on what is committed now (read once for every bucket,
-        # cached since the flush read it): other writers may have landed files in it since this
-        # writer looked, and a compaction of every file it knows drops retractions, which would
-        # let their older rows come back; those that look up previous values must see them too.
+        # Compactions rebase their bucket on what is committed now (cached since the flush read
+        # it): another writer's files landed since would otherwise miss the retractions a compaction
+        # drops, and lookups must see them too (a write-only writer does not compact).
         latest = self.ctx.latest_snapshot()
-        committed = None if latest is None else live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
+        committed = None if latest is None or self.ctx.options.write_only else \
+            live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
         if compaction.forces_level0_up(self.ctx, self.changelog) or \
                 self.changelog.full_compaction_delta_commits is not None:
             self.view = latest.id if latest is not None else 0
