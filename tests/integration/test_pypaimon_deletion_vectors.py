@@ -14,6 +14,8 @@ import pyarrow as pa
 import pytest
 
 import changelake as cl
+from changelake.table.lsm import compactor
+from changelake.table.merge import chunked
 from pypaimon_oracle import Pypaimon
 
 SCHEMA = pa.schema([pa.field("dt", pa.string(), nullable=False), pa.field("k", pa.int64(), nullable=False),
@@ -26,6 +28,8 @@ ENGINES = {
     "deduplicate-gentle": {"lookup-compact": "gentle", "lookup-compact.max-interval": "4"},
     # level 0 goes up in the background and lands with a later commit
     "deduplicate-async": {"lookup-wait": "false"},
+    # every compaction section merged in key-bounded chunks (as big ones are), a few rows at a time
+    "deduplicate-chunked": {},
     "partial-update": {"merge-engine": "partial-update"},
     "aggregation": {"merge-engine": "aggregation", "fields.n.aggregate-function": "sum"},
 }
@@ -40,8 +44,12 @@ def _paimon_rows(pypaimon: Pypaimon, warehouse: str, snapshot_id: int) -> list[d
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_pypaimon_reads_every_snapshot_as_changelake(tmp_path: Any, pypaimon: Pypaimon, engine: str) -> None:
+def test_pypaimon_reads_every_snapshot_as_changelake(tmp_path: Any, pypaimon: Pypaimon, engine: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     warehouse = str(tmp_path)
+    if engine == "deduplicate-chunked":
+        monkeypatch.setattr(compactor, "CHUNKED_COMPACTION_BYTES", 0)
+        monkeypatch.setattr(chunked, "BATCH_ROWS", 4)
     options = {"bucket": "2", "deletion-vectors.enabled": "true", "target-file-size": "2 kb",
                "num-sorted-run.compaction-trigger": "3", **ENGINES[engine]}
     table = cl.Catalog(warehouse).create_table("db.t", SCHEMA, primary_keys=["dt", "k"], partition_keys=["dt"],
@@ -55,7 +63,7 @@ def test_pypaimon_reads_every_snapshot_as_changelake(tmp_path: Any, pypaimon: Py
                     "v": [None if engine == "partial-update" and rng.random() < 0.3 else f"s{step}"
                           for _ in range(count)],
                     "n": [rng.randrange(10) for _ in range(count)]}
-            deletes = engine in ("deduplicate", "deduplicate-gentle", "deduplicate-async")
+            deletes = engine in ("deduplicate", "deduplicate-gentle", "deduplicate-async", "deduplicate-chunked")
             kinds = ["-D" if deletes and rng.random() < 0.2 else "+I" for _ in range(count)]
             writer.write(pa.table({**rows, "rowkind": kinds}))
             writer.commit(step)

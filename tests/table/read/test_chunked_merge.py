@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pytest
 
 import changelake as cl
+from changelake.table.lsm import compactor
 from changelake.table.merge import chunked
 
 ENGINES = {
@@ -92,6 +93,7 @@ def _both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: Callable[[Path],
     whole = run(tmp_path / "whole")
     with monkeypatch.context() as patched:
         patched.setattr(chunked, "CHUNKED_MERGE_BYTES", 0)
+        patched.setattr(compactor, "CHUNKED_COMPACTION_BYTES", 0)  # its compactions too
         patched.setattr(chunked, "BATCH_ROWS", 4)
         parts = run(tmp_path / "chunked")
     return whole, parts

@@ -34,6 +34,13 @@ from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 
 SMALL_FILE_RATIO = 0.7  # files under 70% of target-file-size are rewritten, not upgraded
+# A compaction section of more Parquet bytes than this is merged in key-bounded chunks, its
+# inputs read and its outputs written a batch at a time, rather than whole (a split's read
+# merges whole up to chunked.CHUNKED_MERGE_BYTES). A whole merge holds its inputs decoded
+# (~5x their Parquet bytes) and the merged copy until it is written: ~10x in all, for each of
+# the buckets a commit compacts at once. The binary-counter merges of a 100M-row deletion-vector
+# ingest (16-32 MB sections of 1-2.5M rows, four buckets at once) took 500-700 MB that way.
+CHUNKED_COMPACTION_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -190,7 +197,7 @@ class _Task:
                 # each key and sorts by key alone.
                 oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
                 tagged = self._looks_up_older(files) and any(f.level > 0 for f in files)
-                if len(files) > 1 and chunked.is_big(files):
+                if len(files) > 1 and _streamed(files):
                     # Merged a chunk of keys at a time, in bounded memory (merges are per key).
                     # Sections that look older keys up (first-row, deletion vectors with files
                     # outside the unit) look up each chunk's keys alone: the files outside
@@ -217,7 +224,7 @@ class _Task:
         # keep values); for the others, big outputs are not held (deletion vectors' lookups need
         # just their keys, read from the file on the first lookup).
         store = self.store
-        kept = store is not None and (store.values or not chunked.is_big([f for s in sections for f in s]))
+        kept = store is not None and (store.values or not _streamed([f for s in sections for f in s]))
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
                                   self.unit.output_level, file_source=FileSource.COMPACT,
                                   on_file=on_file if kept else None)
@@ -304,6 +311,11 @@ class _Task:
         found = indexed.join(older, keys=key_columns, join_type="left semi").column("__row")
         keep = pc.invert(pc.is_in(indexed.column("__row"), value_set=found.combine_chunks()))
         return merged.filter(keep)
+
+
+def _streamed(files: Sequence[DataFileMeta]) -> bool:
+    """Whether a compaction merges ``files`` in chunks (see :data:`CHUNKED_COMPACTION_BYTES`)."""
+    return sum(f.file_size for f in files) > CHUNKED_COMPACTION_BYTES
 
 
 def _unique_sorted(ctx: TableContext, rows: pa.Table) -> bool:
