@@ -70,7 +70,7 @@ def merged_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str, files: S
     if len(key_columns) == 1 and pa.types.is_integer(schema.field(key_columns[0]).type):
         # Binary searches for the keys, then the found rows a deletion vector leaves: the work
         # follows the keys, not the size of the files.
-        wanted = np.unique(keys.column(0).to_numpy())
+        wanted = sort.unique_sorted(np.asarray(keys.column(0).to_numpy()))
         parts = []
         for f in overlapping:
             stored = file_rows(ctx, cache, bucket_dir, f)

@@ -36,6 +36,7 @@ from changelake.api.table import Table
 from changelake.changelog import producers
 from changelake.errors import StreamingError
 from changelake.streaming import write_tasks
+from changelake.streaming.arrow_batches import collected
 from changelake.streaming.spark_schema import with_table_timestamps
 from changelake.streaming.write_tasks import BUCKET_COLUMN, MESSAGE_COLUMN
 from changelake.table.changelog_hook import ChangelogHook
@@ -174,8 +175,8 @@ def fixed_bucket_plan(df: DataFrame, ctx: TableContext) -> dict[bytes, int]:
     """The real buckets of each partition the rows of ``df`` are in, for a postpone-bucket
     table's fixed-bucket batch write (a job sums each partition's rows and bytes)."""
     sizes: dict[bytes, tuple[int, int]] = {}
-    for row in df.mapInArrow(functools.partial(write_tasks.partition_sizes, ctx),
-                             "partition binary, rows long, bytes long").collect():
+    for row in collected(df.mapInArrow(functools.partial(write_tasks.partition_sizes, ctx),
+                                       "partition binary, rows long, bytes long")):
         partition = bytes(row["partition"])
         rows, size = sizes.get(partition, (0, 0))
         sizes[partition] = (rows + row["rows"], size + row["bytes"])
@@ -246,7 +247,7 @@ def land_written(ctx: TableContext, changelog: ChangelogHook, written: DataFrame
           identifier: int) -> list[Snapshot]:
     """Run the write job whose rows are the tasks' results (:class:`write_tasks.TaskResult`)
     and commit their messages as one, as (``commit_user``, ``identifier``)."""
-    results = [write_tasks.task_result(row[MESSAGE_COLUMN]) for row in written.collect()]
+    results = [write_tasks.task_result(row[MESSAGE_COLUMN]) for row in collected(written)]
     killpoints.reached(KillPoint.SINK_WRITTEN)
     messages = [m for r in results for m in r.messages]
     if not messages:

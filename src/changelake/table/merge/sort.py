@@ -142,6 +142,15 @@ def ordered_group_ends(keys: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], 
     return np.append(changed, True)
 
 
+def unique_sorted(values: np.ndarray) -> np.ndarray:
+    """The distinct ``values``, ascending: ``values`` themselves when they are so already (the
+    keys of one sorted file, as a compaction's level-0 input mostly is), checked in one pass
+    instead of sorted again."""
+    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
+        return values
+    return np.unique(values)
+
+
 def deduplicate(table: pa.Table, key_names: Sequence[str], *, drop_retractions: bool = False) -> pa.Table:
     """Last row (highest sequence) of every key, sorted by key; delete markers kept, or with
     ``drop_retractions`` left out (taken once, rather than taken and then filtered)."""
