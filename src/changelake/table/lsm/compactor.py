@@ -197,7 +197,7 @@ class _Task:
                 # each key and sorts by key alone.
                 oldest_first = sorted(files, key=lambda f: (f.max_sequence_number, f.min_sequence_number))
                 tagged = self._looks_up_older(files) and any(f.level > 0 for f in files)
-                if len(files) > 1 and _streamed(files):
+                if len(files) > 1 and chunked.is_big(files, limit=CHUNKED_COMPACTION_BYTES):
                     # Merged a chunk of keys at a time, in bounded memory (merges are per key).
                     # Sections that look older keys up (first-row, deletion vectors with files
                     # outside the unit) look up each chunk's keys alone: the files outside
@@ -224,7 +224,8 @@ class _Task:
         # keep values); for the others, big outputs are not held (deletion vectors' lookups need
         # just their keys, read from the file on the first lookup).
         store = self.store
-        kept = store is not None and (store.values or not _streamed([f for s in sections for f in s]))
+        kept = store is not None and (store.values or not chunked.is_big([f for s in sections for f in s],
+                                                                  limit=CHUNKED_COMPACTION_BYTES))
         written = data_file.write(ctx.file_io, self.bucket_dir, merged_sections(), ctx.file_settings,
                                   self.unit.output_level, file_source=FileSource.COMPACT,
                                   on_file=on_file if kept else None)
@@ -311,11 +312,6 @@ class _Task:
         found = indexed.join(older, keys=key_columns, join_type="left semi").column("__row")
         keep = pc.invert(pc.is_in(indexed.column("__row"), value_set=found.combine_chunks()))
         return merged.filter(keep)
-
-
-def _streamed(files: Sequence[DataFileMeta]) -> bool:
-    """Whether a compaction merges ``files`` in chunks (see :data:`CHUNKED_COMPACTION_BYTES`)."""
-    return sum(f.file_size for f in files) > CHUNKED_COMPACTION_BYTES
 
 
 def _unique_sorted(ctx: TableContext, rows: pa.Table) -> bool:

@@ -30,9 +30,10 @@ BATCH_ROWS = 64 * 1024
 _Key = tuple[Any, ...]
 
 
-def is_big(files: Sequence[DataFileMeta]) -> bool:
-    """Whether ``files`` are too big together to be merged whole."""
-    return sum(f.file_size for f in files) > CHUNKED_MERGE_BYTES
+def is_big(files: Sequence[DataFileMeta], *, limit: int | None = None) -> bool:
+    """Whether ``files`` are too big together to be merged whole: over ``limit`` bytes
+    (:data:`CHUNKED_MERGE_BYTES` unless given)."""
+    return sum(f.file_size for f in files) > (CHUNKED_MERGE_BYTES if limit is None else limit)
 
 
 def batches_of(rows: pa.Table) -> Iterator[pa.Table]:
