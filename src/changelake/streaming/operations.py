@@ -42,6 +42,7 @@ from changelake.api.table import Table
 from changelake.changelog import producers
 from changelake.errors import DataError, OptionError, StreamingError
 from changelake.streaming import append_operations, operation_tasks, write_tasks
+from changelake.streaming.arrow_batches import collected
 from changelake.streaming.maintenance import max_tasks
 from changelake.streaming.operation_tasks import ROUTED_DDL
 from changelake.streaming.sink import (
@@ -289,7 +290,7 @@ def overwrite(df: DataFrame, table: Table | str, *, partitions: Mapping[str, Any
         rows = bucketed.repartition(*[column(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
     write_groups = functools.partial(operation_tasks.overwrite_groups, ctx, plan)
     results = [operation_tasks.overwrite_result(row[MESSAGE_COLUMN])
-               for row in rows.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary").collect()]
+               for row in collected(rows.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary"))]
     killpoints.reached(KillPoint.SINK_WRITTEN)
     messages = [m for r in results for m in r.messages]
     try:
