@@ -213,3 +213,15 @@ def test_a_missing_index_file_is_corrupt_metadata_and_indexed_columns_stay(tmp_p
     with pytest.raises(OptionError, match=r"file-index\.bloom-filter\.columns"):
         table.update_schema().rename_column("name", "title").commit()
     assert "name" in cl.Catalog(str(tmp_path)).get_table("db.a").schema.names
+
+
+@pytest.mark.parametrize(("stored", "wanted"), [(0.0, -0.0), (-0.0, 0.0)])
+def test_a_bloom_filter_finds_either_zero(tmp_path: Path, stored: float, wanted: float) -> None:
+    # Arrow's 0.0 equals -0.0, but the bloom filter hashes a double's bits: the file holding
+    # the other zero was skipped
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("score", pa.float64())])
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", schema, options={
+        "file-index.bloom-filter.columns": "score", "metadata.stats-mode": "none"})
+    table.write(pa.table({"id": [1, 2], "score": [stored, 5.0]}, schema=schema))
+    assert _ids(table.scan(filter=pc.field("score") == wanted)) == [1]
+    assert _ids(table.scan(filter="score = 0.0")) == [1]

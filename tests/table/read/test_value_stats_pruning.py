@@ -257,3 +257,22 @@ def test_stats_mode_per_level_and_of_changelog_files(tmp_path: Path) -> None:
     [top] = [f for split in table.scan().plan() for f in split.files]
     assert top.level > 0 and top.value_stats_cols is None  # the default truncate(16) above level 0
     assert _files(table.scan(filter=pc.field("name") == "nope")) == 0
+
+
+@pytest.mark.parametrize("primary_keys", [[], ["id"]])
+def test_nan_rows_are_not_hidden_by_the_bounds(tmp_path: Path, primary_keys: list[str]) -> None:
+    # min and max skip NaN: a file of [1.0, NaN] was bounded to score = 1.0 (and one of [NaN] to
+    # NaN..NaN), so filters the NaN rows match (!=, NOT, is_nan, IN (NaN)) skipped the file
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("score", pa.float64())])
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", schema, primary_keys=primary_keys,
+                                                   options={"bucket": "1"} if primary_keys else {})
+    table.write(pa.table({"id": [1, 2], "score": [1.0, float("nan")]}, schema=schema))
+    table.write(pa.table({"id": [3], "score": [float("nan")]}, schema=schema))
+    score = pc.field("score")
+    for expression in (score != 1.0, ~(score == 1.0), "score <> 1.0", "NOT score = 1.0", score.is_nan(),
+                       score.isin([float("nan")])):
+        assert _ids(table.scan(filter=expression)) == [2, 3], expression
+    assert _ids(table.scan(filter=score > 0.5)) == [1]
+    # a file without NaN keeps its bounds
+    table.write(pa.table({"id": [4], "score": [7.0]}, schema=schema))
+    assert _files(table.scan(filter=score < 5.0)) == _files(table.scan()) - 1

@@ -113,6 +113,7 @@ class Collector:
         self.constant = [i for i in bounded if self.fields[i].name in constant]
         self.gathered = [i for i in bounded if self.fields[i].name not in constant]
         self.first: dict[int, pa.Scalar] = {}  # of the constant columns
+        self.unordered: set[int] = set()  # gathered columns holding NaN: no bounds
         # a column without bounds: a null of its type (nested columns have no slot value of
         # their own: a null of any type is theirs)
         self.absent = [pa.scalar(None, pa.binary() if pa.types.is_nested(f.type) else f.type) for f in self.fields]
@@ -125,9 +126,19 @@ class Collector:
         if not self.first and chunk.num_rows:
             self.first = {i: chunk.column(self.fields[i].name)[0] for i in self.constant}
         for i in self.gathered:
+            if i in self.unordered:
+                continue
             column = chunk.column(self.fields[i].name)
-            if column.null_count < len(column):
-                self.bounds[i].append(pc.min_max(column))
+            if column.null_count == len(column):
+                continue
+            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+                # min and max skip NaN, which compares to nothing, so bounds would hide the
+                # NaN rows from a filter they match (!=, NOT, is_nan): none, as Parquet's
+                # writers give none for a column holding NaN
+                self.unordered.add(i)
+                self.bounds[i] = []
+                continue
+            self.bounds[i].append(pc.min_max(column))
 
     def stats(self, empty: SimpleStats, given: Mapping[str, tuple[pa.Scalar, pa.Scalar]] | None = None
               ) -> tuple[SimpleStats, tuple[str, ...] | None]:
@@ -159,7 +170,7 @@ class Collector:
     def _bounds(self, i: int) -> tuple[pa.Scalar, pa.Scalar] | None:
         if i in self.first:
             value = self.first[i]
-            return (value, value) if value.is_valid else None
+            return (value, value) if value.is_valid and value.as_py() == value.as_py() else None  # not NaN
         bounds = self.bounds[i]
         if not bounds:
             return None

@@ -171,6 +171,10 @@ def may_match(node: Node, indexes: Indexes) -> bool:
         values = values.cast(t)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return True  # a value of another type: compared after a cast, which the index cannot follow
+    if pa.types.is_floating(t):
+        # a filter's 0.0 matches -0.0 and the other way round, which indexes keep apart (by bits)
+        zeros = values.filter(pc.equal(values, 0))
+        values = pa.concat_arrays([values, pc.negate(zeros)])
     return all(file_index.may_contain(kind, body, values) for kind, body in kinds.items())
 
 

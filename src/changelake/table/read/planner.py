@@ -89,7 +89,7 @@ def _range_guarantee(names: Sequence[str], types: Sequence[pa.DataType], stats: 
     guarantee = pc.scalar(True)
     counts = stats.null_counts or (None,) * len(types)
     for name, t, low, high, nulls in zip(names, types, lows, highs, counts, strict=True):
-        if low is None or high is None:
+        if not (value_pruning.orderable(low) and value_pruning.orderable(high)):
             continue
         field = pc.field(name)
         if low == high:

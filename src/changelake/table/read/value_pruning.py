@@ -22,6 +22,12 @@ from changelake.table.format.manifest import DataFileMeta
 _NOTHING: pc.Expression = pc.scalar(True)
 
 
+def orderable(bound: object) -> bool:
+    """Whether a statistics bound orders rows: not null, nor NaN (which other writers may
+    record and which compares to nothing, so a filter could not tell the NaN rows apart)."""
+    return bound is not None and bound == bound
+
+
 def guarantee(ctx: TableContext, file: DataFileMeta) -> pc.Expression:
     """What every row of ``file`` satisfies by its value statistics (True: nothing known)."""
     stats = file.value_stats
@@ -57,7 +63,7 @@ def guarantee(ctx: TableContext, file: DataFileMeta) -> pc.Expression:
         if nulls is not None and nulls == file.row_count:
             result = result & column.is_null()
             continue
-        if low is None or high is None:
+        if not (orderable(low) and orderable(high)):
             continue
         bounds = [column == pc.scalar(pa.scalar(low, t))] if low == high else \
             [column >= pc.scalar(pa.scalar(low, t)), column <= pc.scalar(pa.scalar(high, t))]
