@@ -64,19 +64,45 @@ def drop_retractions(table: pa.Table) -> pa.Table:
     return table if keep.all() else table.filter(pa.array(keep))
 
 
+_LONG_MAX = 0x7FFFFFFFFFFFFFFF
+
+
+def java_float_order(value: float) -> int:
+    """An integer ordered as Java's ``Double.compare`` orders ``value``: -0.0 below 0.0, every
+    NaN one value above infinity (a float widens to a double in the same order)."""
+    bits: int = np.array(value if value == value else np.nan, np.float64).view(np.int64).item()
+    return bits ^ _LONG_MAX if bits < 0 else bits
+
+
 class KeyCodec:
-    """Decodes serialized key BinaryRows (file min/max keys) into comparable tuples; a bounded
-    cache keeps the keys decoded recently, since the same files are compared again and again."""
+    """Decodes serialized key BinaryRows (file min/max keys) into tuples ordered as Paimon
+    orders keys (see :meth:`__call__`); a bounded cache keeps the keys decoded recently, since
+    the same files are compared again and again."""
 
     def __init__(self, types: Sequence[pa.DataType]) -> None:
         self.types = list(types)
+        self._floats = [i for i, t in enumerate(self.types) if pa.types.is_floating(t)]
         self._decode = functools.lru_cache(maxsize=65536)(self._decode_uncached)
 
     def __call__(self, data: bytes) -> tuple[Any, ...]:
+        """The key, comparable with ``<`` and ``==`` as Paimon compares keys: float columns as
+        integers in Java's ``Double.compare`` order (Python's floats equate -0.0 with 0.0 and
+        compare nothing with NaN, so files of distinct keys overlapped and NaN keys broke the
+        order of files by key)."""
         return self._decode(data)
 
-    def _decode_uncached(self, data: bytes) -> tuple[Any, ...]:
+    def values(self, data: bytes) -> tuple[Any, ...]:
+        """The key's column values as they are (for showing)."""
         return binary_row.from_bytes(binary_row.deserialize(data)[1], self.types)
+
+    def _decode_uncached(self, data: bytes) -> tuple[Any, ...]:
+        key = self.values(data)
+        if not self._floats:
+            return key
+        ordered = list(key)
+        for i in self._floats:
+            ordered[i] = java_float_order(ordered[i])
+        return tuple(ordered)
 
     def clear(self) -> None:
         """Drop the cached keys."""

@@ -101,7 +101,8 @@ class TableInspection:
 
 
 def _file(ctx: TableContext, f: DataFileMeta) -> FileInspection:
-    return FileInspection(f.file_name, f.level, f.row_count, f.file_size, ctx.key_of(f.min_key), ctx.key_of(f.max_key),
+    return FileInspection(f.file_name, f.level, f.row_count, f.file_size, ctx.key_of.values(f.min_key),
+                          ctx.key_of.values(f.max_key),
                           f.min_sequence_number, f.max_sequence_number, f.delete_row_count,
                           f.file_source == FileSource.COMPACT)
 
