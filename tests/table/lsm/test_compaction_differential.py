@@ -206,6 +206,9 @@ def histories(draw: st.DrawFn) -> tuple[str, pa.DataType, dict[str, str], list[S
     options["num-sorted-run.compaction-trigger"] = draw(st.sampled_from(["2", "5"]))
     if draw(st.booleans()):
         options["target-file-size"] = "1 kb"
+    if draw(st.booleans()):  # lookups evicting and reloading files
+        options["lookup.cache-max-memory-size"] = "1 kb"
+        options["lookup.cache-max-disk-size"] = "2 kb"
     return case, key_type, options, draw(steps_of(kinds, keys))
 
 

@@ -276,3 +276,15 @@ def test_nan_rows_are_not_hidden_by_the_bounds(tmp_path: Path, primary_keys: lis
     # a file without NaN keeps its bounds
     table.write(pa.table({"id": [4], "score": [7.0]}, schema=schema))
     assert _files(table.scan(filter=score < 5.0)) == _files(table.scan()) - 1
+
+
+def test_a_filter_comparing_with_nan_skips_no_file_wrongly(tmp_path: Path) -> None:
+    # Arrow's simplification orders NaN above every bound: NOT (score < NaN), true for every
+    # non-null score, was taken as false for a file bounded to [0.5, 2.0] and the file skipped
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("score", pa.float64())])
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", schema)
+    table.write(pa.table({"id": [1, 2], "score": [0.5, 2.0]}, schema=schema))
+    nan = pc.scalar(float("nan"))
+    for expression in (~(pc.field("score") < nan), ~(pc.field("score") <= nan), ~(pc.field("id") < nan)):
+        assert _ids(table.scan(filter=expression)) == [1, 2], expression
+    assert _ids(table.scan(filter=pc.field("score") < nan)) == []

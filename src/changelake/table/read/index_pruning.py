@@ -17,6 +17,7 @@ statistics, and ``file-index.read.enabled`` = false turns this off.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -119,6 +120,13 @@ def _node(head: tuple[str, str], rest: Iterator[tuple[str, str]], table: pa.Tabl
         else:
             arguments.append(_node(item, rest, table))
     raise ValueError(f"call {value} without end")
+
+
+def holds_nan(node: Node) -> bool:
+    """Whether the tree has a NaN literal (value sets of ``IN`` aside)."""
+    if isinstance(node, Literal):
+        return pa.types.is_floating(node.value.type) and node.value.is_valid and math.isnan(node.value.as_py())
+    return isinstance(node, Call) and any(holds_nan(a) for a in node.arguments)
 
 
 def point_columns(node: Node) -> set[str]:

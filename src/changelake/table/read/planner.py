@@ -106,6 +106,10 @@ def _prune(ctx: TableContext, candidates: Sequence[Any], guarantees: Sequence[pc
     """The candidates whose guarantee does not contradict the filter (Arrow simplifies)."""
     if not candidates:
         return []
+    if index_pruning.holds_nan(index_pruning.parse(expression)):
+        # Arrow's simplification orders NaN above every bound (NOT x < NaN given x <= 2 is
+        # taken as false, though x < NaN is false for every x): such filters prune nothing
+        return list(candidates)
     dataset = ds.FileSystemDataset.from_paths(
         [str(i) for i in range(len(candidates))], schema=ctx.arrow_schema, format=ds.ParquetFileFormat(),
         filesystem=pafs.LocalFileSystem(), partitions=list(guarantees),
