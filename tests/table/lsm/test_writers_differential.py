@@ -1,5 +1,5 @@
-"""A long-lived writer committing many times while other writers commit in between (one-shot
-writes, full compactions) leaves a table with deletion vectors (whose writer keeps its vectors
+"""Two long-lived writers committing many times, in turns and with other writers committing in
+between (one-shot writes, full compactions), leaves a table with deletion vectors (whose writer keeps its vectors
 between commits and must reread them after another's) equal to a twin table without them
 that got the same operations, for each merge engine, with merges forced into tiny chunks or
 not; random histories."""
@@ -48,7 +48,7 @@ def histories(draw: st.DrawFn) -> tuple[dict[str, str], list[tuple[str, Any]]]:
         options["target-file-size"] = "1 kb"
     if draw(st.booleans()):
         options["changelog-producer"] = "lookup"
-    step = st.one_of(rows_strategy(kinds).map(lambda r: ("mine", r)), rows_strategy(kinds).map(lambda r: ("other", r)),
+    step = st.one_of(*(rows_strategy(kinds).map(lambda r, who=who: (who, r)) for who in ("mine", "theirs", "other")),
                      st.just(("full", None)))
     return options, draw(st.lists(step, min_size=1, max_size=8))
 
@@ -63,10 +63,13 @@ def check(options: dict[str, str], steps: list[tuple[str, Any]]) -> None:
         vectors = catalog.create_table("db.dv", SCHEMA, primary_keys=["k"],
                                        options={**options, "deletion-vectors.enabled": "true"})
         twin = catalog.create_table("db.twin", SCHEMA, primary_keys=["k"], options=options)
-        with vectors.writer(commit_user="a") as mine, twin.writer(commit_user="a") as twin_mine:
+        with vectors.writer(commit_user="a") as mine, twin.writer(commit_user="a") as twin_mine, \
+                vectors.writer(commit_user="b") as theirs, twin.writer(commit_user="b") as twin_theirs:
+            writers = {"mine": (mine, twin_mine), "theirs": (theirs, twin_theirs)}
             for i, (kind, rows) in enumerate(steps):
-                for table, writer in ((vectors, mine), (twin, twin_mine)):
-                    if kind == "mine":
+                for at, table in enumerate((vectors, twin)):
+                    if kind in writers:
+                        writer = writers[kind][at]
                         writer.write(pa.Table.from_pylist(rows, schema=WRITE_SCHEMA))
                         writer.commit(i)
                     elif kind == "other":
