@@ -43,7 +43,8 @@ def rows_strategy(kinds: tuple[str, ...]) -> st.SearchStrategy[list[dict[str, An
 def histories(draw: st.DrawFn) -> tuple[dict[str, str], list[tuple[str, Any]]]:
     engine = draw(st.sampled_from(list(ENGINES)))
     options, kinds = ENGINES[engine]
-    options = {"bucket": "1", **options, "num-sorted-run.compaction-trigger": draw(st.sampled_from(["2", "4"]))}
+    options = {"bucket": draw(st.sampled_from(["1", "2"])), **options,
+               "num-sorted-run.compaction-trigger": draw(st.sampled_from(["2", "4"]))}
     if draw(st.booleans()):
         options["target-file-size"] = "1 kb"
     if draw(st.booleans()):

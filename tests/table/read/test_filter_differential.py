@@ -178,27 +178,25 @@ EVOLVED: dict[str, list[Any]] = {
 }
 
 
-def evolved_leaf(column: str, kind: str, value: Any) -> pc.Expression:
-    field = pc.field(column)
-    literal = pc.scalar(pa.scalar(value, NEW.field(column).type))
+def evolved_leaf(schema: pa.Schema, column: str, kind: str, value: Any) -> pc.Expression:
+    field, t = pc.field(column), schema.field(column).type
+    literal = pc.scalar(pa.scalar(value, t))
     return {"==": field == literal, "!=": field != literal, "<": field < literal, ">=": field >= literal,
-            "null": field.is_null(), "in": field.isin(pa.array([value], NEW.field(column).type))}[kind]
+            "null": field.is_null(), "in": field.isin(pa.array([value], t))}[kind]
 
 
+def filters_over(schema: pa.Schema) -> st.SearchStrategy[pc.Expression]:
+    @st.composite
+    def leaves(draw: st.DrawFn) -> pc.Expression:
+        column = draw(st.sampled_from(schema.names))
+        kind = draw(st.sampled_from(["==", "!=", "<", ">=", "null", "in"]))
+        values = [v for v in EVOLVED[column] if v is not None and (schema.field(column).type != pa.int32() or
+                                                                    abs(v) < 2**31)]
+        return evolved_leaf(schema, column, kind, draw(st.sampled_from(values)))
 
-
-@st.composite
-def evolved_leaves(draw: st.DrawFn) -> pc.Expression:
-    column = draw(st.sampled_from([f.name for f in NEW]))
-    kind = draw(st.sampled_from(["==", "!=", "<", ">=", "null", "in"]))
-    return evolved_leaf(column, kind, draw(st.sampled_from([v for v in EVOLVED[column] if v is not None])))
-
-
-evolved_filters = st.recursive(
-    evolved_leaves(),
-    lambda inner: st.one_of(st.tuples(inner, inner).map(lambda ab: ab[0] & ab[1]),
-                            st.tuples(inner, inner).map(lambda ab: ab[0] | ab[1]), inner.map(lambda a: ~a)),
-    max_leaves=3)
+    return st.recursive(leaves(), lambda inner: st.one_of(
+        st.tuples(inner, inner).map(lambda ab: ab[0] & ab[1]),
+        st.tuples(inner, inner).map(lambda ab: ab[0] | ab[1]), inner.map(lambda a: ~a)), max_leaves=3)
 
 
 def evolved_rows(schema: pa.Schema) -> st.SearchStrategy[list[dict[str, Any]]]:
@@ -210,10 +208,12 @@ def evolved_rows(schema: pa.Schema) -> st.SearchStrategy[list[dict[str, Any]]]:
 
 @SETTINGS
 @given(layout=table_options(), before=st.lists(evolved_rows(OLD), min_size=1, max_size=2),
-       after=st.lists(evolved_rows(NEW), max_size=2), expressions=st.lists(evolved_filters, min_size=1, max_size=5))
+       after=st.lists(evolved_rows(NEW), max_size=2), expressions=st.lists(filters_over(NEW), min_size=1, max_size=4),
+       old_expressions=st.lists(filters_over(OLD), min_size=1, max_size=3))
 def test_filtered_scan_after_schema_evolution(layout: tuple[list[str], dict[str, str]],
                                               before: list[list[dict[str, Any]]], after: list[list[dict[str, Any]]],
-                                              expressions: list[pc.Expression]) -> None:
+                                              expressions: list[pc.Expression],
+                                              old_expressions: list[pc.Expression]) -> None:
     primary, drawn = layout
     # the drawn per-column options name columns of the other schema: keep the table-wide ones
     options = {k: v for k, v in drawn.items() if not k.startswith(("fields.", "file-index."))}
@@ -226,7 +226,12 @@ def test_filtered_scan_after_schema_evolution(layout: tuple[list[str], dict[str,
          .update_column("g", pa.float64()).add_column("e", pa.int64()).drop_column("x").commit())
         for batch in after:
             table.write(pa.Table.from_pylist(batch, schema=NEW))
-        full = table.scan().to_arrow()
-        for expression in expressions:
-            assert comparable(table.scan(filter=expression).to_arrow(), ["id"]) == comparable(
-                full.filter(expression), ["id"]), str(expression)
+        # every write made one snapshot or more: snapshot len(before) is one from before the change
+        scans = [(table.scan(), expressions), (table.scan(snapshot_id=len(before)), old_expressions),
+                 # the snapshot before the change read in the latest schema
+                 (table.scan(snapshot_id=len(before), time_travel_schema="latest"), expressions)]
+        for scan, filters in scans:
+            full = scan.to_arrow()
+            for expression in filters:
+                assert comparable(scan.filter(expression).to_arrow(), ["id"]) == comparable(
+                    full.filter(expression), ["id"]), str(expression)
