@@ -151,10 +151,11 @@ def assert_filter_matches(table: cl.Table, expressions: list[pc.Expression]) -> 
 
 @SETTINGS
 @given(layout=table_options(), batches=st.lists(rows(), min_size=1, max_size=4),
-       compact_after=st.sets(st.integers(0, 3)), expressions=st.lists(filters, min_size=1, max_size=6))
+       compact_after=st.sets(st.integers(0, 3)), deletes=st.lists(leaf(), max_size=2),
+       expressions=st.lists(filters, min_size=1, max_size=6))
 def test_filtered_scan_is_the_read_filtered(layout: tuple[list[str], dict[str, str]],
                                             batches: list[list[dict[str, Any]]], compact_after: set[int],
-                                            expressions: list[pc.Expression]) -> None:
+                                            deletes: list[pc.Expression], expressions: list[pc.Expression]) -> None:
     primary, options = layout
     with tempfile.TemporaryDirectory() as warehouse:
         table = cl.Catalog(warehouse).create_table("db.t", schema=SCHEMA, primary_keys=primary,
@@ -163,6 +164,8 @@ def test_filtered_scan_is_the_read_filtered(layout: tuple[list[str], dict[str, s
             table.write(pa.Table.from_pylist(batch, schema=SCHEMA))
             if i in compact_after:
                 table.compact(full=i % 2 == 0)
+            if i < len(deletes) and "merge-engine" not in options:  # row-level deletes (deduplicate, append)
+                table.delete(deletes[i])
         assert_filter_matches(table, expressions)
 
 
