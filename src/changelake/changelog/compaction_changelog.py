@@ -49,8 +49,8 @@ def incoming_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str,
                   files: Sequence[DataFileMeta]) -> pa.Table:
     """Every row of ``files``, the files a compaction brings into the state (the compaction
     read them through the cache just before)."""
-    schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
-    parts = [file_rows(ctx, cache, bucket_dir, f).select(schema.names).cast(schema) for f in files]
+    schema = ctx.file_schema
+    parts = [kv.conformed(file_rows(ctx, cache, bucket_dir, f), schema) for f in files]
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
@@ -62,7 +62,7 @@ def merged_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str, files: S
     key_of = ctx.key_of
     low = min(key_of(f.min_key) for f in span)
     high = max(key_of(f.max_key) for f in span)
-    schema = kv.file_schema(ctx.arrow_schema, ctx.key_names)
+    schema = ctx.file_schema
     overlapping = [f for f in files if key_of(f.min_key) <= high and key_of(f.max_key) >= low]
     if not overlapping:
         return schema.empty_table()
@@ -78,15 +78,15 @@ def merged_rows(ctx: TableContext, cache: LookupFiles, bucket_dir: str, files: S
             vector = vectors.get(f.file_name)
             if vector and len(at):
                 at = positions_of(bitmap_of(at) - vector).astype(np.int64)
-            parts.append(sort.take_sorted(stored, at).select(schema.names).cast(schema))
+            parts.append(kv.conformed(sort.take_sorted(stored, at), schema))
         rows = pa.concat_tables(parts)
     else:
         # One semi join over all the files (a zero-copy concatenation): the hash table is
         # built once, on the keys.
-        rows = pa.concat_tables(live_rows(file_rows(ctx, cache, bucket_dir, f), vectors.get(f.file_name))
-                                .select(schema.names).cast(schema) for f in overlapping)
+        rows = pa.concat_tables(kv.conformed(live_rows(file_rows(ctx, cache, bucket_dir, f),
+                                                       vectors.get(f.file_name)), schema) for f in overlapping)
         rows = rows.join(keys, keys=key_columns, join_type="left semi")
-    return ctx.merge_rows(rows.select(schema.names), drop_deletes=False).cast(schema)
+    return kv.conformed(ctx.merge_rows(rows.select(schema.names), drop_deletes=False), schema)
 
 
 def before_and_after(ctx: TableContext, cache: LookupFiles, bucket_dir: str, state: Sequence[DataFileMeta],
@@ -97,7 +97,7 @@ def before_and_after(ctx: TableContext, cache: LookupFiles, bucket_dir: str, sta
     compaction writes for the key, without reading its output back."""
     rows = incoming_rows(ctx, cache, bucket_dir, incoming)
     before = merged_rows(ctx, cache, bucket_dir, state, rows.select(list(ctx.key_columns)), incoming, vectors)
-    after = ctx.merge_rows(pa.concat_tables([before, rows]), drop_deletes=False).cast(before.schema)
+    after = kv.conformed(ctx.merge_rows(pa.concat_tables([before, rows]), drop_deletes=False), before.schema)
     return before, after
 
 

@@ -57,6 +57,15 @@ def file_schema(value_schema: pa.Schema, key_names: Sequence[str]) -> pa.Schema:
     return pa.schema(keys + system + list(value_schema))
 
 
+def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s ``schema`` columns in its types: the table itself when it has them already
+    (a cast goes through a compute kernel per column even when types match, and a lookup
+    compaction conforms every piece of rows it reads)."""
+    if table.schema.names != schema.names:
+        table = table.select(schema.names)
+    return table if table.schema.equals(schema) else table.cast(schema)
+
+
 def drop_retractions(table: pa.Table) -> pa.Table:
     """Rows that are not -U/-D (what a reader of merged data sees)."""
     kinds = np.asarray(table.column(VALUE_KIND).to_numpy())

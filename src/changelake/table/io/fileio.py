@@ -249,10 +249,13 @@ class FileIO:
         are written in place, with no temporary name."""
         with reported("write", path):
             try:
-                return self.arrow_fs.open_output_stream(path, compression=None, buffer_size=OUTPUT_BUFFER_BYTES)
+                raw = self.arrow_fs.open_output_stream(path, compression=None, buffer_size=0)
             except FileNotFoundError:  # a filesystem with directories, and the parent is missing
                 self.fs.makedirs(self.fs._parent(path), exist_ok=True)
-                return self.arrow_fs.open_output_stream(path, compression=None, buffer_size=OUTPUT_BUFFER_BYTES)
+                raw = self.arrow_fs.open_output_stream(path, compression=None, buffer_size=0)
+        # The buffer from the system allocator, which keeps it for the next file: Arrow's default
+        # pool (mimalloc) hands freed pages back to the kernel, which zeroes them again on reuse.
+        return pa.BufferedOutputStream(raw, OUTPUT_BUFFER_BYTES, memory_pool=pa.system_memory_pool())
 
     def overwrite_hint(self, path: str, text: str) -> None:
         """Replace a small hint file (LATEST, EARLIEST) so readers never see it half-written."""
