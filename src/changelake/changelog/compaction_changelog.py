@@ -106,18 +106,19 @@ def diff(ctx: TableContext, before: pa.Table, after: pa.Table) -> pa.Table:
     the keys from their ``before`` rows to their ``after`` rows (one merged row per key each)."""
     both = pa.concat_tables([before, after.select(before.schema.names)])
     side = np.concatenate([np.zeros(before.num_rows, np.int64), np.ones(after.num_rows, np.int64)])
-    order = sort.sort_indices([both.column(c) for c in ctx.key_columns], pa.array(side))
-    both = both.take(order)
+    keys = [both.column(c) for c in ctx.key_columns]
+    order = sort.sort_indices(keys, pa.array(side))
     side = side[order]
-    n = both.num_rows
+    n = len(order)
     if n == 0:
         return both
-    ends = sort.group_ends([both.column(c) for c in ctx.key_columns])
+    # Worked out on the order, not on the rows sorted: only the changelog's rows are taken.
+    ends = sort.ordered_group_ends(keys, order)
     starts = np.roll(ends, 1)
     starts[0] = True
     first = np.flatnonzero(starts)  # each key's first row: its before-image when side is 0
     last = np.flatnonzero(ends)  # each key's last row: its after-image when side is 1
-    adds = np.isin(np.asarray(both.column(kv.VALUE_KIND).to_numpy()), _ADDS)
+    adds = np.isin(np.asarray(both.column(kv.VALUE_KIND).to_numpy())[order], _ADDS)
     had = (side[first] == 0) & adds[first]
     has = (side[last] == 1) & adds[last]
     inserted = ~had & has
@@ -128,14 +129,14 @@ def diff(ctx: TableContext, before: pa.Table, after: pa.Table) -> pa.Table:
         deleted[:] = False
         updated[:] = False
     elif ctx.options.changelog_row_deduplicate and updated.any():
-        updated &= ~_equal_values(ctx, both, first, last)
+        updated &= ~_equal_values(ctx, both, order[first], order[last])
     kinds = np.full(n, -1, dtype=np.int8)
     kinds[last[inserted]] = kv.INSERT
     kinds[first[deleted]] = kv.DELETE
     kinds[first[updated]] = kv.UPDATE_BEFORE
     kinds[last[updated]] = kv.UPDATE_AFTER
     keep = kinds >= 0
-    out = both.filter(pa.array(keep))
+    out = both.take(pa.array(order[keep]))
     index = out.schema.get_field_index(kv.VALUE_KIND)
     return out.set_column(index, out.schema.field(index), pa.array(kinds[keep], out.schema.field(index).type))
 

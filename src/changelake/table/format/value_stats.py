@@ -16,7 +16,9 @@ column, the ``none`` ones null, as all engines since Java Paimon 0.9.0 read.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -93,6 +95,47 @@ def truncated_max(value: str, length: int) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a collector gathers of each column, worked out once for a table's files (every
+    data file written has a collector: a flush writes a small file per bucket)."""
+
+    silent: bool  # no column has statistics
+    recorded: tuple[int, ...]  # the columns recorded: with the dense layout only those with statistics
+    bounded: tuple[bool, ...]  # whether the column gets a min and max
+    constant: tuple[int, ...]  # bounded columns holding one value per file
+    gathered: tuple[int, ...]  # bounded columns whose bounds are reduced from the rows
+    # a column without bounds: a null of its type (nested columns have no slot value of their
+    # own: a null of any type is theirs)
+    absent: tuple[pa.Scalar, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(fields: tuple[pa.Field, ...], modes: tuple[StatsMode, ...], given: tuple[str, ...],
+          constant: tuple[str, ...], *, dense: bool) -> _Plan:
+    bounded = tuple(m.bounded and has_bounds(f.type) for f, m in zip(fields, modes, strict=True))
+    reduced = [i for i, f in enumerate(fields) if bounded[i] and f.name not in given]
+    return _Plan(
+        silent=all(m.kind is StatsKind.NONE for m in modes),
+        recorded=tuple(i for i, m in enumerate(modes) if not dense or m.kind is not StatsKind.NONE),
+        bounded=bounded,
+        constant=tuple(i for i in reduced if fields[i].name in constant),
+        gathered=tuple(i for i in reduced if fields[i].name not in constant),
+        absent=tuple(pa.scalar(None, pa.binary() if pa.types.is_nested(f.type) else f.type) for f in fields),
+    )
+
+
+def _truncated(low: pa.Scalar, high: pa.Scalar, length: int, t: pa.DataType) -> tuple[pa.Scalar, pa.Scalar]:
+    """String bounds cut to ``length`` code points, the max rounded up; a max that cannot be
+    rounded up leaves both bounds out, as Paimon's collector does. Bounds as short are kept as
+    they are (a scalar made from Python costs more than the rest of a file's statistics)."""
+    low_text, high_text = low.as_py(), high.as_py()
+    if len(low_text) <= length and len(high_text) <= length:
+        return low, high
+    rounded = truncated_max(high_text, length)
+    return pa.scalar(None if rounded is None else low_text[:length], t), pa.scalar(rounded, t)
+
+
 class Collector:
     """Value statistics of the rows of one file, gathered chunk by chunk. The bounds of the
     ``given`` columns are not gathered: the caller knows them (a data file's key columns,
@@ -101,22 +144,15 @@ class Collector:
 
     def __init__(self, fields: Sequence[pa.Field], modes: Sequence[StatsMode], *, given: Collection[str] = (),
                  constant: Collection[str] = (), dense: bool = True) -> None:
-        self.fields = list(fields)
-        self.modes = list(modes)
-        self.silent = all(m.kind is StatsKind.NONE for m in modes)
-        # the columns recorded: with the dense layout only those with statistics
-        self.recorded = [i for i, m in enumerate(self.modes) if not dense or m.kind is not StatsKind.NONE]
+        self.fields = tuple(fields)
+        self.modes = tuple(modes)
+        plan = _plan(self.fields, self.modes, tuple(given), tuple(constant), dense=dense)
+        self.silent, self.recorded, self.bounded = plan.silent, plan.recorded, plan.bounded
+        self.constant, self.gathered, self.absent = plan.constant, plan.gathered, plan.absent
         self.nulls = [0] * len(self.fields)
         self.bounds: list[list[pa.StructScalar]] = [[] for _ in self.fields]
-        self.bounded = [m.bounded and has_bounds(f.type) for f, m in zip(self.fields, self.modes, strict=True)]
-        bounded = [i for i, f in enumerate(self.fields) if self.bounded[i] and f.name not in given]
-        self.constant = [i for i in bounded if self.fields[i].name in constant]
-        self.gathered = [i for i in bounded if self.fields[i].name not in constant]
         self.first: dict[int, pa.Scalar] = {}  # of the constant columns
         self.unordered: set[int] = set()  # gathered columns holding NaN: no bounds
-        # a column without bounds: a null of its type (nested columns have no slot value of
-        # their own: a null of any type is theirs)
-        self.absent = [pa.scalar(None, pa.binary() if pa.types.is_nested(f.type) else f.type) for f in self.fields]
 
     def add(self, chunk: pa.Table) -> None:
         if self.silent:
@@ -154,10 +190,7 @@ class Collector:
                 continue
             low, high = bounds
             if mode.kind is StatsKind.TRUNCATE and isinstance(low, pa.StringScalar | pa.LargeStringScalar):
-                rounded = truncated_max(high.as_py(), mode.length)
-                # a max that cannot be rounded up leaves both bounds out, as Paimon's collector does
-                low = pa.scalar(None if rounded is None else low.as_py()[:mode.length], field.type)
-                high = pa.scalar(rounded, field.type)
+                low, high = _truncated(low, high, mode.length, field.type)
             lows[i], highs[i] = low, high
         counts = [None if m.kind is StatsKind.NONE else n for m, n in zip(self.modes, self.nulls, strict=True)]
         kept = self.recorded
