@@ -64,6 +64,13 @@ def ids(where: str) -> list[int]:
     ("name like 'a%'", [1]),
     ("name like '%''%'", [4]),
     ("name like '_'", [1, 2]),
+    ("id between 2 and 3", [2, 3]),
+    ("id BETWEEN 2 AND 3 AND id != 3", [2]),  # BETWEEN's AND binds first
+    ("id not between 2 and 3", [1, 4]),
+    ("not id between 2 and 3 or id = 2", [1, 2, 4]),
+    ("d between '2024-01-15' and '2024-03-01'", [2, 4]),
+    ("price between 0.25 and 1.5", [1, 4]),
+    ("id between 1 and price", [1, 3]),
 ])
 def test_selects(where: str, expected: list[int]) -> None:
     assert ids(where) == expected
@@ -90,6 +97,8 @@ def test_selects(where: str, expected: list[int]) -> None:
     ("name not like 'a%'", [2, 4]),
     ("not name like '_'", [4]),
     ("not (name is null)", [1, 2, 4]),
+    ("price not between 1 and 3", [4]),
+    ("not (price between 0 and 1)", [1, 3]),
 ])
 def test_negations_drop_nulls_as_sql(where: str, expected: list[int]) -> None:
     assert ids(where) == expected
@@ -107,7 +116,10 @@ def test_negations_drop_nulls_as_sql(where: str, expected: list[int]) -> None:
     ("id 3", "expected a comparison", 4),
     ("id = 3 # 4", "unexpected character '#'", 8),
     ("id is 3", "expected NULL after IS", 7),
-    ("id not 3", "expected IN or LIKE after NOT", 8),
+    ("id not 3", "expected IN, BETWEEN or LIKE after NOT", 8),
+    ("id between 1 3", "expected AND between the bounds of BETWEEN", 14),
+    ("id between 1 and 'x'", "'x' is not a value of column 'id' (int64)", 18),
+    ("1 between 0 and 2", "a comparison needs a column on one side", 11),
     ("1 = 2", "a comparison needs a column on one side", 3),
     ("id = null", "use IS NULL", 6),
     ("3 in (1)", "IN needs a column on its left", 1),

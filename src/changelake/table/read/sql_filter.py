@@ -9,7 +9,7 @@ Grammar (keywords in any case)::
     predicate  := '(' expr ')'
                 | operand (('=' | '==' | '!=' | '<>' | '<' | '<=' | '>' | '>=') operand
                            | IS [NOT] NULL | [NOT] IN '(' literal (',' literal)* ')'
-                           | [NOT] LIKE 'pattern')?
+                           | [NOT] BETWEEN operand AND operand | [NOT] LIKE 'pattern')?
     operand    := column | literal
     literal    := 'text' | number | TRUE | FALSE | NULL
 
@@ -17,6 +17,8 @@ A column is a bare name (letters, digits, ``_``, ``.``, ``$``) or a ``"quoted na
 literals use single quotes (``''`` for a quote inside). A literal compared with a column takes
 the column's type (``d >= '2024-01-01'`` compares dates), so a value the type cannot hold is an
 error naming the column, not a silent mismatch. A bare column of type bool is a predicate.
+
+``x BETWEEN a AND b`` is ``x >= a AND x <= b`` (bounds inclusive, as SQL's).
 
 NULL follows SQL's three-valued logic: a comparison, IN or LIKE with a NULL operand is unknown,
 NOT of unknown is unknown, AND and OR are Kleene's, and only rows where the whole filter is true
@@ -69,7 +71,7 @@ _TOKEN = re.compile(r"""
   | (?P<operator>==|!=|<>|<=|>=|=|<|>)
   | (?P<punct>[(),])
 """, re.VERBOSE)
-_KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "LIKE", "NULL", "TRUE", "FALSE"}
+_KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "LIKE", "BETWEEN", "NULL", "TRUE", "FALSE"}
 _COMPARISONS = {
     "=": pc.equal, "==": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal,
     "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal,
@@ -214,12 +216,14 @@ class _Parser:
             found = self._in(left, start)
         elif self._keyword("LIKE"):
             found = self._like(left, start)
+        elif self._keyword("BETWEEN"):
+            found = self._between(left)
         elif negate:
-            raise self._fail("expected IN or LIKE after NOT")
+            raise self._fail("expected IN, BETWEEN or LIKE after NOT")
         elif isinstance(left, _Column) and pa.types.is_boolean(left.type):
             return pc.field(left.name)
         else:
-            raise self._fail("expected a comparison (=, !=, <, <=, >, >=), IS [NOT] NULL, IN or LIKE")
+            raise self._fail("expected a comparison (=, !=, <, <=, >, >=), IS [NOT] NULL, IN, BETWEEN or LIKE")
         return ~found if negate else found
 
     def _in(self, left: _Operand, start: _Token) -> pc.Expression:
@@ -236,6 +240,17 @@ class _Parser:
         # would turn into true and keep the row.
         field = pc.field(column.name)
         return pc.if_else(pc.is_valid(field), pc.is_in(field, value_set=array), pc.scalar(pa.scalar(None, pa.bool_())))
+
+    def _between(self, left: _Operand) -> pc.Expression:
+        """SQL's BETWEEN: both bounds inclusive; the AND after the low bound is the construct's
+        own, so it binds before any AND of the filter."""
+        low_token = self.current
+        low = self._operand()
+        if not self._keyword("AND"):
+            raise self._fail("expected AND between the bounds of BETWEEN")
+        high_token = self.current
+        high = self._operand()
+        return self._compare(">=", left, low, low_token) & self._compare("<=", left, high, high_token)
 
     def _like(self, left: _Operand, start: _Token) -> pc.Expression:
         """SQL's LIKE: ``%`` any characters, ``_`` one, a backslash escapes either; NULL for a
