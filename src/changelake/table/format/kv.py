@@ -73,14 +73,14 @@ def drop_retractions(table: pa.Table) -> pa.Table:
     return table if keep.all() else table.filter(pa.array(keep))
 
 
-_LONG_MAX = 0x7FFFFFFFFFFFFFFF
-
-
-def java_float_order(value: float) -> int:
-    """An integer ordered as Java's ``Double.compare`` orders ``value``: -0.0 below 0.0, every
-    NaN one value above infinity (a float widens to a double in the same order)."""
-    bits: int = np.array(value if value == value else np.nan, np.float64).view(np.int64).item()
-    return bits ^ _LONG_MAX if bits < 0 else bits
+def float_order(values: np.ndarray) -> np.ndarray:
+    """Integers ordered like Java's ``Double.compare`` orders ``values`` (one NaN, greatest;
+    -0.0 < 0.0), which is how Paimon orders and equates float keys (a float widens to a double
+    in the same order)."""
+    wide = values.astype(np.float64)
+    wide = np.where(np.isnan(wide), np.nan, wide)
+    bits = wide.view(np.int64)
+    return np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
 
 
 class KeyCodec:
@@ -109,8 +109,8 @@ class KeyCodec:
         if not self._floats:
             return key
         ordered = list(key)
-        for i in self._floats:
-            ordered[i] = java_float_order(ordered[i])
+        for i, order in zip(self._floats, float_order(np.array([key[i] for i in self._floats])), strict=True):
+            ordered[i] = int(order)
         return tuple(ordered)
 
     def clear(self) -> None:

@@ -27,23 +27,14 @@ def numpy_key(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     if pa.types.is_boolean(t):
         return np.asarray(arr.to_numpy(zero_copy_only=False))
     if pa.types.is_floating(t) and t.bit_width in (32, 64):
-        return _float_order(np.asarray(arr.to_numpy(zero_copy_only=False)))
+        return kv.float_order(np.asarray(arr.to_numpy(zero_copy_only=False)))
     return None
-
-
-def _float_order(values: np.ndarray) -> np.ndarray:
-    """Integers ordered like Java's ``Double.compare`` (one NaN, greatest; -0.0 < 0.0), which
-    is how Paimon orders and equates float keys."""
-    wide = values.astype(np.float64)
-    wide = np.where(np.isnan(wide), np.nan, wide)
-    bits = wide.view(np.int64)
-    return np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
 
 
 def comparable(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """The column itself, or for floats int64s ordered like Paimon orders float keys."""
     if pa.types.is_floating(column.type):
-        return pa.array(_float_order(np.asarray(column.to_numpy(zero_copy_only=False))))
+        return pa.array(kv.float_order(np.asarray(column.to_numpy(zero_copy_only=False))))
     return column
 
 
