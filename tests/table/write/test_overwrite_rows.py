@@ -133,3 +133,22 @@ def test_a_dynamic_bucket_overwrite_writes_the_partitions_hash_index_anew(tmp_pa
                                                                 for i in [*range(100, 107), 200]]
     warehouse = str(tmp_path)
     assert sorted(tuple(r.values()) for r in pypaimon.read(warehouse, "db.t", {}).to_pylist()) == state(table)
+
+
+@pytest.mark.parametrize(("engine", "expected"), [
+    ({}, [("b", "0", 1, 3)]),  # deduplicate: the key moves to its last row's partition
+    ({"merge-engine": "partial-update"}, [("a", "0", 1, 3)]),  # stays in its first, merged there
+    ({"merge-engine": "aggregation", "fields.v.aggregate-function": "sum"}, [("a", "0", 1, 5)]),
+    ({"merge-engine": "first-row"}, [("a", "0", 1, 2)]),  # the first row; the other partition's dropped
+])
+def test_a_cross_partition_overwrite_keeps_a_key_of_two_partitions_in_one(tmp_path: Path, engine: dict[str, str],
+                                                                          expected: list[Any]) -> None:
+    """Overwrite rows with one key in two partitions land it in one partition, by the merge
+    engine, as a write into an empty table does (not in both: reads saw the key twice and every
+    later write failed at its key index's bootstrap)."""
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["id"], partition_keys=["dt", "hh"],
+                                                   options={"bucket": "-1", **engine})
+    table.overwrite(rows(("a", "0", 1, 2), ("b", "0", 1, 3)))
+    assert state(table) == expected
+    table.write(rows(("c", "0", 2, 1)))
+    assert state(table) == sorted([*expected, ("c", "0", 2, 1)])

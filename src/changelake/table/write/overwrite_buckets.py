@@ -6,7 +6,9 @@ replaces start empty, so their keys are placed as in a new table:
   partition (``dynamic-bucket.target-row-num`` keys a bucket, lowest ids first), whose files the
   OVERWRITE snapshot lists in place of the partition's old ones;
 * cross-partition tables: the same fill, without HASH files (Paimon keeps none: the key index is
-  bootstrapped from the data, and the OVERWRITE snapshot makes writers bootstrap it again);
+  bootstrapped from the data, and the OVERWRITE snapshot makes writers bootstrap it again), each
+  key in one partition: rows of a key in several partitions move, stay or are dropped by the
+  merge engine as a write's into an empty table;
 * postpone-bucket tables: real buckets, as a fixed-bucket batch write places them (the number a
   partition has, else one for its size), so that readers see the rows at once.
 """
@@ -23,7 +25,7 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import bucket
 from changelake.table.write import postpone
-from changelake.table.write.assigners import BucketAssigner, DynamicBuckets, FixedBuckets
+from changelake.table.write.assigners import BucketAssigner, CrossPartitionBuckets, DynamicBuckets, FixedBuckets
 from changelake.table.write.partitions import partition_groups
 
 
@@ -59,7 +61,15 @@ class Placement:
                 sizes = postpone.partition_sizes(rows, partition_groups(ctx, rows.select(ctx.partition_keys)))
                 plan = postpone.fixed_bucket_plan(ctx, sizes)
             return Placement(ctx, PlannedBuckets(ctx, dict(plan)))
-        return Placement(ctx, DynamicBuckets(ctx, fresh=True, index_files=not ctx.cross_partition))
+        if ctx.cross_partition:
+            return Placement(ctx, CrossPartitionBuckets(ctx, fresh=True))
+        return Placement(ctx, DynamicBuckets(ctx, fresh=True))
+
+    def relocate(self, rows: pa.Table, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """The rows to write (a cross-partition table's moved, kept or dropped by key)."""
+        if isinstance(self.assigner, CrossPartitionBuckets):
+            return self.assigner.relocate(rows, kinds)
+        return rows, kinds
 
     def total_buckets(self, partition: bytes) -> int:
         """The number of buckets the files of ``partition`` record (``bucket``; a postpone
@@ -71,7 +81,7 @@ class Placement:
     def finish(self, messages: list[CommitMessage]) -> list[CommitMessage]:
         """The messages with the new HASH index files of a dynamic-bucket table (none on a
         cross-partition table)."""
-        if not isinstance(self.assigner, DynamicBuckets) or self.ctx.cross_partition:
+        if not isinstance(self.assigner, DynamicBuckets):
             return messages  # Paimon keeps no HASH files for a cross-partition table
         return self.assigner.prepare(messages)
 

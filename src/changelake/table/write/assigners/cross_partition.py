@@ -66,21 +66,25 @@ class CrossPartitionBuckets:
     """Places each key in the one partition and bucket it lives in, moving, keeping or dropping
     the rows of keys that live in another partition by the merge engine."""
 
-    def __init__(self, ctx: TableContext) -> None:
+    def __init__(self, ctx: TableContext, *, fresh: bool = False) -> None:
+        """``fresh``: place keys as in an empty table (an overwrite's rows, whose partitions
+        start empty; keys of the partitions it keeps are refused apart), never reloading the
+        table's index."""
         options = ctx.options
         self.ctx = ctx
         self.target = options.dynamic_bucket_target_row_num
         # Paimon's cross-partition sink runs max(initial-buckets, assigner-parallelism) assigners.
         self.assigners = max(options.dynamic_bucket_initial_buckets or 1,
                              options.dynamic_bucket_assigner_parallelism or 1)
-        self._state: KeyPlaces | None = None
+        self._fresh = fresh
+        self._state: KeyPlaces | None = key_places.empty(ctx) if fresh else None
         self._placed: tuple[pa.Table, np.ndarray] | None = None
 
     # -- the writer's calls --------------------------------------------------------------
 
     def relocate(self, data: pa.Table, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         state = self._state
-        if state is None or (not state.dirty and key_places.stale(self.ctx, state)):
+        if state is None or (not state.dirty and not self._fresh and key_places.stale(self.ctx, state)):
             # Another writer's rows landed since: nothing of this writer's is pending, so it
             # starts from the table as it is (with rows pending, its commit will be void).
             state = self._state = key_places.load(self.ctx)

@@ -216,17 +216,15 @@ def _codes(hashes: np.ndarray, buckets: np.ndarray) -> np.ndarray:
 class DynamicBuckets(Stateless):
     """Assigns keys to buckets by their partition's HASH index, extending it with new keys."""
 
-    def __init__(self, ctx: TableContext, *, fresh: bool = False, index_files: bool = True) -> None:
+    def __init__(self, ctx: TableContext, *, fresh: bool = False) -> None:
         """``fresh``: every partition starts from an empty index (an overwrite's, whose rows
-        replace the partitions' rows and keys); ``index_files`` False: no HASH file is written
-        (a cross-partition table's overwrite, which only places its keys)."""
+        replace the partitions' rows and keys)."""
         options = ctx.options
         if options.raw.get("bucket-key"):
             raise OptionError("cannot be set in dynamic bucket mode (bucket = -1): a key's bucket comes from "
                               "the HASH index", table=ctx.name, option="bucket-key")
         self.ctx = ctx
         self.fresh = fresh
-        self.index_files = index_files
         self.target = options.dynamic_bucket_target_row_num
         self.limit = MAX_BUCKETS if options.dynamic_bucket_max_buckets == -1 else options.dynamic_bucket_max_buckets
         self.assigners = options.dynamic_bucket_initial_buckets or options.dynamic_bucket_assigner_parallelism or 1
@@ -256,9 +254,8 @@ class DynamicBuckets(Stateless):
                 # The bucket's new HASH file is written now, on another core, while this thread
                 # places the other partitions' keys and writes the data files: the kernel's copy
                 # of a large bucket's old keys does not delay the commit.
-                if self.index_files:
-                    for b in grown:
-                        self._ahead[(partitions[p], b)] = executor().submit(self._write, index, b)
+                for b in grown:
+                    self._ahead[(partitions[p], b)] = executor().submit(self._write, index, b)
             buckets[rows] = found[inverse]
         return buckets
 

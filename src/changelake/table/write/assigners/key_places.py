@@ -106,13 +106,17 @@ def load(ctx: TableContext) -> KeyPlaces:
     rows landed since, or read from the table's live keys."""
     latest = ctx.latest_snapshot()
     if latest is None:
-        return KeyPlaces(_empty(ctx), 0)
+        return empty(ctx)
     cached = COMMITTED.peek((ctx.file_io.protocol, ctx.paths))
     state = _caught_up(ctx, cached, latest) if isinstance(cached, _Cached) else None
     if state is None:
         state = _bootstrap(ctx, latest)
     remember(ctx, latest, state)
     return state
+
+def empty(ctx: TableContext) -> KeyPlaces:
+    """The index of no key: a new table's, or of the partitions an overwrite replaces."""
+    return KeyPlaces(_empty(ctx), 0)
 
 def stale(ctx: TableContext, state: KeyPlaces) -> bool:
     """Whether rows landed after the state's snapshot (compactions move no key), or the
