@@ -287,7 +287,10 @@ def overwrite(df: DataFrame, table: Table | str, *, partitions: Mapping[str, Any
     elif write_tasks.needs_shuffle(ctx):
         bucketed_schema = StructType([*rows.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
         bucketed = rows.mapInArrow(functools.partial(write_tasks.add_bucket, ctx), bucketed_schema)
-        rows = bucketed.repartition(*[column(k) for k in ctx.partition_keys], F.col(BUCKET_COLUMN))
+        # A cross-partition key's rows of every partition meet in its assigner's task, which
+        # keeps the key in one partition.
+        by = [] if ctx.cross_partition else [column(k) for k in ctx.partition_keys]
+        rows = bucketed.repartition(*by, F.col(BUCKET_COLUMN))
     write_groups = functools.partial(operation_tasks.overwrite_groups, ctx, plan)
     results = [operation_tasks.overwrite_result(row[MESSAGE_COLUMN])
                for row in collected(rows.mapInArrow(write_groups, f"{MESSAGE_COLUMN} binary"))]
