@@ -329,8 +329,9 @@ class Table(TableHistory):
         default; false: the whole table), else the whole table. ``data`` is taken as
         :meth:`write` takes it; its rows do not merge with the rows they replace. Every bucket
         mode: the replaced partitions' keys are placed anew (dynamic buckets: a new HASH index;
-        a cross-partition table: a DataError for rows whose key lives in a kept partition).
-        None when there was nothing to replace."""
+        a cross-partition table: a DataError for rows whose key lives in a kept partition, and a
+        key in several partitions of ``data`` kept in one by the merge engine, as a write keeps
+        it). None when there was nothing to replace."""
         return self._landed(overwrite_rows.overwrite_rows(self._context, data, partitions, str(uuid.uuid4())))
 
     def merge(self, source: WriteInput, *, on: Sequence[str] | None = None) -> Merge:
