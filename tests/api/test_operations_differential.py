@@ -353,18 +353,21 @@ class Run:
     def op_branch(self) -> None:
         if self.branch is not None:
             if self.rng.random() < 0.5:
-                self.log.append("fast_forward")
-                # The branch's snapshots (and schemas) replace main's from the branch's earliest
-                # on. A main snapshot before it but of a later schema (committed after a
-                # rollback) loses its schema, in Paimon too: it is not read.
+                # The branch's snapshots (and schemas, tags) replace main's from the branch's
+                # earliest on; main's below it must be the branch's history.
                 first = min(self.branch.snapshots(), key=lambda s: s.id)
-                kept = {s.id for s in self.table.snapshots() if s.id < first.id and s.schema_id < first.schema_id}
-                self.tags = {name: m for name, m in self.tags.items() if self.table.tag(name).id in kept}
-                self.table.fast_forward("br")
-                self.main.model = dict(self.branch_history.model)  # type: ignore[union-attr]
-                self.main.states = {i: m for i, m in self.main.states.items() if i in kept}
-                self.main.states.update(self.branch_history.states)  # type: ignore[union-attr]
-                self.tags = {name: m for name, m in self.tags.items() if name in self.table.tags()}
+                below = [s for s in self.table.snapshots() if s.id < first.id]
+                if below and below[-1].time_millis > first.time_millis:  # rolled back past it, rewritten
+                    self.log.append("fast_forward refused")
+                    with pytest.raises(errors.CommitConflictError):
+                        self.table.fast_forward("br")
+                else:
+                    self.log.append("fast_forward")
+                    self.table.fast_forward("br")
+                    self.main.model = dict(self.branch_history.model)  # type: ignore[union-attr]
+                    self.main.states = {i: m for i, m in self.main.states.items() if i < first.id}
+                    self.main.states.update(self.branch_history.states)  # type: ignore[union-attr]
+                    self.tags = {name: m for name, m in self.tags.items() if name in self.table.tags()}
                 self.table.delete_branch("br")
             else:
                 self.log.append("delete_branch")

@@ -210,3 +210,24 @@ def test_a_branch_fast_forwards_to_another_and_rolls_back_in_itself(tmp_path: Pa
     (staging / "schema-0").write_text((Path(table.location) / "schema" / "schema-0").read_text())
     assert table.list_branches() == ["one", "two"]
     assert _rows(table.create_branch("three", from_snapshot=1)) == {1: "a"}
+
+
+def test_a_branch_whose_start_the_table_rolled_back_past_and_rewrote_is_not_fast_forwarded_to(tmp_path: Path) -> None:
+    """The table's snapshots kept below the branch's start would not be the branch's history:
+    joined, expiry deleted files the branch's snapshots read (and a kept snapshot's newer schema
+    was lost). Refused, changing nothing; rolled back before it, the table fast-forwards."""
+    table = _table(tmp_path)
+    for i in range(1, 4):
+        _write(table, {i: "main"})
+    branch = table.create_branch("b", from_snapshot=3)
+    _write(branch, {4: "b"})
+    table.rollback_to(snapshot_id=1)
+    _write(table, {2: "rewritten"})
+    before = [s.id for s in table.snapshots()]
+    with pytest.raises(errors.CommitConflictError, match="committed after branch 'b'"):
+        table.fast_forward("b")
+    assert [s.id for s in table.snapshots()] == before and _rows(table) == {1: "main", 2: "rewritten"}
+    table.rollback_to(snapshot_id=1)
+    table.fast_forward("b")
+    table.expire_snapshots(retain_max=1, retain_min=1)
+    assert _rows(table) == {1: "main", 2: "main", 3: "main", 4: "b"}

@@ -29,6 +29,7 @@ import uuid
 from changelake.errors import (
     BranchAlreadyExistsError,
     BranchNotFoundError,
+    CommitConflictError,
     InvalidBranchNameError,
     SnapshotNotFoundError,
 )
@@ -144,6 +145,16 @@ def fast_forward(ctx: TableContext, name: str) -> None:
     if not snapshots:
         raise SnapshotNotFoundError(f"branch {name!r} has no snapshot to fast-forward to", table=table)
     earliest = snapshot_file.parse(snapshots[min(snapshots)], there.snapshot(min(snapshots)))
+    below = [i for i in snapshot_file.list_ids(io, here) if i < earliest.id]
+    # The snapshots kept below the branch's start must be its history: one committed after the
+    # branch's earliest snapshot (the table rolled back past the branch's start and written
+    # since) is not, and the two lines joined would have expiry delete files the branch's
+    # snapshots read and lose schemas that snapshot reads. Refused before anything changes.
+    if below and ctx.snapshot(below[-1]).time_millis > earliest.time_millis:
+        raise CommitConflictError(
+            f"snapshot {below[-1]} was committed after branch {name!r}'s earliest snapshot {earliest.id} "
+            "(rolled back past the branch's start and written since): it is not the branch's history, so the "
+            "branch cannot be fast-forwarded to; roll back before it first", table=table)
     schemas = {i: io.read_bytes(there.schema(i)) for i in metadata.schema_ids(io, there)}
     tags = {n: io.read_bytes(there.tag(n)) for n in metadata.tags(branch)}
 
