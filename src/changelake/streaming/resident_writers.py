@@ -6,11 +6,12 @@ in the same worker batch after batch). When a table's lookup compactions may lan
 commit than the rows they move up (``lookup-wait=false``), the sink keeps its writer there
 between micro-batches: its compactions run in the background while Spark prepares the next
 batch, and their results (with the ``lookup`` producer's changelog) go with the first later
-batch whose task finds the writer, instead of every batch waiting for its own. Before it writes, a writer forgets each
-bucket whose committed files are not those it prepared (that batch did not land, or another
-task or writer committed there since), with the compactions running there: what it commits is
-always on top of the table as it is. Results a writer never hands over (its worker stops, it is
-evicted) are orphan files, as a Paimon job's when it is cancelled.
+batch whose task finds the writer, instead of every batch waiting for its own. Before it
+writes, a writer forgets each bucket whose committed files are not those it prepared (that
+batch did not land, or another task or writer committed there since), with the compaction
+running there: what it commits is always on top of the table as it is. Results a writer never
+hands over (its worker stops, it is evicted) are orphan files, as a Paimon job's when it is
+cancelled.
 """
 
 from __future__ import annotations
