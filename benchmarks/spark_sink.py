@@ -15,7 +15,11 @@ Peak RSS of the driver's Python process is printed (the JVM's is its own).
 The sink's per-batch latency is printed for the first and the last tenth of the batches (p50
 each), to show whether it grows with the table (``--batches 500`` is 50M rows).
 
-Run: ./dev bench spark_sink [--batches 20] [--batch 100000]
+``--option KEY=VALUE`` sets an option of the ingest's table (``--option lookup-wait=false``: the
+sink's writer stays in its Python worker and each batch's lookup compaction lands with a later
+batch); ``--ingest-only`` stops after the ingest lines.
+
+Run: ./dev bench spark_sink [--batches 20] [--batch 100000] [--option KEY=VALUE] [--ingest-only]
 """
 
 from __future__ import annotations
