@@ -15,7 +15,11 @@ Peak RSS of the driver's Python process is printed (the JVM's is its own).
 The sink's per-batch latency is printed for the first and the last tenth of the batches (p50
 each), to show whether it grows with the table (``--batches 500`` is 50M rows).
 
-Run: ./dev bench spark_sink [--batches 20] [--batch 100000]
+``--option KEY=VALUE`` sets an option of the ingest's table (``--option lookup-wait=false``: the
+sink's writer stays in its Python worker and each batch's lookup compaction lands with a later
+batch); ``--ingest-only`` stops after the ingest lines.
+
+Run: ./dev bench spark_sink [--batches 20] [--batch 100000] [--option KEY=VALUE] [--ingest-only]
 """
 
 from __future__ import annotations
@@ -85,17 +89,21 @@ def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
 
 
-def new_table(root: Path, name: str, producer: str = "lookup") -> cl.Table:
+def new_table(root: Path, name: str, producer: str = "lookup", extra: dict[str, str] | None = None) -> cl.Table:
     return cl.Catalog(str(root / "warehouse")).create_table(
         f"bench.{name}", SCHEMA, primary_keys=["dt", "id"], partition_keys=["dt"],
-        options={"bucket": "4", "changelog-producer": producer})
+        options={"bucket": "4", "changelog-producer": producer, **(extra or {})})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a table option of the ingest's table (repeatable), e.g. lookup-wait=false")
+    parser.add_argument("--ingest-only", action="store_true", help="skip the 1,000-row and read lines")
     args = parser.parse_args()
+    extra = dict(o.split("=", 1) for o in args.option)
     root = Path(tempfile.mkdtemp(prefix="changelake-spark-bench-"))
     spark = session()
     try:
@@ -111,15 +119,21 @@ def main() -> None:
         run_query(stream_of(spark, input_files(root, 2, 1000)), streaming.ForeachBatchSink(warm), root / "ck-warm")
 
         plain_s, _ = run_query(stream_of(spark, big), plain, root / "ck-plain")
-        table = new_table(root, "orders")
+        table = new_table(root, "orders", extra=extra)
         sink_s, sink_batches = run_query(stream_of(spark, big), streaming.ForeachBatchSink(table), root / "ck-sink")
-        print(f"{total:,} rows in {args.batches} micro-batches, 4 partitions x bucket 4, changelog-producer=lookup")
+        print(f"{total:,} rows in {args.batches} micro-batches, 4 partitions x bucket 4, changelog-producer=lookup"
+              + "".join(f", {k}={v}" for k, v in extra.items()))
         print(f"ingest  sink {total / sink_s:>11,.0f} rows/s   plain parquet foreachBatch "
               f"{total / plain_s:>11,.0f} rows/s   ratio {plain_s / sink_s:.2f} (target >= 0.5)")
         tenth = max(1, len(sink_batches) // 10)
         first, last = statistics.median(sink_batches[:tenth]), statistics.median(sink_batches[-tenth:])
         print(f"ingest  sink per-batch p50: first tenth {first:.0f} ms, last tenth {last:.0f} ms, "
               f"ratio {last / first:.2f} (of {len(sink_batches)} batches)")
+        latest = table.latest_snapshot()
+        kinds = [table.snapshot(i).commit_kind.value for i in range(1, latest.id + 1)] if latest else []
+        print(f"ingest  sink snapshots: {kinds.count('APPEND')} APPEND, {kinds.count('COMPACT')} COMPACT")
+        if args.ingest_only:
+            return
 
         small = input_files(root, 30, 1000)
         _, noop = run_query(stream_of(spark, small), lambda df, batch_id: None, root / "ck-noop")

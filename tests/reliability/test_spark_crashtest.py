@@ -6,11 +6,12 @@ spark_crashtest.py; ``./dev crashtest --spark`` runs a longer random sequence)."
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import spark_crashtest
-from spark_crashtest import COMPLETED, KILLED, TASK_FAILED, Layout, Result
+from spark_crashtest import COMPLETED, KILLED, TASK_FAILED, UNREACHED, Layout, Result
 
 import changelake as cl
 from changelake.table.io.killpoints import KillPoint
@@ -89,3 +90,45 @@ def test_the_checks_see_damage(crashed: tuple[Layout, Result]) -> None:
     table.write(pa.table({"p": ["x"], "k": [0], "v": [-1]}, schema=spark_crashtest.SCHEMA))
     stranger = spark_crashtest.verify(layout, files).errors
     assert any("other than the query" in e for e in stranger), stranger
+
+
+# Without lookup-wait the sink's writer stays in its python worker between micro-batches and a
+# batch's compaction (level 0 up, with its changelog) lands with a later batch. Two files a run,
+# so that each run's second batch carries the first one's compaction: the driver dies after the
+# second batch was written (the compaction it carried never lands: the restart replays it from
+# scratch); after it landed, before Spark's commit log (the replay lands nothing); between its
+# APPEND and COMPACT (the compaction is lost, level 0 goes up with a later one); a python
+# worker dies in a compaction (in the background between tasks, or within one: the query fails,
+# or Spark starts another worker and the run goes on).
+NO_WAIT_PLAN = [
+    (f"{KillPoint.SINK_WRITTEN}:2", {KILLED}),
+    (f"{KillPoint.SINK_COMMITTED}:2", {KILLED}),
+    (f"{KillPoint.BEFORE_COMPACT_SNAPSHOT}:1", {KILLED}),
+    (f"{KillPoint.COMPACTION}:1", {TASK_FAILED, UNREACHED}),
+]
+
+
+def test_a_crashed_query_without_lookup_wait_loses_no_change(tmp_path: Path) -> None:
+    reason = java_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    layout = Layout(tmp_path)
+    result = spark_crashtest.crashtest(tmp_path, [kill for kill, _ in NO_WAIT_PLAN], files_per_run=2,
+                                       options={**spark_crashtest.OPTIONS, "lookup-wait": "false"})
+    assert not result.failures, result.summary(0)
+    assert all(r.outcome in outcomes for r, (_, outcomes) in zip(result.runs, NO_WAIT_PLAN, strict=False))
+    assert result.runs[-1].outcome == COMPLETED and result.landed == len(result.files) == 10
+    # The compactions the crashes lost leave level 0, whose changelog a compaction makes: then
+    # the changelog folded is the table, which is the events folded (nothing lost or doubled).
+    table = cl.open_table(layout.table)
+    table.compact()
+    latest = table.latest_snapshot()
+    assert latest is not None and not spark_crashtest.has_level0(table, latest)
+    errors: list[str] = []
+    folded = spark_crashtest.fold_changelog(table.changes(0, latest.id).to_arrow(), errors)
+    assert not errors
+    assert folded == spark_crashtest.read_rows(table, latest.id) == spark_crashtest.fold(
+        e for events in result.files for e in events)
+    user = spark_crashtest.query_id(layout.checkpoint)
+    assert any(s.commit_kind is cl.CommitKind.COMPACT and s.commit_user == user for s in table.snapshots()), \
+        "no batch carried a compaction"

@@ -106,7 +106,7 @@ class CdcSyncSink(ForeachBatchSink):
             time_column = self.event_time_column if self.event_time_column in table.schema.names else None
             rows = cdc.decode(batch_df, self.format, table.schema, column=self.column, malformed=self.malformed,
                               event_time_column=time_column)
-            commit_batch(rows, table, user, batch_id)
+            commit_batch(rows, table, user, batch_id, streaming=True)
         finally:
             batch_df.unpersist()
 

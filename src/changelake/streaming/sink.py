@@ -77,7 +77,7 @@ class ForeachBatchSink:
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         user = self.commit_user or query_id(batch_df.sparkSession, self.table, self.checkpoint_location)
-        commit_batch(batch_df, self.table, user, batch_id)
+        commit_batch(batch_df, self.table, user, batch_id, streaming=True)
 
 
 def query_id(session: SparkSession, table: Table, checkpoint_location: str | None) -> str:
@@ -215,9 +215,14 @@ def as_table_timestamps(df: DataFrame, ctx: TableContext) -> DataFrame:
     return df.withColumns(casts) if casts else df
 
 
-def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int) -> list[Snapshot]:
+def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int, *,
+                 streaming: bool = False) -> list[Snapshot]:
     """Write ``df`` on the executors and commit it once as (``commit_user``, ``identifier``):
-    the snapshots that landed ([] when that identifier was committed already)."""
+    the snapshots that landed ([] when that identifier was committed already). A ``streaming``
+    write is one micro-batch of the query ``commit_user``: written by one task (one Spark
+    partition), its writer may stay in the task's worker for the next batches, its compactions
+    landing with a later batch (:mod:`changelake.streaming.resident_writers`; a batch written by
+    several tasks waits for its compactions, since a bucket's next task may run elsewhere)."""
     ctx = table.context
     changelog = producers.for_table(ctx)
     if landing.replayed(ctx, changelog, commit_user, identifier):
@@ -231,7 +236,7 @@ def commit_batch(df: DataFrame, table: Table, commit_user: str, identifier: int)
         # One task holds every row (a small micro-batch, typically): each bucket is whole in
         # it already, so the shuffle and its stage are saved. An unaware append table and a
         # postpone-bucket table need no whole buckets: every task writes its own rows.
-        write_rows = functools.partial(write_tasks.write_rows, ctx, commit_user)
+        write_rows = functools.partial(write_tasks.write_rows, ctx, commit_user, streaming=streaming)
         written = df.mapInArrow(write_rows, f"{MESSAGE_COLUMN} binary")
     else:
         bucketed_schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])

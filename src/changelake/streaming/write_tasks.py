@@ -15,14 +15,19 @@ import numpy as np
 import pyarrow as pa
 
 from changelake.api.writer import open_write
+from changelake.changelog import producers
 from changelake.errors import SchemaMismatchError
+from changelake.streaming import resident_writers
+from changelake.streaming.resident_writers import RESIDENT_WRITERS
 from changelake.table.append.definition import UNAWARE_BUCKET
+from changelake.table.changelog_hook import ChangelogHook
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import bucket
 from changelake.table.format.schema import TableKind
 from changelake.table.write import assigners, postpone
 from changelake.table.write.partitions import partition_groups
+from changelake.table.write.writer import TableWrite
 
 BUCKET_COLUMN = "_changelake_bucket"
 BUCKETS_COLUMN = "_changelake_buckets"
@@ -138,17 +143,24 @@ def as_table_type(ctx: TableContext, batch: pa.RecordBatch, name: str) -> pa.Arr
                                   table=ctx.name, column=name) from None
 
 
-def write_groups(ctx: TableContext, commit_user: str,
-                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def write_groups(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Write rows tagged by :func:`add_bucket`, every row of each of their buckets here and
     none elsewhere: see :func:`write_rows`."""
     return write_rows(ctx, commit_user, (b.drop_columns([BUCKET_COLUMN]) for b in batches))
 
 
-def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordBatch], *,
+               streaming: bool = False) -> Iterator[pa.RecordBatch]:
     """Write the rows (every row of each of their buckets is here, none elsewhere) with the
     table's merge engine, compaction and changelog producer; yields one row holding the pickled
-    :class:`TaskResult` (none when there were no rows)."""
+    :class:`TaskResult` (none when there is nothing to commit). A ``streaming`` write (a whole
+    micro-batch of a query in this one task, ``commit_user`` the query's id) keeps its writer in
+    this worker for the next batches where the table allows (:mod:`resident_writers`), and
+    hands over the compactions finished since; any other write waits for its compactions."""
+    changelog = producers.for_table(ctx)
+    if streaming and resident_writers.lives_on(ctx, changelog):
+        yield from _write_resident(ctx, commit_user, changelog, batches)
+        return
     with open_write(ctx, commit_user, one_shot=True) as write:
         wrote = False
         for batch in batches:
@@ -161,6 +173,28 @@ def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordB
         # nothing of them.
         result = TaskResult(tuple(write.prepare()), write.view)
     yield result_row(result)
+
+
+def _write_resident(ctx: TableContext, commit_user: str, changelog: ChangelogHook,
+                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """:func:`write_rows` with the writer this worker kept for the table and query (or a new
+    one), kept again for the next micro-batch; a task that fails closes it."""
+    write = RESIDENT_WRITERS.take(ctx, commit_user) or TableWrite(ctx, commit_user, changelog=changelog)
+    try:
+        looked = write.forget_stale()
+        for batch in batches:
+            if batch.num_rows:
+                write.write(pa.Table.from_batches([batch]))
+        messages = write.prepare()
+    except BaseException:
+        write.close()
+        raise
+    RESIDENT_WRITERS.keep(write)
+    if messages:
+        # The compactions handed over looked the table up as of ``looked`` at the latest: the
+        # buckets they compact were checked unchanged then.
+        view = write.view if write.view is None or looked is None else min(write.view, looked)
+        yield result_row(TaskResult(tuple(messages), view))
 
 
 def result_row(result: object) -> pa.RecordBatch:

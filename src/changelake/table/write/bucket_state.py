@@ -11,10 +11,11 @@ but a lost file: that error stands.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from changelake.options import TableOptions
 from changelake.table.context import TableContext
 from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import DataFileMeta
@@ -52,6 +53,33 @@ class BucketState:
     # their vectors; the next commit starts from them while they are the committed ones,
     # rather than parsing every vector again (Paimon's writer keeps a bucket's vectors too)
     prepared_base: deletion_vectors.IndexBase | None = None
+    # the bucket's files (name, level) once the last prepared commit lands as prepared
+    prepared_files: frozenset[tuple[str, int]] | None = None
+
+    def drop_running(self, ctx: TableContext) -> None:
+        """Drop the bucket's running compaction without waiting for it: not started, it never
+        runs; running, its files are deleted when it ends. For a bucket whose state is dropped
+        between commits (nothing else of it uncommitted)."""
+        running, self.running = self.running, None
+        if running is None or running.cancel():
+            return
+        bucket_dir = ctx.bucket_dir(self.partition, self.bucket)
+
+        def discard(done: Future[compaction.CompactResult]) -> None:
+            if done.exception() is None:  # a dropped compaction's failure is moot
+                ctx.file_io.discard(ctx.file_paths(bucket_dir, done.result().written()))
+
+        running.add_done_callback(discard)
+
+    def interval_reached(self, options: TableOptions) -> bool:
+        """``lookup-compact`` gentle: a commit in which universal compaction picks nothing
+        counts, and every ``lookup-compact.max-interval``-th one forces level 0 up (at least
+        every ``num-sorted-run.compaction-trigger``-th, as Paimon bounds it)."""
+        self.idle_commits += 1
+        if self.idle_commits < max(options.compaction_trigger, options.lookup_compact_max_interval):
+            return False
+        self.idle_commits = 0
+        return True
 
     def void_compactions(self, ctx: TableContext, committed: Collection[DataFileMeta]) -> None:
         """Drop the compactions not yet committed (deleting the files they wrote) and rebase the
@@ -75,3 +103,11 @@ def removed_meanwhile(ctx: TableContext, state: BucketState, error: Exception,
     ours = {*to_commit, *(f.file_name for f in state.new_files)}
     gone = compaction.removed_meanwhile(ctx, error, (state.partition, state.bucket), ours=ours)
     return None if gone is None else gone[1]
+
+
+def stale_buckets(states: Mapping[tuple[bytes, int], BucketState],
+                  committed: Mapping[tuple[bytes, int], Collection[DataFileMeta]]) -> list[tuple[bytes, int]]:
+    """The buckets whose ``committed`` files are not those their last prepared commit left
+    them with: that commit did not land as prepared, or another writer committed there since."""
+    return [key for key, state in states.items() if state.prepared_files is not None
+            and state.prepared_files != {(f.file_name, f.level) for f in committed.get(key, ())}]

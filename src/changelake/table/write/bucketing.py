@@ -3,7 +3,7 @@ merged within the flush, in data-file layout."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -110,6 +110,10 @@ class SortedFlush:
     def raw(self, group: int) -> pa.Table:
         """The group's rows sorted by key then sequence number, not merged."""
         return self.take(self.order[self.bounds[group]:self.bounds[group + 1]])
+
+    def raw_if_read(self, group: int) -> Iterator[pa.Table]:
+        """:meth:`raw` of the group, taken only if the changelog producer reads it."""
+        yield self.raw(group)
 
     def take(self, positions: np.ndarray) -> pa.Table:
         """The rows at ``positions``; a key column is the array of its value column (as in

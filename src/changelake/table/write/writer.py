@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -31,8 +31,8 @@ from changelake.table.read import deletion_vectors as read_vectors
 from changelake.table.read import live_files
 from changelake.table.write import assigners, landing, spill
 from changelake.table.write import conform as rows
-from changelake.table.write.bucket_state import BucketState, removed_meanwhile
-from changelake.table.write.bucketing import SortedFlush, group_by_bucket, merge_flush, restored_files, sort_flush
+from changelake.table.write.bucket_state import BucketState, removed_meanwhile, stale_buckets
+from changelake.table.write.bucketing import group_by_bucket, merge_flush, restored_files, sort_flush
 
 if TYPE_CHECKING:
     from changelake.table.write.conform import WriteInput
@@ -231,7 +231,7 @@ class TableWrite:
                 self._write_level0(state, flush.raw(group))
         else:
             merged = merge_flush(self.ctx, flush)
-            map_all(lambda group: self._write_level0(states[group], merged.group(group), raw=_raw(flush, group)),
+            map_all(lambda group: self._write_level0(states[group], merged.group(group), raw=flush.raw_if_read(group)),
                     range(len(states)))
 
     def _spill(self, part: pa.Table) -> spill.SpilledRun:
@@ -311,7 +311,7 @@ class TableWrite:
             idle = state.running is None
             usual = compaction.picker(ctx).pick(state.levels.num_levels, state.levels.sorted_runs(ctx.key_of)) \
                 if idle else None
-            force_level0 = idle and usual is None and self._interval_reached(state)
+            force_level0 = idle and usual is None and state.interval_reached(options)
             # A waiting writer waits for whatever is picked, as Paimon's prepareCommit does.
             gentle_due = waits and (usual is not None or force_level0)
         # Paimon's readers skip level 0 of first-row tables, and lookup-wait commits carry the
@@ -369,17 +369,6 @@ class TableWrite:
             return self._committed_vectors(state)
         return state.compacted_base.after(state.compacted.vectors, state.index_added, state.index_deleted,
                                           state.levels.files)
-
-    def _interval_reached(self, state: BucketState) -> bool:
-        """``lookup-compact`` gentle: a commit in which universal compaction picks nothing
-        counts, and every ``lookup-compact.max-interval``-th one forces level 0 up (at least
-        every ``num-sorted-run.compaction-trigger``-th, as Paimon bounds it)."""
-        options = self.ctx.options
-        state.idle_commits += 1
-        if state.idle_commits < max(options.compaction_trigger, options.lookup_compact_max_interval):
-            return False
-        state.idle_commits = 0
-        return True
 
     def _refresh(self, state: BucketState, files: list[DataFileMeta]) -> None:
         """Rebase the bucket's levels on ``files``, its files committed now: other writers may
@@ -442,7 +431,19 @@ class TableWrite:
             state.compacted = compaction.CompactResult()
             state.compacted_base = None
             state.index_added = state.index_deleted = ()
+            state.prepared_files = frozenset((f.file_name, f.level) for f in state.levels.files)
         return self._assigner.prepare(messages)
+
+    def forget_stale(self) -> int | None:
+        """Forget the buckets whose committed files are not those the last :meth:`prepare`
+        left them with (its messages did not land as prepared, or another writer committed
+        there since), dropping their compactions; for a writer whose messages are landed
+        elsewhere (a Spark driver). The snapshot looked at (None: the table has none)."""
+        latest = self.ctx.latest_snapshot()
+        committed = {} if latest is None else live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
+        for key in stale_buckets(self._buckets, committed):
+            self._buckets.pop(key).drop_running(self.ctx)
+        return None if latest is None else latest.id
 
     def commit(self, identifier: int) -> list[Snapshot]:
         """Flush and commit as ``identifier``; [] if this user already committed it.
@@ -493,7 +494,3 @@ class TableWrite:
         self._buckets.clear()
         self._assigner.forget()
 
-
-def _raw(flush: SortedFlush, group: int) -> Iterator[pa.Table]:
-    """A group's raw rows, taken only if the changelog producer reads them."""
-    yield flush.raw(group)
