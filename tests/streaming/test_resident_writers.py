@@ -67,6 +67,15 @@ def _land(table: cl.Table, results: list[write_tasks.TaskResult], identifier: in
                         view=min(views) if views else None) if messages else []
 
 
+def _stream(table: cl.Table, rng: random.Random, state: dict[int, str], batch_id: int) -> list[cl.Snapshot]:
+    """Micro-batch ``batch_id`` (40 random changes) written by a task and landed, and the model
+    moved on by it: the snapshots that landed."""
+    rows = _batch(rng, state, 40, f"b{batch_id}")
+    landed = _land(table, _task(table, rows), batch_id)
+    _apply(state, rows)
+    return landed
+
+
 def _read(table: cl.Table) -> dict[int, str]:
     table.refresh()
     return {r["k"]: r["v"] for r in table.scan().to_arrow().to_pylist()}
@@ -94,9 +103,7 @@ def test_compactions_a_batch_starts_land_with_a_later_batch(tmp_path: Path) -> N
     assert resident_writers.lives_on(table.context, producers.for_table(table.context))
     rng, state = random.Random(1), {}
     for batch_id in range(12):
-        rows = _batch(rng, state, 40, f"b{batch_id}")
-        landed = _land(table, _task(table, rows), batch_id)
-        _apply(state, rows)
+        landed = _stream(table, rng, state, batch_id)
         assert _read(table) == state
         assert landed[0].commit_kind is CommitKind.APPEND
         if batch_id:
@@ -117,9 +124,7 @@ def test_a_deletion_vector_tables_reads_show_each_batch_once_the_next_lands(tmp_
     rng, state = random.Random(7), {}
     for batch_id in range(8):
         before = dict(state)
-        rows = _batch(rng, state, 40, f"b{batch_id}")
-        _land(table, _task(table, rows), batch_id)
-        _apply(state, rows)
+        _stream(table, rng, state, batch_id)
         assert _read(table) == before
         _background_done()
     table.compact()
@@ -149,16 +154,12 @@ def test_a_batch_that_never_landed_is_replayed_over_the_table_as_it_is(tmp_path:
 def test_a_failed_task_drops_its_writer_and_the_next_starts_afresh(tmp_path: Path) -> None:
     table = _table(tmp_path, **NO_WAIT)
     rng, state = random.Random(3), {}
-    rows = _batch(rng, state, 40, "b0")
-    _land(table, _task(table, rows), 0)
-    _apply(state, rows)
+    _stream(table, rng, state, 0)
     bad = pa.table({"k": [1, None], "v": ["x", "y"]})
     with pytest.raises(NullKeyError):
         _task(table, bad)
     assert len(RESIDENT_WRITERS) == 0
-    rows = _batch(rng, state, 40, "b1")
-    _land(table, _task(table, rows), 1)
-    _apply(state, rows)
+    _stream(table, rng, state, 1)
     table.compact()
     assert _replayed_changelog(table) == state == _read(table)
 
@@ -167,9 +168,7 @@ def test_another_writers_commits_between_batches_are_built_on(tmp_path: Path) ->
     table = _table(tmp_path, **NO_WAIT)
     rng, state = random.Random(4), {}
     for batch_id in range(10):
-        rows = _batch(rng, state, 40, f"b{batch_id}")
-        _land(table, _task(table, rows), batch_id)
-        _apply(state, rows)
+        _stream(table, rng, state, batch_id)
         _background_done()
         if batch_id % 3 == 1:
             other = _batch(rng, state, 15, f"other{batch_id}")
@@ -185,18 +184,14 @@ def test_another_writers_commits_between_batches_are_built_on(tmp_path: Path) ->
 def test_a_schema_change_between_batches_starts_a_new_writer(tmp_path: Path) -> None:
     table = _table(tmp_path, **NO_WAIT)
     rng, state = random.Random(5), {}
-    rows = _batch(rng, state, 40, "b0")
-    _land(table, _task(table, rows), 0)
-    _apply(state, rows)
+    _stream(table, rng, state, 0)
     kept = RESIDENT_WRITERS.take(table.context, USER)
     assert kept is not None
     RESIDENT_WRITERS.keep(kept)
     table.update_schema().add_column("w", pa.int32()).commit()
     table.refresh()
     assert RESIDENT_WRITERS.take(table.context, USER) is None  # the old schema's writer is closed
-    rows = _batch(rng, state, 40, "b1")
-    _land(table, _task(table, rows), 1)
-    _apply(state, rows)
+    _stream(table, rng, state, 1)
     assert _read(table) == state
 
 

@@ -24,7 +24,6 @@ from changelake.table.context import TableContext
 from changelake.table.format.schema import TableKind
 from changelake.table.io.paths import TablePaths
 from changelake.table.lsm import compactor as compaction
-from changelake.table.write import postpone
 from changelake.table.write.writer import TableWrite
 
 
@@ -36,8 +35,8 @@ def lives_on(ctx: TableContext, changelog: ChangelogHook) -> bool:
     not one worker's). Any other table's micro-batch waits for its compactions, as Paimon's
     Spark writers do, and leaves nothing running when its query stops."""
     options = ctx.options
-    return (ctx.kind is TableKind.PRIMARY_KEY and options.bucket > 0 and not postpone.is_postpone(ctx)
-            and not options.write_only and not options.lookup_wait and compaction.forces_level0_up(ctx, changelog)
+    return (ctx.kind is TableKind.PRIMARY_KEY and options.bucket > 0 and not options.write_only
+            and not options.lookup_wait and compaction.forces_level0_up(ctx, changelog)
             and options.full_compaction_delta_commits is None and changelog.full_compaction_delta_commits is None)
 
 

@@ -157,10 +157,11 @@ def write_rows(ctx: TableContext, commit_user: str, batches: Iterator[pa.RecordB
     micro-batch of a query in this one task, ``commit_user`` the query's id) keeps its writer in
     this worker for the next batches where the table allows (:mod:`resident_writers`), and
     hands over the compactions finished since; any other write waits for its compactions."""
-    changelog = producers.for_table(ctx)
-    if streaming and resident_writers.lives_on(ctx, changelog):
-        yield from _write_resident(ctx, commit_user, changelog, batches)
-        return
+    if streaming:
+        changelog = producers.for_table(ctx)
+        if resident_writers.lives_on(ctx, changelog):
+            yield from _write_resident(ctx, commit_user, changelog, batches)
+            return
     with open_write(ctx, commit_user, one_shot=True) as write:
         wrote = False
         for batch in batches:

@@ -53,8 +53,6 @@ class BucketState:
     # their vectors; the next commit starts from them while they are the committed ones,
     # rather than parsing every vector again (Paimon's writer keeps a bucket's vectors too)
     prepared_base: deletion_vectors.IndexBase | None = None
-    # the bucket's files (name, level) once the last prepared commit lands as prepared
-    prepared_files: frozenset[tuple[str, int]] | None = None
 
     def drop_running(self, ctx: TableContext) -> None:
         """Drop the bucket's running compaction without waiting for it: not started, it never
@@ -107,7 +105,9 @@ def removed_meanwhile(ctx: TableContext, state: BucketState, error: Exception,
 
 def stale_buckets(states: Mapping[tuple[bytes, int], BucketState],
                   committed: Mapping[tuple[bytes, int], Collection[DataFileMeta]]) -> list[tuple[bytes, int]]:
-    """The buckets whose ``committed`` files are not those their last prepared commit left
-    them with: that commit did not land as prepared, or another writer committed there since."""
-    return [key for key, state in states.items() if state.prepared_files is not None
-            and state.prepared_files != {(f.file_name, f.level) for f in committed.get(key, ())}]
+    """The buckets whose ``committed`` files are not their levels' files, as the writer's last
+    prepared commit left them (nothing written since): that commit did not land as prepared, or
+    another writer committed there since."""
+    return [key for key, state in states.items()
+            if {(f.file_name, f.level) for f in state.levels.files}
+            != {(f.file_name, f.level) for f in committed.get(key, ())}]

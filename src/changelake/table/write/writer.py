@@ -431,14 +431,14 @@ class TableWrite:
             state.compacted = compaction.CompactResult()
             state.compacted_base = None
             state.index_added = state.index_deleted = ()
-            state.prepared_files = frozenset((f.file_name, f.level) for f in state.levels.files)
         return self._assigner.prepare(messages)
 
     def forget_stale(self) -> int | None:
         """Forget the buckets whose committed files are not those the last :meth:`prepare`
         left them with (its messages did not land as prepared, or another writer committed
         there since), dropping their compactions; for a writer whose messages are landed
-        elsewhere (a Spark driver). The snapshot looked at (None: the table has none)."""
+        elsewhere (a Spark driver), called before it writes again. The snapshot looked at
+        (None: the table has none)."""
         latest = self.ctx.latest_snapshot()
         committed = {} if latest is None else live_files.files_by_bucket(live_files.live_entries(self.ctx, latest))
         for key in stale_buckets(self._buckets, committed):
