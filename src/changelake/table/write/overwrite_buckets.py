@@ -26,11 +26,12 @@ from changelake.table.context import TableContext
 from changelake.table.format import bucket
 from changelake.table.write import postpone
 from changelake.table.write.assigners import BucketAssigner, CrossPartitionBuckets, DynamicBuckets, FixedBuckets
+from changelake.table.write.assigners.base import Stateless
 from changelake.table.write.partitions import partition_groups
 
 
 @dataclass(frozen=True)
-class PlannedBuckets:
+class PlannedBuckets(Stateless):
     """A postpone-bucket table's rows in real buckets: each partition's number in ``plan``."""
 
     ctx: TableContext
@@ -64,12 +65,6 @@ class Placement:
         if ctx.cross_partition:
             return Placement(ctx, CrossPartitionBuckets(ctx, fresh=True))
         return Placement(ctx, DynamicBuckets(ctx, fresh=True))
-
-    def relocate(self, rows: pa.Table, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray]:
-        """The rows to write (a cross-partition table's moved, kept or dropped by key)."""
-        if isinstance(self.assigner, CrossPartitionBuckets):
-            return self.assigner.relocate(rows, kinds)
-        return rows, kinds
 
     def total_buckets(self, partition: bytes) -> int:
         """The number of buckets the files of ``partition`` record (``bucket``; a postpone

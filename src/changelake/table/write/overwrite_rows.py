@@ -117,7 +117,7 @@ def write_files(ctx: TableContext, data: pa.Table, written: list[str], *,
             return [], set()
         placement = Placement.of(ctx, conformed, plan=plan)
         # A cross-partition table's key in several partitions of the rows lives in one of them.
-        conformed, kinds = placement.relocate(conformed, kinds)
+        conformed, kinds = placement.assigner.relocate(conformed, kinds)
         groups = bucketing.group_by_bucket(ctx, conformed, placement.assigner)
         flush = bucketing.sort_flush(ctx, conformed, kinds, groups, np.zeros(len(groups.partitions), dtype=np.int64))
         merged = bucketing.merge_flush(ctx, flush)
