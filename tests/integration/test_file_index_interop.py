@@ -46,8 +46,10 @@ def _changelake_table(warehouse: str, options: dict[str, str]) -> cl.Table:
 
 def _java_read(java: JavaPaimon, warehouse: str, predicate: Any) -> tuple[int, list[int]]:
     """The files Java Paimon plans for ``predicate`` and the ids of the rows it reads (its readers
-    do not filter rows: every row of a file read comes back)."""
-    table = java.table(warehouse, "db.t")
+    do not filter rows: every row of a file read comes back). Manifests are read one at a time:
+    Java 0.9's planner threads share an unsynchronized map while testing file indexes, and
+    fail at random with a ConcurrentModificationException when they read several at once."""
+    table = java.table(warehouse, "db.t", {"scan.manifest.parallelism": "1"})
     builder = java.jvm.org.apache.paimon.python.InvocationUtil.getReadBuilder(table).withFilter(predicate)
     splits = builder.newScan().plan().splits()
     rows = java._rows(table, splits, builder.newRead())
