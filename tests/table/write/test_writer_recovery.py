@@ -334,10 +334,12 @@ def test_a_compaction_whose_input_another_writer_compacted_away_and_expired_is_v
         # lands), or starts in the background ...
         assert a.commit(2) == []
         assert not os.path.exists(f)
-        # ... and the next commit, past the stop trigger, waits for it (void: only the APPEND lands)
+        # ... and the next commit, past the stop trigger, takes it in (void: it lands nothing). If
+        # it had not started yet, that commit compacts afresh from the table as committed instead,
+        # and that compaction may land: which happens is the scheduler's choice.
         third = model.commit(a, 3, range(50, 150), 5)
         if where == "in the background":
-            assert third == [cl.CommitKind.APPEND]
+            assert third[0] == cl.CommitKind.APPEND and not os.path.exists(f)
         kinds = []
         for identifier in range(3, 9):  # both writers go on, each compacting what the other wrote
             kinds += model.commit(b, identifier, range(identifier * 37, identifier * 37 + 100), identifier * 10)
