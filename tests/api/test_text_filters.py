@@ -51,6 +51,9 @@ def ids(data: pa.Table) -> list[tuple[str, int]]:
     ("dt = '2024-01-02' AND id < 8", (pc.field("dt") == pc.scalar(dt.date(2024, 1, 2))) & (pc.field("id") < 8)),
     ("name IS NULL OR id IN (1, 2)", pc.field("name").is_null() | pc.field("id").isin([1, 2])),
     ("NOT name LIKE 'n1%'", ~pc.match_like(pc.field("name"), "n1%")),
+    # numbers the column's type cannot hold compare exactly
+    ("id > 7.5 AND amount < 3.001", (pc.field("id") >= 8)
+     & (pc.field("amount") <= pc.scalar(decimal.Decimal("3.00")).cast(pa.decimal128(12, 2)))),
 ])
 def test_a_text_filter_selects_what_its_expression_does(table: cl.Table, text: str,
                                                         expression: pc.Expression) -> None:

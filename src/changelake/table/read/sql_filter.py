@@ -20,6 +20,11 @@ error naming the column, not a silent mismatch. A bare column of type bool is a 
 
 ``x BETWEEN a AND b`` is ``x >= a AND x <= b`` (bounds inclusive, as SQL's).
 
+A number compared with an integer or decimal column compares exactly, as SQL's numeric types
+do, even where the column's type cannot hold it: ``n > 1.5`` on an integer column is ``n >= 2``,
+``n = 1.5`` holds for no row, ``tiny < 1000`` on a TINYINT holds for every row but NULLs, and
+``price = 1.005`` on a DECIMAL(10, 2) for none.
+
 NULL follows SQL's three-valued logic: a comparison, IN or LIKE with a NULL operand is unknown,
 NOT of unknown is unknown, AND and OR are Kleene's, and only rows where the whole filter is true
 are kept (``v NOT IN (1, 2)`` drops rows where ``v`` is NULL, as does ``NOT v IN (1, 2)``).
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import decimal
 import enum
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -233,7 +239,9 @@ class _Parser:
         while self._punct(","):
             values.append(self._literal())
         self._expect_punct(")")
-        array = pa.array([self._coerce(v, column) for v in values], type=column.type)
+        # a number the column cannot hold exactly equals none of its values
+        held = [v for v in values if (exact := _exact(v.value, column.type)) is None or _on_grid(exact, column.type)]
+        array = pa.array([self._coerce(v, column) for v in held], type=column.type)
         self._check_kernel(lambda: pc.is_in(pa.array([], column.type), value_set=array),
                            f"IN does not apply to column {column.name!r} ({column.type})", start)
         # Unknown (NULL) for a NULL value, as SQL's IN: pyarrow's is_in says false, which NOT
@@ -326,6 +334,12 @@ class _Parser:
             raise self._fail(message, token) from None
 
     def _compare(self, operator: str, left: _Operand, right: _Operand, token: _Token) -> pc.Expression:
+        column, literal = (left, right) if isinstance(left, _Column) else (right, left)
+        if isinstance(column, _Column) and isinstance(literal, _Literal):
+            exact = _exact(literal.value, column.type)
+            if exact is not None and not _on_grid(exact, column.type):
+                operator = operator if column is left else _FLIPPED[operator]
+                return _off_grid(operator, column, exact)
         compare = _COMPARISONS[operator]
         sides: list[tuple[pc.Expression, pa.DataType, str]] = []  # expression, type, description
         for operand, other in ((left, right), (right, left)):
@@ -339,6 +353,70 @@ class _Parser:
         self._check_kernel(lambda: compare(pa.array([], left_type), pa.array([], right_type)),
                            f"{operator} does not apply to {left_text} and {right_text}", token)
         return compare(left_value, right_value)
+
+
+_FLIPPED = {"=": "=", "==": "==", "!=": "!=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+# wide enough for any DECIMAL(38, s) bound and the literal beside it
+_EXACT = decimal.Context(prec=100)
+
+
+def _exact(value: object, type_: pa.DataType) -> decimal.Decimal | None:
+    """``value`` as an exact number when it is a number compared with an integer or decimal
+    column (the comparisons whose column may not hold it), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not (pa.types.is_integer(type_) or pa.types.is_decimal(type_)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # no column value equals it; the cast reports it
+    return decimal.Decimal(str(value))
+
+
+def _grid(type_: pa.DataType) -> tuple[decimal.Decimal, decimal.Decimal, decimal.Decimal]:
+    """The step between values of an integer or decimal type, its least and its greatest."""
+    if pa.types.is_integer(type_):
+        bits = type_.bit_width
+        signed = pa.types.is_signed_integer(type_)
+        low = -(2 ** (bits - 1)) if signed else 0
+        high = 2 ** (bits - 1) - 1 if signed else 2 ** bits - 1
+        return decimal.Decimal(1), decimal.Decimal(low), decimal.Decimal(high)
+    step = decimal.Decimal(1).scaleb(-type_.scale)
+    high = _EXACT.multiply(decimal.Decimal(10 ** type_.precision - 1), step)
+    return step, -high, high
+
+
+def _on_grid(value: decimal.Decimal, type_: pa.DataType) -> bool:
+    step, low, high = _grid(type_)
+    return low <= value <= high and _EXACT.remainder(value, step) == 0
+
+
+def _off_grid(operator: str, column: _Column, value: decimal.Decimal) -> pc.Expression:
+    """``column <operator> value`` for a ``value`` the column's type cannot hold, as a comparison
+    with the nearest value it can (``n > 1.5`` is ``n >= 2``), or as true or false for every row
+    but NULLs (unknown, as SQL's)."""
+    field = pc.field(column.name)
+    never, always = field != field, field == field
+    if operator in ("=", "=="):
+        return never
+    if operator in ("!=", "<>"):
+        return always
+    step, low, high = _grid(column.type)
+    steps = _EXACT.divide(value, step)
+    if operator in ("<", "<="):
+        if value < low:
+            return never
+        bound = min(high, _EXACT.multiply(steps.to_integral_value(decimal.ROUND_FLOOR), step))
+        return field <= pc.scalar(_typed(bound, column.type))
+    if value > high:
+        return never
+    bound = max(low, _EXACT.multiply(steps.to_integral_value(decimal.ROUND_CEILING), step))
+    return field >= pc.scalar(_typed(bound, column.type))
+
+
+def _typed(value: decimal.Decimal, type_: pa.DataType) -> pa.Scalar:
+    if pa.types.is_integer(type_):
+        return pa.scalar(int(value), type=type_)
+    return pa.scalar(value.quantize(decimal.Decimal(1).scaleb(-type_.scale), context=_EXACT), type=type_)
 
 
 def parse(text: str, schema: pa.Schema) -> pc.Expression:
