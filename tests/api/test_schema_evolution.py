@@ -164,12 +164,79 @@ def test_refused_column_changes(tmp_path: Path, change: Any, message: str, colum
 
 
 def test_columns_named_by_options_stay(tmp_path: Path) -> None:
-    table = _table(tmp_path, **{"sequence.field": "a"})
+    table = _table(tmp_path, **{"sequence.field": "a", "fields.b.stats-mode": "full"})
     with pytest.raises(SchemaError, match=r"option 'sequence\.field'"), table.update_schema() as u:
         u.drop_column("a")
-    with pytest.raises(SchemaError, match=r"option 'sequence\.field'"), table.update_schema() as u:
-        u.rename_column("a", "z")
+    # what Paimon's rename does not follow stays refused
+    with pytest.raises(SchemaError, match=r"option 'fields\.b\.stats-mode'") as refused, table.update_schema() as u:
+        u.rename_column("b", "z")
+    assert refused.value.column == "b"
     assert _schema_files(table) == ["schema-0"]
+
+
+def test_a_rename_follows_the_options_naming_the_column_as_paimon_does(tmp_path: Path) -> None:
+    """Paimon's rename rewrites ``sequence.field``, ``bucket-key``, a column's aggregation settings
+    and both sides of a sequence group; merges go on by the new names over files of both."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("total", pa.int64()), ("tags", pa.string()),
+                        ("ts", pa.int64()), ("g", pa.int64()), ("a", pa.string())])
+    catalog = changelake.Catalog(str(tmp_path))
+    table = catalog.create_table("db.agg", schema, primary_keys=["id"], options={
+        "bucket": "1", "merge-engine": "aggregation", "sequence.field": "ts",
+        "fields.total.aggregate-function": "sum", "fields.tags.aggregate-function": "listagg",
+        "fields.tags.list-agg-delimiter": ";", "fields.a.ignore-retract": "true",
+        "fields.g.aggregate-function": "max", "fields.a.aggregate-function": "last_non_null_value"})
+    table.write(pa.table({"id": [1, 2], "total": [10, 20], "tags": ["x", "y"], "ts": [1, 1], "g": [1, 1],
+                          "a": ["a1", "a2"]}, schema=schema))
+    with table.update_schema() as u:
+        u.rename_column("total", "amount")
+        u.rename_column("tags", "labels")
+        u.rename_column("ts", "version")
+        u.rename_column("a", "aa")
+    table = catalog.get_table("db.agg")
+    options = table.options
+    assert options["sequence.field"] == "version"
+    assert {k for k in options if k.startswith("fields.")} == {
+        "fields.amount.aggregate-function", "fields.labels.aggregate-function", "fields.labels.list-agg-delimiter",
+        "fields.aa.ignore-retract", "fields.g.aggregate-function", "fields.aa.aggregate-function"}
+    renamed = pa.schema([schema.field(0), ("amount", pa.int64()), ("labels", pa.string()), ("version", pa.int64()),
+                         ("g", pa.int64()), ("aa", pa.string())])
+    table.write(pa.table({"id": [1, 2], "amount": [5, 7], "labels": ["z", None], "version": [2, 0], "g": [0, 3],
+                          "aa": [None, "b2"]}, schema=renamed))
+    expected = [{"id": 1, "amount": 15, "labels": "x;z", "version": 2, "g": 1, "aa": "a1"},
+                {"id": 2, "amount": 27, "labels": "y", "version": 1, "g": 3, "aa": "a2"}]  # version 0 is older
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
+    table.compact(full=True)
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
+
+    groups = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.int64()), ("a", pa.string()),
+                        ("b", pa.string())])
+    partial = catalog.create_table("db.pu", groups, primary_keys=["id"], options={
+        "bucket": "1", "merge-engine": "partial-update", "fields.s.sequence-group": "a,b"})
+    partial.write(pa.table({"id": [1], "s": [5], "a": ["new"], "b": ["new"]}, schema=groups))
+    with partial.update_schema() as u:
+        u.rename_column("s", "seq")
+        u.rename_column("a", "first")
+    partial = catalog.get_table("db.pu")
+    assert partial.options["fields.seq.sequence-group"] == "first,b"
+    assert "fields.s.sequence-group" not in partial.options
+    # an older version of the group loses to the newer one written before the rename
+    older = pa.schema([groups.field(0), ("seq", pa.int64()), ("first", pa.string()), ("b", pa.string())])
+    partial.write(pa.table({"id": [1], "seq": [3], "first": ["old"], "b": ["old"]}, schema=older))
+    assert partial.scan().to_arrow().to_pylist() == [{"id": 1, "seq": 5, "first": "new", "b": "new"}]
+
+    keyed = pa.schema([("k", pa.int64()), ("v", pa.string())])
+    append = catalog.create_table("db.app", keyed, options={"bucket": "2", "bucket-key": "k"})
+    append.write(pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"]}, schema=keyed))
+    with append.update_schema() as u:
+        u.rename_column("k", "key")
+    append = catalog.get_table("db.app")
+    assert append.options["bucket-key"] == "key"
+    append.write(pa.table({"key": [1, 4], "v": ["d", "e"]}))
+    scan = append.scan()
+    buckets = {split.bucket: scan.read_split(split).column("key").to_pylist() for split in scan.plan()}
+    assert sorted(k for keys in buckets.values() for k in keys) == [1, 1, 2, 3, 4]
+    # a key hashes to its bucket by its value, whatever the column's name
+    assert any(keys.count(1) == 2 for keys in buckets.values())
 
 
 def test_set_and_reset_options(tmp_path: Path) -> None:

@@ -77,3 +77,19 @@ def test_changelake_reads_a_table_pypaimon_evolved(tmp_path: Path, pypaimon: Pyp
     table.compact(full=True)
     assert _ours(table) == _paimon_rows(pypaimon, warehouse, "db.t")
     assert [r for r in _ours(table) if r["id"] == 2] == [{"id": 2, "a": 20, "cc": 1.0, "e": "e2"}]
+
+
+def test_pypaimon_merges_by_the_options_a_changelake_rename_rewrote(tmp_path: Path, pypaimon: Pypaimon) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("total", pa.int64()), ("ts", pa.int64()),
+                        ("name", pa.string())])
+    table = changelake.Catalog(str(tmp_path)).create_table("db.t", schema, primary_keys=["id"], options={
+        "bucket": "1", "merge-engine": "aggregation", "sequence.field": "ts",
+        "fields.total.aggregate-function": "sum", "fields.name.aggregate-function": "last_non_null_value"})
+    table.write(pa.table({"id": [1, 2], "total": [10, 20], "ts": [5, 5], "name": ["a", "b"]}, schema=schema))
+    with table.update_schema() as u:
+        u.rename_column("total", "amount")
+        u.rename_column("ts", "version")
+    table.write(pa.table({"id": [1, 2], "amount": [1, 2], "version": [6, 4], "name": ["a2", "b2"]}))
+    expected = [{"id": 1, "amount": 11, "version": 6, "name": "a2"}, {"id": 2, "amount": 22, "version": 5, "name": "b"}]
+    assert _ours(table) == expected
+    assert _paimon_rows(pypaimon, str(tmp_path), "db.t") == expected

@@ -52,6 +52,9 @@ IMMUTABLE_OPTIONS = _PAIMON_IMMUTABLE | {"sequence.field", "partition.default-na
 # Options whose value names columns: those columns are not renamed or dropped under them.
 _COLUMN_OPTIONS = ("sequence.field", "rowkind.field", "bucket-key")
 _FIELDS_OPTION = re.compile(r"^fields\.([^.]+)\.")
+# what a column rename rewrites, as Paimon's: these lists' names, and these per-column settings' keys
+_RENAMED_LISTS = ("bucket-key", "sequence.field")
+_RENAMED_SETTINGS = ("aggregate-function", "ignore-retract", "distinct", "list-agg-delimiter")
 _RETRIES = 20
 
 
@@ -140,10 +143,11 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
                 if not fields:
                     raise SchemaError("cannot drop every column", table=table, column=change.name)
             case RenameColumn():
-                _check_value_column(schema, options, change.old, "renamed", table)
+                _check_key_column(schema, change.old, "renamed", table)
                 _check_new_name(fields, change.new, table)
                 i = _index(fields, change.old, table)
                 fields[i] = fields[i].model_copy(update={"name": change.new})
+                options = _renamed_in_options(options, change.old, change.new, table)
             case WidenColumn():
                 _check_value_column(schema, options, change.name, "retyped", table)
                 i = _index(fields, change.name, table)
@@ -209,10 +213,14 @@ def _new_field(fields: list[DataField], change: AddColumn, ids: itertools.count[
     return DataField(id=field_id, name=change.name, type=paimon, description=change.doc)
 
 
-def _check_value_column(schema: TableSchema, options: Mapping[str, str], name: str, verb: str, table: str) -> None:
+def _check_key_column(schema: TableSchema, name: str, verb: str, table: str) -> None:
     if name in schema.primary_keys or name in schema.partition_keys:
         role = "partition" if name in schema.partition_keys else "primary-key"
         raise SchemaError(f"is a {role} column and cannot be {verb}", table=table, column=name)
+
+
+def _check_value_column(schema: TableSchema, options: Mapping[str, str], name: str, verb: str, table: str) -> None:
+    _check_key_column(schema, name, verb, table)
     for key in _COLUMN_OPTIONS:
         if name in [c.strip() for c in options.get(key, "").split(",")]:
             raise SchemaError(f"is named by option {key!r} and cannot be {verb}", table=table, column=name)
@@ -220,6 +228,32 @@ def _check_value_column(schema: TableSchema, options: Mapping[str, str], name: s
         match = _FIELDS_OPTION.match(key)
         if match and (name in match.group(1).split(",") or name in [c.strip() for c in value.split(",")]):
             raise SchemaError(f"is named by option {key!r} and cannot be {verb}", table=table, column=name)
+
+
+def _renamed_in_options(options: dict[str, str], old: str, new: str, table: str) -> dict[str, str]:
+    """``options`` with column ``old`` renamed ``new`` where Paimon's rename follows it
+    (``SchemaManager.applyRenameColumnsToOptions``): the lists of ``bucket-key`` and
+    ``sequence.field``, the keys of a column's aggregation settings, both sides of a sequence
+    group. A column another option names (``rowkind.field``, a stats mode, a file index) is not
+    renamed under it: Paimon would leave the option naming a column that is gone."""
+    def renamed(names: str) -> str:
+        return ",".join(new if n.strip() == old else n for n in names.split(","))
+
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        match = _FIELDS_OPTION.match(key)
+        if key in _RENAMED_LISTS:
+            out[key] = renamed(value)
+        elif match and key.endswith(".sequence-group"):
+            out[f"fields.{renamed(match.group(1))}.sequence-group"] = renamed(value)
+        elif match and match.group(1) == old and key[match.end():] in _RENAMED_SETTINGS:
+            out[f"fields.{new}.{key[match.end():]}"] = value
+        elif (key == "rowkind.field" and value.strip() == old) or (match and old in match.group(1).split(",")):
+            raise SchemaError(f"is named by option {key!r} and cannot be renamed (Paimon does not rename "
+                              "it); change the option first", table=table, column=old)
+        else:
+            out[key] = value
+    return out
 
 
 def _check_bucket_change(key: str, old: str | None, new: str, table: str, *, has_snapshot: bool) -> None:
