@@ -131,7 +131,8 @@ def test_failing_block_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="primary-key column") as refused, table.update_schema() as u:
         u.add_column("e", pa.string())
         u.rename_column("id", "key")
-    assert refused.value.column == "id"
+        u.drop_column("key")
+    assert refused.value.column == "key"
     with pytest.raises(RuntimeError, match="boom"), table.update_schema() as u:
         u.add_column("e", pa.string())
         raise RuntimeError("boom")
@@ -145,6 +146,7 @@ def test_failing_block_writes_nothing(tmp_path: Path) -> None:
     (lambda u: u.drop_column("p"), "partition column", "p"),
     (lambda u: u.rename_column("p", "q"), "partition column", "p"),
     (lambda u: u.update_column("id", pa.int32()), "primary-key column", "id"),
+    (lambda u: u.rename_column("id", "key").update_column("key", pa.int32()), "primary-key column", "key"),
     (lambda u: u.drop_column("nope"), "is not a column", "nope"),
     (lambda u: u.rename_column("a", "b"), "already a column", "b"),
     (lambda u: u.add_column("a", pa.int64()), "already a column", "a"),
@@ -172,6 +174,50 @@ def test_columns_named_by_options_stay(tmp_path: Path) -> None:
         u.rename_column("b", "z")
     assert refused.value.column == "b"
     assert _schema_files(table) == ["schema-0"]
+
+
+@pytest.mark.parametrize("options", [
+    {"changelog-producer": "lookup"},
+    {"deletion-vectors.enabled": "true"},
+    {"changelog-producer": "input", "data-file.thin-mode": "true"},
+], ids=["lookup", "deletion-vectors", "thin"])
+def test_a_renamed_primary_key_merges_old_and_new_files(tmp_path: Path, options: dict[str, str]) -> None:
+    """Paimon renames primary keys too: files written before keep ``_KEY_id``, later ones have
+    ``_KEY_key``, and every path that reads keys (merge on read, compaction, lookups, changes)
+    takes both as one key."""
+    table = _table(tmp_path, **options)
+    table.write(_first_rows())
+    first = table.latest_snapshot().id  # (its COMPACT, where level 0 goes up at once)
+    with table.update_schema() as u:
+        u.rename_column("id", "key")
+    table = changelake.Catalog(str(tmp_path)).get_table("db.t")
+    assert table.primary_keys == ["key", "p"] and table.schema.names[0] == "key"
+    renamed = pa.schema([table.schema.field(i) for i in range(len(SCHEMA))])
+    later = pa.table({"key": [2, 4], "p": ["x", "x"], "a": pa.array([20, 40], pa.int32()), "b": ["u2", "n4"],
+                      "c": pa.array([0.5, 0.5], pa.float32()), "d": pa.array([2, 4], pa.decimal128(5, 2))},
+                     schema=renamed)
+    table.write(later)
+    table.delete("key = 3")
+    expected = [{**r, "key": r.pop("id")} for r in _first_rows().to_pylist() if r["id"] == 1] + later.to_pylist()
+    expected = [{n: r[n] for n in renamed.names} for r in expected]
+
+    def rows() -> list[dict[str, Any]]:
+        return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["key"])
+
+    assert rows() == expected
+    table.compact(full=True)
+    assert rows() == expected
+    assert table.scan(snapshot_id=first).to_arrow().column_names[0] == "id"
+    # the changes after the first write, folded over its rows (old name, old files), are the table
+    state = {(r["id"], r["p"]): {"key": r["id"], **{n: r[n] for n in renamed.names[1:]}}
+             for r in table.scan(snapshot_id=first).to_arrow().to_pylist()}
+    for change in table.changes(first, table.latest_snapshot().id).to_arrow().to_pylist():
+        kind = change.pop("rowkind")
+        if kind in ("+I", "+U"):
+            state[(change["key"], change["p"])] = change
+        else:
+            state.pop((change["key"], change["p"]))
+    assert sorted(state.values(), key=lambda r: r["key"]) == expected
 
 
 def test_a_rename_follows_the_options_naming_the_column_as_paimon_does(tmp_path: Path) -> None:

@@ -93,3 +93,27 @@ def test_pypaimon_merges_by_the_options_a_changelake_rename_rewrote(tmp_path: Pa
     expected = [{"id": 1, "amount": 11, "version": 6, "name": "a2"}, {"id": 2, "amount": 22, "version": 5, "name": "b"}]
     assert _ours(table) == expected
     assert _paimon_rows(pypaimon, str(tmp_path), "db.t") == expected
+
+
+def test_a_primary_key_renamed_by_either_is_merged_by_both(tmp_path: Path, pypaimon: Pypaimon) -> None:
+    """Files written before a primary-key rename keep ``_KEY_id``; changelake compacts them with
+    later ones after pypaimon renamed the key, and pypaimon reads what changelake renamed and
+    compacted."""
+    warehouse = str(tmp_path)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    pypaimon.create_table(warehouse, "db.theirs", schema, primary_keys=["id"], options={"bucket": "1"})
+    pypaimon.write(warehouse, "db.theirs", pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema))
+    pypaimon.alter_table(warehouse, "db.theirs", [("rename_column", "id", "key")])
+    ours = changelake.Catalog(warehouse).create_table("db.ours", schema, primary_keys=["id"],
+                                                      options={"bucket": "1"})
+    ours.write(pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema))
+    with ours.update_schema() as u:
+        u.rename_column("id", "key")
+    for name in ("db.theirs", "db.ours"):
+        table = changelake.Catalog(warehouse).get_table(name)
+        assert table.primary_keys == ["key"]
+        table.write(pa.table({"key": [2, 3], "v": ["b2", "c"]}))
+        table.compact(full=True)
+        expected = [{"key": 1, "v": "a"}, {"key": 2, "v": "b2"}, {"key": 3, "v": "c"}]
+        assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["key"]) == expected
+        assert sorted(pypaimon.read(warehouse, name).to_pylist(), key=lambda r: r["key"]) == expected

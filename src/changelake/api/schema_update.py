@@ -34,7 +34,8 @@ class UpdateSchema:
         return self
 
     def rename_column(self, old: str, new: str) -> UpdateSchema:
-        """Rename a value column (not a primary-key or partition column)."""
+        """Rename a column other than a partition column (a primary key too, as Paimon does); the
+        options that name it follow where Paimon's rename has them follow."""
         self._changes.append(RenameColumn(old, new))
         return self
 

@@ -1,7 +1,7 @@
 """Schema evolution: column and option changes landing as one new ``schema/schema-<N+1>``.
 
 The rules follow Paimon's ``SchemaManager``: a new column is nullable and takes the id after
-``highestFieldId``; key and partition columns cannot be dropped, renamed or retyped; a type
+``highestFieldId``; key and partition columns cannot be dropped or retyped, nor partition columns renamed; a type
 changes only to one that holds every old value (a widening); options in Paimon's
 ``CoreOptions.IMMUTABLE_OPTIONS`` cannot change once the table has a snapshot. Every change of
 a batch is validated before anything is written, and the batch lands as one schema file created
@@ -77,7 +77,8 @@ class DropColumn:
 
 @dataclass(frozen=True)
 class RenameColumn:
-    """Give a value column a new name (older files keep the old one; reads map it by id)."""
+    """Give a column other than a partition column a new name (older files keep the old one;
+    reads map it by id)."""
 
     old: str
     new: str
@@ -127,6 +128,7 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
     """The schema after ``changes`` (applied in order), validated as a whole."""
     fields = list(schema.fields)
     options = dict(schema.options)
+    keys = list(schema.primary_keys)  # renamed as their columns are
     highest = schema.highest_field_id
     for change in changes:
         match change:
@@ -138,18 +140,20 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
                 at = len(fields) if change.after is None else _index(fields, change.after, table) + 1
                 fields.insert(at, field)
             case DropColumn():
-                _check_value_column(schema, options, change.name, "dropped", table)
+                _check_value_column(schema, keys, options, change.name, "dropped", table)
                 fields.pop(_index(fields, change.name, table))
                 if not fields:
                     raise SchemaError("cannot drop every column", table=table, column=change.name)
             case RenameColumn():
-                _check_key_column(schema, change.old, "renamed", table)
+                if change.old in schema.partition_keys:
+                    raise SchemaError("is a partition column and cannot be renamed", table=table, column=change.old)
                 _check_new_name(fields, change.new, table)
                 i = _index(fields, change.old, table)
                 fields[i] = fields[i].model_copy(update={"name": change.new})
                 options = _renamed_in_options(options, change.old, change.new, table)
+                keys = [change.new if k == change.old else k for k in keys]
             case WidenColumn():
-                _check_value_column(schema, options, change.name, "retyped", table)
+                _check_value_column(schema, keys, options, change.name, "retyped", table)
                 i = _index(fields, change.name, table)
                 fields[i] = _widened(fields[i], change.type, table)
             case SetOptions():
@@ -171,6 +175,7 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
                         del options[key]
     evolved = schema.model_copy(update={
         "id": schema.id + 1, "fields": tuple(fields), "highest_field_id": highest, "options": options,
+        "primary_keys": tuple(keys),
         "time_millis": int(time.time() * 1000),
     })
     parsed = TableOptions.parse(options, table=table)
@@ -213,14 +218,11 @@ def _new_field(fields: list[DataField], change: AddColumn, ids: itertools.count[
     return DataField(id=field_id, name=change.name, type=paimon, description=change.doc)
 
 
-def _check_key_column(schema: TableSchema, name: str, verb: str, table: str) -> None:
-    if name in schema.primary_keys or name in schema.partition_keys:
+def _check_value_column(schema: TableSchema, keys: Sequence[str], options: Mapping[str, str], name: str, verb: str,
+                        table: str) -> None:
+    if name in keys or name in schema.partition_keys:
         role = "partition" if name in schema.partition_keys else "primary-key"
         raise SchemaError(f"is a {role} column and cannot be {verb}", table=table, column=name)
-
-
-def _check_value_column(schema: TableSchema, options: Mapping[str, str], name: str, verb: str, table: str) -> None:
-    _check_key_column(schema, name, verb, table)
     for key in _COLUMN_OPTIONS:
         if name in [c.strip() for c in options.get(key, "").split(",")]:
             raise SchemaError(f"is named by option {key!r} and cannot be {verb}", table=table, column=name)

@@ -12,7 +12,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from changelake.errors import CorruptMetadataError, SchemaError
-from changelake.table.format import types
+from changelake.table.format import kv, types
 from changelake.table.io.fileio import FileIO
 from changelake.table.io.paths import TablePaths
 
@@ -87,9 +87,14 @@ class TableSchema(BaseModel):
     def names_in(self, older: TableSchema) -> dict[str, str | None]:
         """For each of this schema's columns, its name in ``older`` (matched by field id, so a
         renamed column maps to its old name), or None for a column ``older`` lacks (added
-        since); only the columns whose name differs are listed."""
+        since); only the columns whose name differs are listed. A renamed primary key's
+        ``_KEY_`` column maps to the old one (Paimon renames key columns too)."""
         by_id = {f.id: f.name for f in older.fields}
-        return {f.name: by_id.get(f.id) for f in self.fields if by_id.get(f.id) != f.name}
+        names = {f.name: by_id.get(f.id) for f in self.fields if by_id.get(f.id) != f.name}
+        for key in self.trimmed_primary_keys:
+            if (old := names.get(key)) is not None:
+                names[kv.key_column(key)] = kv.key_column(old)
+        return names
 
 
 def parse(text: str, path: str, table: str) -> TableSchema:
