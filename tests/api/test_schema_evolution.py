@@ -220,6 +220,27 @@ def test_a_renamed_primary_key_merges_old_and_new_files(tmp_path: Path, options:
     assert sorted(state.values(), key=lambda r: r["key"]) == expected
 
 
+def test_columns_the_merge_options_name_widen_and_a_bucket_key_does_not(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("total", pa.int32()), ("ts", pa.int32())])
+    catalog = changelake.Catalog(str(tmp_path))
+    table = catalog.create_table("db.agg", schema, primary_keys=["id"], options={
+        "bucket": "1", "merge-engine": "aggregation", "sequence.field": "ts", "fields.total.aggregate-function": "sum"})
+    table.write(pa.table({"id": [1, 2], "total": [2**31 - 1, 5], "ts": [7, 7]}, schema=schema))
+    with table.update_schema() as u:
+        u.update_column("total", pa.int64())
+        u.update_column("ts", pa.int64())
+    table = catalog.get_table("db.agg")
+    table.write(pa.table({"id": [1, 2], "total": [2**31, 1], "ts": [2**32, 3]}))
+    expected = [{"id": 1, "total": 2**32 - 1, "ts": 2**32}, {"id": 2, "total": 6, "ts": 7}]
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
+    table.compact(full=True)
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
+    keyed = pa.schema([("k", pa.int32()), ("v", pa.string())])
+    append = catalog.create_table("db.app", keyed, options={"bucket": "2", "bucket-key": "k"})
+    with pytest.raises(SchemaError, match=r"option 'bucket-key'"), append.update_schema() as u:
+        u.update_column("k", pa.int64())
+
+
 def test_a_rename_follows_the_options_naming_the_column_as_paimon_does(tmp_path: Path) -> None:
     """Paimon's rename rewrites ``sequence.field``, ``bucket-key``, a column's aggregation settings
     and both sides of a sequence group; merges go on by the new names over files of both."""

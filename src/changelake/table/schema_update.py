@@ -153,7 +153,10 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
                 options = _renamed_in_options(options, change.old, change.new, table)
                 keys = [change.new if k == change.old else k for k in keys]
             case WidenColumn():
-                _check_value_column(schema, keys, options, change.name, "retyped", table)
+                # Paimon widens a column the merge options name (old values are cast as read);
+                # a bucket key's hash would change with its type
+                _check_value_column(schema, keys, {"bucket-key": options.get("bucket-key", "")}, change.name,
+                                    "retyped", table)
                 i = _index(fields, change.name, table)
                 fields[i] = _widened(fields[i], change.type, table)
             case SetOptions():
