@@ -1,8 +1,9 @@
 """Schema evolution: column and option changes landing as one new ``schema/schema-<N+1>``.
 
 The rules follow Paimon's ``SchemaManager``: a new column is nullable and takes the id after
-``highestFieldId``; key and partition columns cannot be dropped or retyped, nor partition columns renamed; a type
-changes only to one that holds every old value (a widening); options in Paimon's
+``highestFieldId``; key and partition columns cannot be dropped or retyped, nor partition
+columns renamed; a type changes only to one that holds every old value (a widening); a rename
+rewrites the options naming the column as Paimon's does; options in Paimon's
 ``CoreOptions.IMMUTABLE_OPTIONS`` cannot change once the table has a snapshot. Every change of
 a batch is validated before anything is written, and the batch lands as one schema file created
 atomically; when another writer created that schema id first, the batch is re-applied to the
@@ -49,7 +50,7 @@ _PAIMON_IMMUTABLE = frozenset({
 # Paimon: between fixed numbers; partitions written before keep theirs until a rescale.)
 IMMUTABLE_OPTIONS = _PAIMON_IMMUTABLE | {"sequence.field", "partition.default-name",
                                          "partition.legacy-name", "path"}
-# Options whose value names columns: those columns are not renamed or dropped under them.
+# Options whose value names columns: those columns are not dropped under them.
 _COLUMN_OPTIONS = ("sequence.field", "rowkind.field", "bucket-key")
 _FIELDS_OPTION = re.compile(r"^fields\.([^.]+)\.")
 # what a column rename rewrites, as Paimon's: these lists' names, and these per-column settings' keys
@@ -140,7 +141,8 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
                 at = len(fields) if change.after is None else _index(fields, change.after, table) + 1
                 fields.insert(at, field)
             case DropColumn():
-                _check_value_column(schema, keys, options, change.name, "dropped", table)
+                _check_value_column(schema, keys, change.name, "dropped", table)
+                _check_unnamed(options, change.name, "dropped", table, lists=_COLUMN_OPTIONS, settings=True)
                 fields.pop(_index(fields, change.name, table))
                 if not fields:
                     raise SchemaError("cannot drop every column", table=table, column=change.name)
@@ -155,8 +157,8 @@ def evolve(schema: TableSchema, changes: Sequence[SchemaChange], *, table: str, 
             case WidenColumn():
                 # Paimon widens a column the merge options name (old values are cast as read);
                 # a bucket key's hash would change with its type
-                _check_value_column(schema, keys, {"bucket-key": options.get("bucket-key", "")}, change.name,
-                                    "retyped", table)
+                _check_value_column(schema, keys, change.name, "retyped", table)
+                _check_unnamed(options, change.name, "retyped", table, lists=("bucket-key",), settings=False)
                 i = _index(fields, change.name, table)
                 fields[i] = _widened(fields[i], change.type, table)
             case SetOptions():
@@ -221,15 +223,20 @@ def _new_field(fields: list[DataField], change: AddColumn, ids: itertools.count[
     return DataField(id=field_id, name=change.name, type=paimon, description=change.doc)
 
 
-def _check_value_column(schema: TableSchema, keys: Sequence[str], options: Mapping[str, str], name: str, verb: str,
-                        table: str) -> None:
+def _check_value_column(schema: TableSchema, keys: Sequence[str], name: str, verb: str, table: str) -> None:
+    """``name`` is neither a primary key (``keys``, as renamed so far) nor a partition column."""
     if name in keys or name in schema.partition_keys:
         role = "partition" if name in schema.partition_keys else "primary-key"
         raise SchemaError(f"is a {role} column and cannot be {verb}", table=table, column=name)
-    for key in _COLUMN_OPTIONS:
+
+
+def _check_unnamed(options: Mapping[str, str], name: str, verb: str, table: str, *, lists: Sequence[str],
+                   settings: bool) -> None:
+    """No option of ``lists`` names column ``name``, nor (with ``settings``) a ``fields.*`` one."""
+    for key in lists:
         if name in [c.strip() for c in options.get(key, "").split(",")]:
             raise SchemaError(f"is named by option {key!r} and cannot be {verb}", table=table, column=name)
-    for key, value in options.items():
+    for key, value in options.items() if settings else ():
         match = _FIELDS_OPTION.match(key)
         if match and (name in match.group(1).split(",") or name in [c.strip() for c in value.split(",")]):
             raise SchemaError(f"is named by option {key!r} and cannot be {verb}", table=table, column=name)
