@@ -159,7 +159,9 @@ class TableOptions(BucketOptions, FileOptions, OperationOptions):
     sequence_sort_order: SortOrder = declare(
         "sequence.field.sort-order", values.member(SortOrder), "ascending", "Order of sequence.field values."
     )
-    ignore_delete: bool = declare("ignore-delete", values.parse_bool, "false", "Drop -U/-D input rows.")
+    ignore_delete: bool = declare("ignore-delete", values.parse_bool, "false", "Drop -U/-D input rows.",
+                                  fallback_keys=("first-row.ignore-delete", "deduplicate.ignore-delete",
+                                                 "partial-update.ignore-delete"))
     partial_update_remove_record_on_delete: bool = declare(
         "partial-update.remove-record-on-delete", values.parse_bool, "false",
         "partial-update: a -D removes the record; later adds start it anew, from the -D's NOT NULL values only.",
