@@ -80,7 +80,8 @@ class TableOptions(BucketOptions, FileOptions, OperationOptions):
     spill_compression: str = declare(
         "spill-compression", values.text_value, "zstd", "Compression of spill files.", effect=_STORED)
     # compaction
-    write_only: bool = declare("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.")
+    write_only: bool = declare("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.",
+                               fallback_keys=("write.compaction-skip",))
     compaction_trigger: int = declare(
         "num-sorted-run.compaction-trigger", values.positive_int, "5", "Sorted runs that trigger a compaction."
     )
@@ -252,12 +253,13 @@ class TableOptions(BucketOptions, FileOptions, OperationOptions):
     split_open_file_cost: int = declare(
         "source.split.open-file-cost", values.parse_memory_size, "4 mb", "Least weight of a file when packing splits."
     )
-    scan_mode: ScanMode = declare("scan.mode", values.member(ScanMode), "default", "Where a streaming read starts.")
+    scan_mode: ScanMode = declare("scan.mode", values.member(ScanMode), "default", "Where a streaming read starts.",
+                                  fallback_keys=("log.scan",))
     scan_snapshot_id: int | None = declare("scan.snapshot-id", values.int_value, None, "Snapshot a scan starts from.")
     scan_tag_name: str | None = declare("scan.tag-name", values.text_value, None, "Tag a scan reads.")
     scan_timestamp_millis: int | None = declare(
-        "scan.timestamp-millis", values.int_value, None, "Time a scan starts from."
-    )
+        "scan.timestamp-millis", values.int_value, None, "Time a scan starts from.",
+        fallback_keys=("log.scan.timestamp-millis",))
     scan_timestamp: str | None = declare("scan.timestamp", values.text_value, None, "Time a scan starts from, as text.")
     scan_time_travel_schema: TimeTravelSchema = declare(
         "scan.time-travel.schema", values.member(TimeTravelSchema), "snapshot",
