@@ -30,6 +30,13 @@ it (and changelake's own tests pin the newer behaviour):
   in a commit is an add, and only full compactions run (every merge starts at a key's first row).
 * ``product``'s retraction from a null accumulator: 0.9 returns the retracted value, 1.1+ null
   (apache/paimon#4842). So the product column is never null in adds, and merges start with adds.
+
+Not followed by changelake yet (Java 0.9 and master alike): a compaction that rewrites level 0
+through the lookup merge (``changelog-producer`` lookup, deletion vectors) runs the merge
+function on a key with a single row too, where changelake keeps the row as it is. That differs
+only for a lone row the merge function changes: partial-update values of a sequence group whose
+sequence fields are null (Java clears them), aggregation's lone retraction (Java writes +I of
+the retracted values). The lookup cases here send no such row.
 """
 
 from __future__ import annotations
