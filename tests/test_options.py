@@ -40,6 +40,26 @@ def test_unknown_options_of_existing_tables_are_tolerated() -> None:
     assert parsed.raw == {"some.future-option": "x"}
 
 
+# The fallback keys (``withFallbackKeys``) of Paimon 0.9's CoreOptions for the options changelake
+# declares: tables Paimon created may carry them.
+PAIMON_FALLBACKS = [
+    ("write.compaction-skip", "true", "write_only", True),
+    ("log.scan", "latest", "scan_mode", option_values.ScanMode.LATEST),
+    ("log.scan.timestamp-millis", "1700000000000", "scan_timestamp_millis", 1700000000000),
+    ("compaction.early-max.file-num", "7", "compaction_max_file_num", 7),
+    ("changelog-producer.lookup-wait", "false", "lookup_wait", False),
+    ("first-row.ignore-delete", "true", "ignore_delete", True),
+    ("deduplicate.ignore-delete", "true", "ignore_delete", True),
+    ("partial-update.ignore-delete", "true", "ignore_delete", True),
+]
+
+
+@pytest.mark.parametrize(("key", "text", "field", "value"), PAIMON_FALLBACKS)
+def test_paimons_fallback_keys_are_read(key: str, text: str, field: str, value: object) -> None:
+    parsed = options.TableOptions.parse({key: text}, table="db.t", new=True)
+    assert getattr(parsed, field) == value
+
+
 def test_defaults() -> None:
     parsed = options.TableOptions.parse({}, table="db.t")
     assert parsed.target_file_size == 128 << 20

@@ -80,7 +80,8 @@ class TableOptions(BucketOptions, FileOptions, OperationOptions):
     spill_compression: str = declare(
         "spill-compression", values.text_value, "zstd", "Compression of spill files.", effect=_STORED)
     # compaction
-    write_only: bool = declare("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.")
+    write_only: bool = declare("write-only", values.parse_bool, "false", "Writers never compact nor expire snapshots.",
+                               fallback_keys=("write.compaction-skip",))
     compaction_trigger: int = declare(
         "num-sorted-run.compaction-trigger", values.positive_int, "5", "Sorted runs that trigger a compaction."
     )
@@ -159,7 +160,9 @@ class TableOptions(BucketOptions, FileOptions, OperationOptions):
     sequence_sort_order: SortOrder = declare(
         "sequence.field.sort-order", values.member(SortOrder), "ascending", "Order of sequence.field values."
     )
-    ignore_delete: bool = declare("ignore-delete", values.parse_bool, "false", "Drop -U/-D input rows.")
+    ignore_delete: bool = declare("ignore-delete", values.parse_bool, "false", "Drop -U/-D input rows.",
+                                  fallback_keys=("first-row.ignore-delete", "deduplicate.ignore-delete",
+                                                 "partial-update.ignore-delete"))
     partial_update_remove_record_on_delete: bool = declare(
         "partial-update.remove-record-on-delete", values.parse_bool, "false",
         "partial-update: a -D removes the record; later adds start it anew, from the -D's NOT NULL values only.",
@@ -250,12 +253,13 @@ class TableOptions(BucketOptions, FileOptions, OperationOptions):
     split_open_file_cost: int = declare(
         "source.split.open-file-cost", values.parse_memory_size, "4 mb", "Least weight of a file when packing splits."
     )
-    scan_mode: ScanMode = declare("scan.mode", values.member(ScanMode), "default", "Where a streaming read starts.")
+    scan_mode: ScanMode = declare("scan.mode", values.member(ScanMode), "default", "Where a streaming read starts.",
+                                  fallback_keys=("log.scan",))
     scan_snapshot_id: int | None = declare("scan.snapshot-id", values.int_value, None, "Snapshot a scan starts from.")
     scan_tag_name: str | None = declare("scan.tag-name", values.text_value, None, "Tag a scan reads.")
     scan_timestamp_millis: int | None = declare(
-        "scan.timestamp-millis", values.int_value, None, "Time a scan starts from."
-    )
+        "scan.timestamp-millis", values.int_value, None, "Time a scan starts from.",
+        fallback_keys=("log.scan.timestamp-millis",))
     scan_timestamp: str | None = declare("scan.timestamp", values.text_value, None, "Time a scan starts from, as text.")
     scan_time_travel_schema: TimeTravelSchema = declare(
         "scan.time-travel.schema", values.member(TimeTravelSchema), "snapshot",

@@ -238,3 +238,14 @@ def test_lookup_replay_after_a_crash_between_append_and_compact(tmp_path: Path) 
     assert latest is not None and latest.changelog_manifest_list is not None
     changes = table.changes(0, latest.id).to_arrow()
     assert fold({}, changes) == table_state(table, latest.id) == {1: (1, 1), 2: (20, 20), 3: (3, 3)}
+
+
+def test_first_row_changelog_keeps_the_kind_each_new_key_was_written_with(tmp_path: Path) -> None:
+    """first-row's lookup changelog is each new key's kept row as written, +I or +U (Paimon's
+    FirstRowMergeFunctionWrapper adds it as it is); later rows of a kept key are no change."""
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options={
+        "bucket": "1", "changelog-producer": "lookup", **ENGINES["first-row"]})
+    table.write(pa.table({"k": [1, 2, 2], "a": [10, 20, 21], "b": [0, 0, 0], "rowkind": ["+U", "+I", "+U"]}))
+    table.write(pa.table({"k": [1, 3], "a": [11, 30], "b": [0, 0], "rowkind": ["+I", "+U"]}))
+    changes = table.changes(0, table.latest_snapshot().id).to_arrow().to_pylist()
+    assert [(row["rowkind"], row["k"], row["a"]) for row in changes] == [("+U", 1, 10), ("+I", 2, 20), ("+U", 3, 30)]

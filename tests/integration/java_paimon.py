@@ -34,7 +34,7 @@ JAR_ENV = "CHANGELAKE_PAIMON_JAR"
 DEFAULT_JAR = Path(__file__).resolve().parents[2] / ".cache" / "paimon-java" / "paimon-python-java-bridge-0.9.0.jar"
 # Java Paimon's row kinds by the short names changelake uses
 ROW_KINDS = {"+I": "INSERT", "-U": "UPDATE_BEFORE", "+U": "UPDATE_AFTER", "-D": "DELETE"}
-TYPES = ("STRING", "INT", "BIGINT", "DOUBLE")  # what create_table declares (read and write take more)
+TYPES = ("STRING", "INT", "BIGINT", "DOUBLE", "BOOLEAN")  # what create_table declares (read and write take more)
 EPOCH = dt.datetime(1970, 1, 1)
 
 Row = dict[str, Any]

@@ -9,7 +9,8 @@ changelog of all of them, in order, folds into the state. Per key (Paimon's
 LookupChangelogMergeFunctionWrapper and FullChangelogMergeFunctionWrapper): no before and an add
 after → +I(after); an add before and none after → -D(before); adds before and after → -U(before),
 +U(after), unless ``changelog-producer.row-deduplicate`` and their values are equal. first-row
-emits only the +I of new keys.
+emits only new keys, each as it was written, +I or +U (Paimon's FirstRowMergeFunctionWrapper adds
+the kept row as it is).
 
 Everything is whole-column: the previous rows of the keys come from the state's files (binary
 searches in the sorted files for an integer key, else an Arrow semi join with the keys) and
@@ -118,20 +119,22 @@ def diff(ctx: TableContext, before: pa.Table, after: pa.Table) -> pa.Table:
     starts[0] = True
     first = np.flatnonzero(starts)  # each key's first row: its before-image when side is 0
     last = np.flatnonzero(ends)  # each key's last row: its after-image when side is 1
-    adds = np.isin(np.asarray(both.column(kv.VALUE_KIND).to_numpy())[order], _ADDS)
+    stored = np.asarray(both.column(kv.VALUE_KIND).to_numpy())[order]
+    adds = np.isin(stored, _ADDS)
     had = (side[first] == 0) & adds[first]
     has = (side[last] == 1) & adds[last]
     inserted = ~had & has
     deleted = had & ~has
     updated = had & has
-    if ctx.merge_engine.kind is MergeEngineKind.FIRST_ROW:
+    first_row = ctx.merge_engine.kind is MergeEngineKind.FIRST_ROW
+    if first_row:
         # A key's first row never changes once it is there: only new keys are changes.
         deleted[:] = False
         updated[:] = False
     elif ctx.options.changelog_row_deduplicate and updated.any():
         updated &= ~_equal_values(ctx, both, order[first], order[last])
     kinds = np.full(n, -1, dtype=np.int8)
-    kinds[last[inserted]] = kv.INSERT
+    kinds[last[inserted]] = stored[last[inserted]] if first_row else kv.INSERT
     kinds[first[deleted]] = kv.DELETE
     kinds[first[updated]] = kv.UPDATE_BEFORE
     kinds[last[updated]] = kv.UPDATE_AFTER

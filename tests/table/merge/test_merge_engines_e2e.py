@@ -596,6 +596,19 @@ def test_partial_update_nulls_never_overwrite(tmp_path: Any) -> None:
     ]
 
 
+@pytest.mark.parametrize(("engine", "key", "kept"), [
+    ("deduplicate", "deduplicate.ignore-delete", 3), ("first-row", "first-row.ignore-delete", 2),
+    ("partial-update", "partial-update.ignore-delete", 3)])
+def test_ignore_delete_under_its_older_per_engine_keys(tmp_path: Any, engine: str, key: str, kept: int) -> None:
+    """Paimon still reads ``ignore-delete`` under its older per-engine keys (``withFallbackKeys``),
+    which tables Paimon created may carry: their -U/-D rows are dropped, not applied or refused."""
+    table = create(tmp_path, schema_of(a=INT), {"merge-engine": engine, key: "true"})
+    write(table, [{"k": 1, "a": 1}, {"k": 2, "a": 2}])
+    write(table, [{"k": 1, "a": 1, "kind": "-D"}, {"k": 2, "a": 2, "kind": "-U"}, {"k": 2, "a": 3, "kind": "+U"}])
+    assert read(table) == [{"k": 1, "a": 1}, {"k": 2, "a": kept}]
+    assert cl.open_table(str(tmp_path / "db.db" / "t")).context.options.ignore_delete
+
+
 GROUP_SCHEMA = schema_of(a=INT, b=INT, g1=INT, c=INT, d=INT, g2=INT, e=STR)
 TWO_GROUPS = {"merge-engine": "partial-update", "fields.g1.sequence-group": "a,b", "fields.g2.sequence-group": "c,d"}
 
