@@ -192,6 +192,12 @@ def test_every_example_is_declared() -> None:
     assert set(CHECKS) <= set(SETUPS)
 
 
+@pytest.mark.parametrize("key", sorted(EXAMPLES))
+def test_every_example_parses(key: str) -> None:
+    """Those that cannot run here too: what users copy must at least be Python."""
+    compile(EXAMPLES[key], key, "exec")
+
+
 def _run(key: str, code: str) -> dict[str, Any]:
     scope: dict[str, Any] = {"__name__": "__doc_example__"}
     exec(compile(code, f"{key} (with its setup)", "exec"), scope)
