@@ -154,19 +154,21 @@ schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 """,
 }
 
+# Examples that need a SparkSession (or Kafka, or a store this test has not): the calls they
+# make are run by the Spark tests named.
 NOT_STANDALONE: dict[str, str] = {
-    "README.md#3": "Spark and Kafka (streaming tests cover the sink, source and CDC decoding)",
-    "docs/branches.md#2": "Spark (tests/streaming covers the branch option and sink)",
-    "docs/cdc.md#1": "Spark and Kafka (tests/streaming covers cdc.decode)",
-    "docs/cdc.md#2": "Spark and Kafka (tests/streaming covers sync_cdc_stream)",
-    "docs/spark.md#1": "Spark",
-    "docs/spark.md#2": "Spark",
-    "docs/spark.md#3": "Spark",
-    "docs/spark.md#4": "Spark",
-    "docs/storage.md#2": "Spark and an S3 endpoint",
-    "docs/storage.md#3": "a sketch: acquire/release stand for a DynamoDB client, gs:// needs gcsfs",
-    "docs/table-operations.md#5": "Spark",
-    "docs/table-operations.md#6": "Spark",
+    "README.md#3": "Spark, Kafka: tests/streaming/test_sink.py, test_source.py, test_cdc.py, test_spark_operations.py",
+    "docs/branches.md#2": "Spark: tests/streaming/test_branch_source.py",
+    "docs/cdc.md#1": "Spark, Kafka: tests/streaming/test_cdc.py",
+    "docs/cdc.md#2": "Spark, Kafka: tests/streaming/test_cdc_sync.py",
+    "docs/spark.md#1": "Spark streaming: tests/streaming/test_sink.py",
+    "docs/spark.md#2": "Spark's writers and SQL: tests/streaming/test_spark_writers.py",
+    "docs/spark.md#3": "Spark: tests/streaming/test_spark_maintenance.py",
+    "docs/spark.md#4": "Spark: tests/streaming/test_source.py",
+    "docs/storage.md#2": "Spark on S3: tests/streaming/test_storage_options.py",
+    "docs/storage.md#3": "a sketch: acquire/release stand for a DynamoDB client; gs:// needs gcsfs",
+    "docs/table-operations.md#5": "Spark: tests/streaming/test_spark_operations.py",
+    "docs/table-operations.md#6": "a Spark streaming query: tests/streaming/test_spark_operations.py",
 }
 
 
