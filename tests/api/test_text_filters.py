@@ -109,3 +109,15 @@ def test_pyarrow_expressions_compare_decimal_columns_with_plain_numbers(table: c
     with pytest.raises(FilterError, match=r"give the number as a decimal") as info:
         table.scan(filter=pc.field("amount").isin([1, 2]) | (pc.field("amount") > 1))
     assert info.value.table == "db.t"
+
+
+def test_an_isin_of_integers_on_a_decimal_column_is_refused_before_reading(table: cl.Table) -> None:
+    """pyarrow binds ``isin([1, 2])`` on a DECIMAL(12, 2) column but fails on the first value
+    with a fraction it meets; the filter is refused up front, naming the fix, whatever the rows."""
+    with pytest.raises(FilterError, match=r"give the number as a decimal") as info:
+        table.scan(filter=pc.field("amount").isin([1, 2]))
+    assert info.value.table == "db.t"
+    with pytest.raises(FilterError, match=r"give the number as a decimal"):
+        table.delete(pc.field("amount").isin([1]))
+    assert ids(table.scan(filter=pc.field("amount").isin([decimal.Decimal("0.25"), decimal.Decimal("2")])).to_arrow()) \
+        == ids(table.scan(filter="amount IN (0.25, 2)").to_arrow()) != []

@@ -16,6 +16,7 @@ import pytest
 
 import changelake as cl
 from changelake.errors import OptionError, RowKindError
+from changelake.table.append import compaction as append_compaction
 from changelake.table.format import data_file
 from changelake.table.read import live_files
 
@@ -318,3 +319,20 @@ def test_inspect_shows_files_in_write_order_and_the_small_files_a_compaction_joi
     table.compact()
     after = table.inspect().bucket(0)
     assert len(after.files) == 2 and after.pending.rule.value == "none"
+
+
+def test_every_append_write_rolls_files_at_the_append_default_target(catalog: cl.Catalog,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``target-file-size`` an append table's files roll at Paimon's append default
+    (256 MB; shrunk here to roll at every 1024-row piece) in writes, deletes and overwrites
+    alike, not at the primary-key tables' 128 MB."""
+    table = catalog.create_table("db.t", SCHEMA)
+    table.write(_rows(list(range(3000))))
+    assert _files(table).num_rows == 1
+    monkeypatch.setattr(append_compaction, "APPEND_TARGET_FILE_SIZE", 1)
+    table.delete("id = 0")  # rewrites the file: 2999 rows
+    assert sorted(_files(table)["record_count"].to_pylist()) == [951, 1024, 1024]
+    table.overwrite(_rows(list(range(2500))))
+    assert sorted(_files(table)["record_count"].to_pylist()) == [452, 1024, 1024]
+    table.write(_rows([1]))
+    assert _files(table).num_rows == 4

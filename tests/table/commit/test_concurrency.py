@@ -17,7 +17,7 @@ import pytest
 
 import changelake as cl
 from changelake.changelog import producers
-from changelake.errors import CommitConflictError
+from changelake.errors import CommitConflictError, StorageError, TableNotFoundError
 from changelake.table.commit import committer as table_commit
 from changelake.table.lsm import compactor
 from changelake.table.read import live_files
@@ -169,6 +169,37 @@ def _check_no_orphans(table: cl.Table) -> None:
     assert _live_data_files(table) <= on_disk, "live data files are missing"
     assert on_disk == _referenced_data_files(table), "data files no snapshot refers to"
     assert _files(table.context.paths.manifest_dir, "") == _referenced_metadata(table)
+
+
+def test_a_commit_that_fails_before_its_snapshot_leaves_no_manifests(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error between writing a commit's manifests and creating its snapshot (the store fails
+    a manifest list, the table was dropped) removes what the commit wrote, as a lost race does."""
+    table = _create(tmp_path)
+    table.write(_batch(0, 0))
+    before = _rows(table)
+    write_list = table_commit._write_manifest_list
+    calls = 0
+
+    def failing_second_list(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the base list landed, the delta list fails
+            raise StorageError("write failed: injected", file="manifest-list")
+        return write_list(*args, **kwargs)
+
+    monkeypatch.setattr(table_commit, "_write_manifest_list", failing_second_list)
+    with pytest.raises(StorageError, match="injected"):
+        table.write(_batch(0, 1))
+    monkeypatch.undo()
+    assert _rows(table) == before and len(table.snapshots()) == 1
+    _check_no_orphans(table)
+
+    catalog = cl.Catalog(str(tmp_path))
+    catalog.drop_table("db.t")
+    with pytest.raises(TableNotFoundError):
+        table.write(_batch(0, 2))
+    assert _files(table.location, "") == set() and not catalog.table_exists("db.t")
 
 
 def test_threads_commit_concurrently(tmp_path: Path) -> None:

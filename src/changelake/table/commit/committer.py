@@ -362,6 +362,7 @@ def _land(
             attempt.written.clear()
             delta = Delta.write(ctx, kind, messages, attempt)
         entries = delta.entries
+        lists = Attempt()
         try:
             check_bucket_counts(ctx, latest, entries)
             check_files(ctx, latest, entries)
@@ -371,12 +372,15 @@ def _land(
                 key_placement.check(ctx, messages, commit_user, latest)
             if conflicts is not None:
                 conflicts(latest)
-            lists = Attempt()
             index_name = _index_manifest(ctx, latest, messages, kind, lists)
-        except CommitConflictError:
-            _remove(ctx, attempt.written)
+            new = try_snapshot(ctx, kind, latest, delta, index_name, commit_user, identifier, lists)
+        except CommitOutcomeUnknownError:
+            raise  # the snapshot may name them
+        except BaseException:
+            # a conflict, or an error before the snapshot was created (an I/O error, the table
+            # dropped): its manifests and manifest lists are no one's
+            _remove(ctx, [*attempt.written, *lists.written])
             raise
-        new = try_snapshot(ctx, kind, latest, delta, index_name, commit_user, identifier, lists)
         if new is not None:
             attempt.copies = []  # they are part of the table now
             return new, messages

@@ -446,9 +446,9 @@ def _with_typed_literals(expression: pc.Expression, schema: pa.Schema, table: st
     to a decimal too narrow for it), the same filter read from its text as a SQL-like filter,
     which gives each literal its column's type. FilterError when that text is not one."""
     try:
-        ds.dataset(schema.empty_table()).to_table(filter=expression)
+        ds.dataset(_probe_row(schema)).to_table(filter=expression)
     except pa.ArrowInvalid as error:
-        if "Precision is not great enough" not in str(error):
+        if not any(cause in str(error) for cause in _DECIMAL_BINDING_ERRORS):
             return expression  # any other problem is reported where the filter is applied
         text = _as_filter_text(str(expression))
         try:
@@ -458,6 +458,22 @@ def _with_typed_literals(expression: pc.Expression, schema: pa.Schema, table: st
                               "give the number as a decimal (pa.scalar(Decimal('1'))), or the filter as text "
                               "(\"amount > 1\")", table=table) from None
     return expression
+
+
+# pyarrow's errors for a decimal column and a plain number: binding ``amount > 1``, and an
+# ``isin`` of integers, which casts the column's values to integers
+_DECIMAL_BINDING_ERRORS = ("Precision is not great enough", "Rescaling Decimal value would cause data loss")
+
+
+def _probe_row(schema: pa.Schema) -> pa.Table:
+    """One row to try a filter on: the smallest fraction in each decimal column with a scale
+    (so that an ``isin`` of integers fails here, not on the first such value a scan reads),
+    null elsewhere."""
+    def column(t: pa.DataType) -> pa.Array:
+        if pa.types.is_decimal(t) and t.scale > 0:
+            return pa.array([decimal.Decimal(1).scaleb(-t.scale)], t)
+        return pa.nulls(1, t)
+    return pa.Table.from_arrays([column(f.type) for f in schema], schema=schema)
 
 
 def _as_filter_text(printed: str) -> str:
