@@ -19,6 +19,7 @@ import changelake as cl
 from changelake.changelog import producers
 from changelake.errors import CommitConflictError, StorageError, TableNotFoundError
 from changelake.table.commit import committer as table_commit
+from changelake.table.format import snapshot as table_snapshot
 from changelake.table.lsm import compactor
 from changelake.table.read import live_files
 from changelake.table.write.writer import TableWrite
@@ -200,6 +201,26 @@ def test_a_commit_that_fails_before_its_snapshot_leaves_no_manifests(tmp_path: P
     with pytest.raises(TableNotFoundError):
         table.write(_batch(0, 2))
     assert _files(table.location, "") == set() and not catalog.table_exists("db.t")
+
+
+@pytest.mark.parametrize("operation", ["write", "overwrite"])
+def test_a_commit_whose_hint_fails_after_its_snapshot_landed_keeps_everything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str) -> None:
+    """Once the snapshot file exists the commit has landed: an error writing the hints after it
+    must not make the commit clean up the manifests and files the snapshot names."""
+    table = _create(tmp_path)
+    table.write(_batch(0, 0))
+
+    def broken_hint(*args: Any, **kwargs: Any) -> bool:
+        raise RuntimeError("hint writer broke")
+
+    monkeypatch.setattr(table_snapshot, "commit_hint", broken_hint)
+    landed = table.write(_batch(0, 1)) if operation == "write" else table.overwrite(_batch(0, 1))
+    monkeypatch.undo()
+    assert landed is not None and landed.id == 2
+    expected = (_batch(0, 1) if operation == "overwrite" else pa.concat_tables([_batch(0, 0), _batch(0, 1)]))
+    assert _rows(table) == sorted(expected.to_pylist(), key=lambda r: (r["dt"], r["id"]))
+    _check_no_orphans(table)
 
 
 def test_threads_commit_concurrently(tmp_path: Path) -> None:

@@ -373,26 +373,23 @@ def _land(
             if conflicts is not None:
                 conflicts(latest)
             index_name = _index_manifest(ctx, latest, messages, kind, lists)
-            new = try_snapshot(ctx, kind, latest, delta, index_name, commit_user, identifier, lists)
-        except CommitOutcomeUnknownError:
-            raise  # the snapshot may name them
-        except BaseException:
-            # a conflict, or an error before the snapshot was created (an I/O error, the table
+            new = snapshot_after(ctx, kind, latest, delta, index_name, commit_user, identifier, lists)
+        except Exception:
+            # a conflict, or an error before the snapshot is created (an I/O error, the table
             # dropped): its manifests and manifest lists are no one's
             _remove(ctx, [*attempt.written, *lists.written])
             raise
-        if new is not None:
+        if land_snapshot(ctx, new, lists):
             attempt.copies = []  # they are part of the table now
             return new, messages
     _remove(ctx, attempt.written)
     raise CommitConflictError(f"commit gave up after {retries} lost races", table=ctx.name)
 
 
-def try_snapshot(ctx: TableContext, kind: CommitKind, latest: Snapshot | None, delta: Delta, index_name: str | None,
-                 commit_user: str, identifier: int, lists: Attempt) -> Snapshot | None:
-    """Try to create the snapshot after ``latest`` holding ``delta`` (its manifest lists are
-    written here, into ``lists``): the snapshot, or None when another commit took its id first
-    (what was written for it is removed; the caller re-checks and retries)."""
+def snapshot_after(ctx: TableContext, kind: CommitKind, latest: Snapshot | None, delta: Delta, index_name: str | None,
+                   commit_user: str, identifier: int, lists: Attempt) -> Snapshot:
+    """The snapshot after ``latest`` holding ``delta``, its manifest lists written (into
+    ``lists``); :func:`land_snapshot` creates it."""
     entries = delta.entries
     previous = live_files.data_manifests(ctx, latest) if latest is not None else []
     base = manifest_merge.merge(ctx, previous, functools.partial(write_manifest, ctx, attempt=lists))
@@ -401,7 +398,7 @@ def try_snapshot(ctx: TableContext, kind: CommitKind, latest: Snapshot | None, d
     changelog_name, changelog_size = (None, None) if delta.changelog_manifest is None else (
         _write_manifest_list(ctx, [delta.changelog_manifest], lists))
     delta_count = sum(e.file.row_count if e.kind == FileKind.ADD else -e.file.row_count for e in entries)
-    new = Snapshot(
+    return Snapshot(
         id=(latest.id + 1) if latest is not None else 1,
         # Paimon's FileStoreCommitImpl stamps the table's newest schema, also when the
         # writer works on an older one (its files carry their own schema id)
@@ -423,10 +420,15 @@ def try_snapshot(ctx: TableContext, kind: CommitKind, latest: Snapshot | None, d
         # as Paimon: null without changelog files
         changelogRecordCount=sum(e.file.row_count for e in delta.changelog) if delta.changelog else None,
     )
+
+
+def land_snapshot(ctx: TableContext, new: Snapshot, lists: Attempt) -> bool:
+    """Create the snapshot file of ``new``: False, its manifest lists (``lists``) removed, when
+    another commit took its id first (the caller re-checks and retries)."""
     if snapshot.try_commit(ctx.file_io, ctx.paths, new):
-        return new
+        return True
     _remove(ctx, lists.written)
-    return None
+    return False
 
 
 def _remove(ctx: TableContext, paths: Iterable[str]) -> None:

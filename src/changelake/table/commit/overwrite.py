@@ -97,10 +97,10 @@ def _land(ctx: TableContext, messages: Sequence[CommitMessage], commit_user: str
             entries = [*deleted, *added]
             delta = Delta(entries, committer.write_manifest(ctx, entries, lists), [], None)
             killpoints.reached(KillPoint.OVERWRITE)
-            landed = committer.try_snapshot(ctx, CommitKind.OVERWRITE, latest, delta, index_name, commit_user,
-                                            identifier, lists)
-            if landed is not None:
-                return landed
+            new = committer.snapshot_after(ctx, CommitKind.OVERWRITE, latest, delta, index_name, commit_user,
+                                           identifier, lists)
+            if committer.land_snapshot(ctx, new, lists):
+                return new
         raise CommitConflictError(f"{what} gave up after {ctx.options.commit_max_retries} lost races",
                                   table=ctx.name)
     except CommitOutcomeUnknownError:

@@ -149,12 +149,12 @@ def try_commit(file_io: FileIO, paths: TablePaths, snapshot: Snapshot) -> bool:
     if not file_io.create_if_absent(paths.snapshot(snapshot.id), snapshot.to_json().encode("utf-8")):
         return False
     killpoints.reached(KillPoint.SNAPSHOT_BEFORE_LATEST)
-    commit_hint(file_io, paths, LATEST, snapshot.id)
-    try:
+    try:  # nothing raised from here may make a caller take the commit for failed and clean up
+        commit_hint(file_io, paths, LATEST, snapshot.id)
         if snapshot.id == 1 or _hint(file_io, paths, EARLIEST) is None:
             commit_hint(file_io, paths, EARLIEST, earliest_id(file_io, paths) or snapshot.id)
-    except StorageError as exc:
-        _log.warning("snapshot %d landed, but its EARLIEST hint was not checked: %s", snapshot.id, exc)
+    except Exception as exc:
+        _log.warning("snapshot %d landed, but its hints were not all written: %s", snapshot.id, exc)
     return True
 
 
