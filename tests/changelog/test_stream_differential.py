@@ -43,6 +43,8 @@ CONFIGS: dict[str, dict[str, str]] = {
     "input-read-overwrite": {"changelog-producer": "input", "streaming-read-overwrite": "true",
                              "deletion-vectors.enabled": "true"},
     "lookup": {"changelog-producer": "lookup"},
+    "lookup-decoupled": {"changelog-producer": "lookup", "changelog.num-retained.max": "8",
+                         "snapshot.num-retained.max": "2"},
     "lookup-vectors": {"changelog-producer": "lookup", "deletion-vectors.enabled": "true"},
     "lookup-row-dedup": {"changelog-producer": "lookup", "changelog-producer.row-deduplicate": "true"},
     "lookup-partial": {"changelog-producer": "lookup", **PARTIAL},
@@ -128,6 +130,31 @@ def fold(state: State, changes: list[Row], *, first_row: bool = False) -> State:
     return out
 
 
+def exact_fold(state: State, changes: list[Row], columns: set[str], *, row_dedup: bool) -> list[str]:
+    """What is wrong with ``changes`` as a complete changelog over ``state`` (lookup and
+    full-compaction producers): a -U/-D must carry the key's row there, a +I or +U must come
+    for a key not there (its -U first), and with row-deduplicate no -U/+U pair leaves a row as
+    it was. ``state`` is folded in place."""
+    problems = []
+    kept = [c for c in VALUES if c in columns]
+    last_retracted: dict[Key, Row] = {}
+    for change in changes:
+        key, kind = (change["k"], change["p"]), change["rowkind"]
+        values = {c: change.get(c) for c in kept}
+        if kind in ("-U", "-D"):
+            old = state.pop(key, None)
+            if old is None or {c: old.get(c) for c in kept} != values:
+                problems.append(f"{kind} {key} {values} over {old}")
+            last_retracted[key] = values
+        else:
+            if key in state:
+                problems.append(f"{kind} {key} {values} over {state[key]}")
+            if row_dedup and kind == "+U" and last_retracted.get(key) == values:
+                problems.append(f"-U/+U of {key} {values} that changed nothing")
+            state[key] = values
+    return problems
+
+
 def shown(state: State, columns: set[str] | None = None) -> list[tuple[Any, ...]]:
     """The rows of ``state`` (only ``columns``, if given), in order."""
     kept = [c for c in VALUES if columns is None or c in columns]
@@ -167,6 +194,7 @@ class LongStream:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     columns: set[str] = field(default_factory=set)  # canonical names of the stream's columns
     saved: list[Saved] = field(default_factory=list)
+    consumer: str | None = None
 
 
 class Run:
@@ -177,6 +205,8 @@ class Run:
                                                         partition_keys=["p"], options=self.options)
         self.engine = Engine.of(self.options)
         self.producer = self.options.get("changelog-producer", "none")
+        self.row_dedup = self.options.get("changelog-producer.row-deduplicate") == "true"
+        self.decoupled = "changelog.num-retained.max" in self.options
         self.read_overwrite = self.options.get("streaming-read-overwrite") == "true"
         self.rng = random.Random(seed)
         self.model: State = {}
@@ -194,6 +224,7 @@ class Run:
         self.tags: dict[str, int] = {}
         self.long = self.open_long()
         self.lagging: LongStream | None = None
+        self.held: LongStream | None = None
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -212,23 +243,37 @@ class Run:
         snapshot = self.table.latest_snapshot()
         return snapshot.id if snapshot else 0
 
-    def open_long(self, **kwargs: Any) -> LongStream:
-        stream = self.table.stream(max_rows=self.rng.choice([1, 3, 100]), consumer_id=kwargs.pop("consumer", "c"),
-                                   **kwargs)
-        return self.tracked(stream)
+    def open_long(self, consumer: str = "c") -> LongStream:
+        long = self.tracked(self.table.stream(max_rows=self.rng.choice([1, 3, 100]), consumer_id=consumer))
+        long.consumer = consumer
+        return long
 
     def tracked(self, stream: cl.ChangeStream) -> LongStream:
         return LongStream(stream, dict(self.names), {}, columns={self.aliases.get(c, c) for c in stream.schema.names})
 
-    def drain(self, long: LongStream) -> list[Row]:
+    def drain(self, long: LongStream, *, exact: bool = True) -> list[Row]:
         got: list[Row] = []
         for batch in long.stream:
             rows = canonical(batch.data.to_pylist(), self.aliases)
             got.extend(rows)
             long.rows.extend(tuple(sorted(r.items())) for r in rows)
             long.saved.append(Saved(batch.offset, len(long.rows)))
-        long.state = fold(long.state, got)
+        if self.exact and exact:
+            problems = exact_fold(long.state, got, long.columns, row_dedup=self.row_dedup)
+            assert not problems, ("changelog over the stream's state", problems, self.config, self.log)
+        else:
+            long.state = fold(long.state, got)
         return got
+
+    @property
+    def exact(self) -> bool:
+        """Whether the changelog is complete: before-images, no +I of a key there."""
+        return self.producer in ("lookup", "full-compaction")
+
+    def changelog_view(self) -> State:
+        """What the changelog has folded into by now: the table, or for full-compaction the top
+        level (the rows the next full compaction diffs against)."""
+        return self.read(read_optimized=True) if self.producer == "full-compaction" else dict(self.model)
 
     def row(self) -> Row:
         row = {"k": self.rng.randrange(8), "p": self.rng.choice("ab"), "v": self.rng.choice([None, *range(5)]),
@@ -387,6 +432,13 @@ class Run:
         if self.long.stream.offset.snapshot_id > target + 1 or self.long.stream.offset.scan_snapshot:
             with pytest.raises(errors.OffsetError):
                 list(self.long.stream)
+            if self.long.stream.offset.snapshot_id > target + 1 and self.promised:
+                # its consumer moved back to the snapshot after the target: a new stream of it
+                # reads the changes from there (the rescale after, an overwrite, is skipped)
+                resumed = self.table.stream(consumer_id=self.long.consumer)
+                assert resumed.offset.snapshot_id == target + 1, self.log
+                self.stream_check("consumer after rollback", self.states[target], (self.config, self.log),
+                                  consumer_id=self.long.consumer)
             self.long = self.open_long(consumer=f"c{len(self.log)}")
         self.lagging = None
 
@@ -396,21 +448,32 @@ class Run:
         self.table.expire_snapshots(retain_max=keep, retain_min=1)
 
     def op_lag(self) -> None:
-        """Open a stream without a consumer that is drained only now and then."""
+        """Open two streams drained only now and then: one without a consumer (its next
+        snapshot may expire: a clear error) and one whose consumer holds its snapshots."""
         if self.lagging is None:
             self.log.append("open lagging")
             self.lagging = self.tracked(self.table.stream(max_rows=2))
-            self.drain(self.lagging)
-            self.lagging.state = dict(self.model) if self.promised else self.lagging.state
+            self.held = self.tracked(self.table.stream(max_rows=2, consumer_id=f"held{len(self.log)}"))
+            for stream in (self.lagging, self.held):
+                self.drain(stream, exact=False)  # they are not told of the overwrites they skip
+            self.held.stream.commit()
             return
         self.log.append("drain lagging")
         try:
-            self.drain(self.lagging)
+            self.drain(self.lagging, exact=False)
         except errors.SnapshotExpiredError:
             earliest = min(s.id for s in self.table.snapshots())
             assert self.lagging.stream.offset.snapshot_id < earliest or \
                 self.overwrite_gap(self.lagging.stream.offset.snapshot_id), self.log
             self.lagging = None
+        assert self.held is not None
+        try:
+            self.drain(self.held, exact=False)
+        except errors.SnapshotExpiredError:
+            assert self.overwrite_gap(self.held.stream.offset.snapshot_id), ("held by a consumer", self.log)
+            self.lagging = None
+        else:
+            self.held.stream.commit()
 
     def op_add_column(self) -> None:
         if not self.has_w:
@@ -449,7 +512,13 @@ class Run:
         """A stream of ``kwargs`` folded over ``start`` gives the model (in the stream's columns)."""
         stream = self.table.stream(**kwargs)
         columns = {self.aliases.get(c, c) for c in stream.schema.names}
-        state = fold(start, [r for b in stream for r in canonical(b.data.to_pylist(), self.aliases)])
+        changes = [r for b in stream for r in canonical(b.data.to_pylist(), self.aliases)]
+        if self.exact:
+            state = {key: dict(row) for key, row in start.items()}
+            problems = exact_fold(state, changes, columns, row_dedup=self.row_dedup)
+            assert not problems, (what, kwargs, problems, *where)
+        else:
+            state = fold(start, changes)
         assert same(state, self.model, columns), (what, kwargs, differences(state, self.model, columns), *where)
 
     def overwrite_gap(self, start: int) -> bool:
@@ -476,7 +545,7 @@ class Run:
         long.stream.commit()
         if self.overwrote and not self.read_overwrite:
             assert same(long.state, before), ("an overwrite is skipped", differences(long.state, before), *where)
-            long.state = dict(self.model)
+            long.state = self.changelog_view()
         elif self.promised:
             assert same(long.state, self.model, long.columns), \
                 ("long stream", differences(long.state, self.model, long.columns), *where)
@@ -487,7 +556,7 @@ class Run:
                 rows = [tuple(sorted((c, v) for c, v in r.items() if c in long.columns))
                         for b in resumed for r in canonical(b.data.to_pylist(), self.aliases)]
             except errors.SnapshotExpiredError:
-                assert saved.offset.snapshot_id < min(s.id for s in self.table.snapshots()) or \
+                assert (saved.offset.snapshot_id < min(s.id for s in self.table.snapshots())) or \
                     self.overwrite_gap(saved.offset.snapshot_id), where
             else:
                 assert rows == long.rows[saved.position:], ("resumed", saved.offset, *where)
@@ -506,18 +575,24 @@ class Run:
             if self.overwrite_gap(b + 1):
                 with pytest.raises(errors.SnapshotExpiredError):
                     list(self.table.stream(mode="from-snapshot", snapshot_id=b + 1))
-            elif b + 1 in live or b + 1 > max(live):
-                self.stream_check("from-snapshot", self.states[b], where, mode="from-snapshot", snapshot_id=b + 1)
-                millis = self.table.snapshot(b + 1).time_millis
-                # snapshots of the same millisecond: the first of them
-                if all(self.table.snapshot(i).time_millis < millis for i in live if i <= b):
-                    self.stream_check("from-timestamp", self.states[b], where, mode="from-timestamp",
-                                      timestamp_ms=millis)
-                changes = self.table.changes(b, latest)
-                columns = {self.aliases.get(c, c) for c in changes.schema.names}
-                state = fold(self.states[b], canonical(changes.to_arrow().to_pylist(), self.aliases))
-                assert same(state, self.model, columns), ("changes", b, differences(state, self.model, columns),
-                                                          *where)
+            elif b + 1 in live or self.decoupled:
+                try:  # an expired snapshot's changes are read while its changelog is kept
+                    self.stream_check("from-snapshot", self.states[b], where, mode="from-snapshot",
+                                      snapshot_id=b + 1)
+                    changes = self.table.changes(b, latest)
+                except errors.SnapshotExpiredError:
+                    assert self.decoupled and b + 1 not in live, where
+                else:
+                    columns = {self.aliases.get(c, c) for c in changes.schema.names}
+                    state = fold(self.states[b], canonical(changes.to_arrow().to_pylist(), self.aliases))
+                    assert same(state, self.model, columns), ("changes", b, differences(state, self.model, columns),
+                                                              *where)
+                if b + 1 in live:
+                    millis = self.table.snapshot(b + 1).time_millis
+                    # snapshots of the same millisecond: the first of them
+                    if all(self.table.snapshot(i).time_millis < millis for i in live if i <= b):
+                        self.stream_check("from-timestamp", self.states[b], where, mode="from-timestamp",
+                                          timestamp_ms=millis)
             else:
                 with pytest.raises(errors.SnapshotExpiredError):
                     self.table.stream(mode="from-snapshot", snapshot_id=b + 1)

@@ -27,7 +27,7 @@ from changelake.errors import (
     SnapshotExpiredError,
     SnapshotNotFoundError,
 )
-from changelake.option_values import POSTPONE_BUCKET, ChangelogProducer
+from changelake.option_values import POSTPONE_BUCKET, ChangelogProducer, ScanMode
 from changelake.options import TableOptions, check_keys
 from changelake.table import decoupled_changelog, metadata, time_travel
 from changelake.table.context import TableContext
@@ -194,8 +194,19 @@ class ChangeSource:
             if type(exc) is SnapshotNotFoundError:
                 raise OffsetError(f"offset {offset.to_json()} is beyond this table's history: {exc.message}",
                                   table=self.context.name) from None
-            raise
+            if not self._starts_anew(offset):
+                raise
+            snapshot_id, full = starting.starting_position(self.context, self.options)
+            return StreamOffset(snapshotId=snapshot_id, scanSnapshot=full, tableId=current)
         return offset if offset.table_id == current else offset.model_copy(update={"table_id": current})
+
+    def _starts_anew(self, offset: StreamOffset) -> bool:
+        """Whether an expired ``offset`` is the start of a ``latest-full`` (or ``compacted-full``)
+        stream that has read nothing yet: one made on an empty table starts at snapshot 1 in
+        full, which may expire before it comes to read it. Paimon's stream picks its first
+        snapshot when it first plans; so does this one, instead of failing."""
+        return offset.scan_snapshot and offset.index == 0 and \
+            starting.start_mode(self.options) in (ScanMode.LATEST_FULL, ScanMode.COMPACTED_FULL)
 
     def _check_rollbacks(self, offset: StreamOffset, rollbacks: Sequence[rollback.RollbackRecord]) -> None:
         """OffsetError unless ``offset`` (of another table id) is of this table before some
