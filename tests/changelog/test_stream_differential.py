@@ -45,6 +45,9 @@ CONFIGS: dict[str, dict[str, str]] = {
     "lookup": {"changelog-producer": "lookup"},
     "lookup-decoupled": {"changelog-producer": "lookup", "changelog.num-retained.max": "8",
                          "snapshot.num-retained.max": "2"},
+    "lookup-dynamic-bucket": {"changelog-producer": "lookup", "bucket": "-1", "dynamic-bucket.target-row-num": "3"},
+    "full-dynamic-bucket": {"changelog-producer": "full-compaction", "bucket": "-1",
+                            "dynamic-bucket.target-row-num": "3", "full-compaction.delta-commits": "2"},
     "lookup-vectors": {"changelog-producer": "lookup", "deletion-vectors.enabled": "true"},
     "lookup-row-dedup": {"changelog-producer": "lookup", "changelog-producer.row-deduplicate": "true"},
     "lookup-partial": {"changelog-producer": "lookup", **PARTIAL},
@@ -118,7 +121,7 @@ def _max(a: str | None, b: str | None) -> str | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def fold(state: State, changes: list[Row], *, first_row: bool = False) -> State:
+def fold(state: State, changes: list[Row]) -> State:
     """``state`` with the change rows applied: +I/+U upsert, -U/-D remove."""
     out = {key: dict(row) for key, row in state.items()}
     for change in changes:
@@ -198,6 +201,8 @@ class LongStream:
 
 
 class Run:
+    """One random history on one table configuration, checked after every step."""
+
     def __init__(self, warehouse: str, config: str, seed: int) -> None:
         self.config = config
         self.options = {"bucket": "2", **CONFIGS[config]}
@@ -214,6 +219,8 @@ class Run:
         self.names = {c: c for c in ("k", "p", *VALUES)}
         self.aliases: dict[str, str] = {}  # every name a column had -> its canonical name
         self.has_w = False
+        self.w_wide = False
+        self.overwrote = False  # the step's operation replaced rows in an OVERWRITE streams skip
         # op boundaries: the latest snapshot after each step, with the state then
         self.states: dict[int, State] = {0: {}}
         self.consistent_from = 0  # boundaries before a skipped overwrite do not fold to the present
@@ -283,8 +290,6 @@ class Run:
         if self.has_w:
             row["w"] = self.rng.choice([None, 7, 1 << 20 if self.w_wide else 9])
         return row
-
-    w_wide = False
 
     def arrow(self, rows: list[Row], kinds: list[str] | None = None) -> pa.Table:
         schema = self.table.schema
@@ -396,7 +401,7 @@ class Run:
         self.overwrote = True
 
     def op_rescale(self) -> None:
-        if not self.latest():
+        if not self.latest() or self.options["bucket"] == "-1":
             return
         bucket = self.rng.randrange(1, 4)
         self.log.append(f"rescale {bucket}")
@@ -428,7 +433,7 @@ class Run:
         self.reopen_writers()
         # the schema stays: partitions of another bucket number are rescaled before writes
         self.full_compacted = target not in self.unpromised
-        if self.latest():
+        if self.latest() and self.options["bucket"] != "-1":
             self.table.rescale()
             self.overwrote = not self.promised  # as op_rescale (unless the stream is new, below)
         if self.long.stream.offset.snapshot_id > target + 1 or self.long.stream.offset.scan_snapshot:
@@ -582,6 +587,14 @@ class Run:
                               filter=f"{self.names['v']} >= 2", keep=lambda key, row: (row["v"] or 0) >= 2)
         if self.table.stream(mode="compacted-full").offset.snapshot_id >= self.consistent_from:
             self.stream_check("compacted-full", {}, where, mode="compacted-full")
+        tags = [name for name, i in self.tags.items() if i >= self.consistent_from and i + 1 >= min(live)]
+        if tags:  # a tag's rows (the tag keeps them past expiry), then the changes after it
+            name = self.rng.choice(tags)
+            if self.tags[name] in live:
+                self.stream_check("from-snapshot-full at a tag", {}, where, mode="from-snapshot-full", tag=name)
+            else:  # the tag keeps the snapshot's files, but a stream reads snapshots, not tags
+                with pytest.raises(errors.SnapshotExpiredError):
+                    self.table.stream(mode="from-snapshot-full", tag=name)
         boundaries = [b for b in self.states if self.consistent_from <= b < latest and b not in self.unpromised]
         if boundaries:
             b = self.rng.choice(boundaries)

@@ -119,6 +119,10 @@ def starting_position(ctx: TableContext, options: TableOptions) -> tuple[int, bo
             ctx.snapshot(snapshot_id)
         except SnapshotNotFoundError:
             check_follow_up_start(ctx, snapshot_id, option)
+            if snapshot_id <= (latest.id if latest else 0):
+                # only its changelog is kept (changelog.num-retained.*): a full read needs its files
+                raise SnapshotExpiredError(f"snapshot {snapshot_id} has expired (its changelog alone is kept)",
+                                           table=ctx.name, option=option) from None
             raise SnapshotNotFoundError(f"snapshot {snapshot_id} does not exist yet", table=ctx.name,
                                         option=option) from None
         return snapshot_id, True
