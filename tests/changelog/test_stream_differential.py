@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -21,183 +20,9 @@ import pyarrow.compute as pc
 import pytest
 
 import changelake as cl
+import stream_model as model
 from changelake import errors
-
-Key = tuple[int, str]
-Row = dict[str, Any]
-State = dict[Key, Row]
-VALUES = ("v", "s", "q", "w")  # canonical value columns (w: added by a schema change)
-
-SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("p", pa.string(), nullable=False),
-                    pa.field("v", pa.int64()), pa.field("s", pa.string()), pa.field("q", pa.int64())])
-
-AGG = {"merge-engine": "aggregation", "fields.v.aggregate-function": "sum",
-       "fields.s.aggregate-function": "max", "fields.q.aggregate-function": "last_non_null_value"}
-PARTIAL = {"merge-engine": "partial-update", "partial-update.remove-record-on-delete": "true"}
-
-# name: options (over {"bucket": "2"}); the engine the model follows is read from them.
-CONFIGS: dict[str, dict[str, str]] = {
-    "none": {},
-    "none-read-overwrite": {"streaming-read-overwrite": "true"},
-    "input": {"changelog-producer": "input"},
-    "input-read-overwrite": {"changelog-producer": "input", "streaming-read-overwrite": "true",
-                             "deletion-vectors.enabled": "true"},
-    "lookup": {"changelog-producer": "lookup"},
-    "lookup-decoupled": {"changelog-producer": "lookup", "changelog.num-retained.max": "8",
-                         "snapshot.num-retained.max": "2"},
-    "lookup-dynamic-bucket": {"changelog-producer": "lookup", "bucket": "-1", "dynamic-bucket.target-row-num": "3"},
-    "full-dynamic-bucket": {"changelog-producer": "full-compaction", "bucket": "-1",
-                            "dynamic-bucket.target-row-num": "3", "full-compaction.delta-commits": "2"},
-    "lookup-vectors": {"changelog-producer": "lookup", "deletion-vectors.enabled": "true"},
-    "lookup-row-dedup": {"changelog-producer": "lookup", "changelog-producer.row-deduplicate": "true"},
-    "lookup-partial": {"changelog-producer": "lookup", **PARTIAL},
-    "lookup-aggregation": {"changelog-producer": "lookup", **AGG},
-    "lookup-first-row": {"changelog-producer": "lookup", "merge-engine": "first-row"},
-    "lookup-sequence": {"changelog-producer": "lookup", "sequence.field": "q"},
-    "lookup-ignore-delete": {"changelog-producer": "lookup", "ignore-delete": "true"},
-    "full": {"changelog-producer": "full-compaction"},
-    "full-delta-3": {"changelog-producer": "full-compaction", "full-compaction.delta-commits": "3"},
-    "full-partial": {"changelog-producer": "full-compaction", **PARTIAL},
-    "full-aggregation": {"changelog-producer": "full-compaction", **AGG},
-    "full-sequence": {"changelog-producer": "full-compaction", "sequence.field": "q",
-                      "changelog-producer.row-deduplicate": "true"},
-}
-
-
-@dataclass
-class Engine:
-    """What a table keeps of a key's rows, as plain Python."""
-
-    name: str
-    ignore_delete: bool = False
-
-    @staticmethod
-    def of(options: dict[str, str]) -> Engine:
-        name = options.get("merge-engine", "deduplicate")
-        if "sequence.field" in options:
-            name = "sequence"
-        return Engine(name, options.get("ignore-delete") == "true")
-
-    @property
-    def deletes(self) -> bool:
-        """Whether writes may carry -D rows (and delete/merge may delete)."""
-        return self.name in ("deduplicate", "partial-update") and not self.ignore_delete
-
-    @property
-    def updates(self) -> bool:
-        return self.name in ("deduplicate", "partial-update", "sequence") and not self.ignore_delete
-
-    def apply(self, state: State, key: Key, row: Row, kind: str) -> None:
-        old = state.get(key)
-        if kind in ("-U", "-D"):
-            # a -U retracts under deduplicate only (partial-update and the others skip it)
-            if not self.ignore_delete and (kind == "-D" or self.name == "deduplicate"):
-                state.pop(key, None)
-            return
-        if old is None:
-            state[key] = dict(row)
-        elif self.name == "partial-update":
-            state[key] = {c: old[c] if row.get(c) is None else row[c] for c in old}
-        elif self.name == "aggregation":
-            state[key] = {**old, "v": _sum(old["v"], row["v"]), "s": _max(old["s"], row["s"]),
-                          "q": old["q"] if row["q"] is None else row["q"],
-                          "w": old.get("w") if row.get("w") is None else row["w"]}
-        elif self.name == "first-row":
-            pass
-        elif self.name == "sequence":
-            if (row["q"] is None and old["q"] is not None) or (
-                    row["q"] is not None and old["q"] is not None and row["q"] < old["q"]):
-                return
-            state[key] = dict(row)
-        else:
-            state[key] = dict(row)
-
-
-def _sum(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else a + b
-
-
-def _max(a: str | None, b: str | None) -> str | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
-def fold(state: State, changes: list[Row]) -> State:
-    """``state`` with the change rows applied: +I/+U upsert, -U/-D remove."""
-    out = {key: dict(row) for key, row in state.items()}
-    for change in changes:
-        key = (change["k"], change["p"])
-        if change["rowkind"] in ("+I", "+U"):
-            out[key] = {c: change.get(c) for c in VALUES}
-        else:
-            out.pop(key, None)
-    return out
-
-
-def exact_fold(state: State, changes: list[Row], columns: set[str], *, row_dedup: bool) -> list[str]:
-    """What is wrong with ``changes`` as a complete changelog over ``state`` (lookup and
-    full-compaction producers): a -U/-D must carry the key's row there, a +I or +U must come
-    for a key not there (its -U first), and with row-deduplicate no -U/+U pair leaves a row as
-    it was. ``state`` is folded in place."""
-    problems = []
-    kept = [c for c in VALUES if c in columns]
-    last_retracted: dict[Key, Row] = {}
-    for change in changes:
-        key, kind = (change["k"], change["p"]), change["rowkind"]
-        values = {c: change.get(c) for c in kept}
-        if kind in ("-U", "-D"):
-            old = state.pop(key, None)
-            if old is None or {c: old.get(c) for c in kept} != values:
-                problems.append(f"{kind} {key} {values} over {old}")
-            last_retracted[key] = values
-        else:
-            if key in state:
-                problems.append(f"{kind} {key} {values} over {state[key]}")
-            if row_dedup and kind == "+U" and last_retracted.get(key) == values:
-                problems.append(f"-U/+U of {key} {values} that changed nothing")
-            state[key] = values
-    return problems
-
-
-def shown(state: State, columns: set[str] | None = None) -> list[tuple[Any, ...]]:
-    """The rows of ``state`` (only ``columns``, if given), in order."""
-    kept = [c for c in VALUES if columns is None or c in columns]
-    return sorted(((k, p, *(row.get(c) for c in kept)) for (k, p), row in state.items()),
-                  key=lambda t: tuple((v is None, v) for v in t))
-
-
-def canonical(rows: list[Row], aliases: dict[str, str]) -> list[Row]:
-    """Change rows with their columns under canonical names (a renamed column under its first)."""
-    return [{aliases.get(c, c): value for c, value in row.items()} for row in rows]
-
-
-def same(got: State, want: State, columns: set[str] | None = None) -> bool:
-    return shown(got, columns) == shown(want, columns)
-
-
-def differences(got: State, want: State, columns: set[str] | None = None) -> str:
-    a, b = set(shown(got, columns)), set(shown(want, columns))
-    return f"extra {sorted(a - b, key=str)} missing {sorted(b - a, key=str)}"
-
-
-@dataclass
-class Saved:
-    """Where a stream was, and the rows it read after that point."""
-
-    offset: cl.StreamOffset
-    position: int  # index into the long stream's rows
-
-
-@dataclass
-class LongStream:
-    """A stream kept open across the history, drained after every step."""
-
-    stream: cl.ChangeStream
-    names: dict[str, str]
-    state: State
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    columns: set[str] = field(default_factory=set)  # canonical names of the stream's columns
-    saved: list[Saved] = field(default_factory=list)
-    consumer: str | None = None
+from stream_model import CONFIGS, VALUES, Key, Row, State
 
 
 class Run:
@@ -206,9 +31,9 @@ class Run:
     def __init__(self, warehouse: str, config: str, seed: int) -> None:
         self.config = config
         self.options = {"bucket": "2", **CONFIGS[config]}
-        self.table = cl.Catalog(warehouse).create_table("db.t", SCHEMA, primary_keys=["k", "p"],
+        self.table = cl.Catalog(warehouse).create_table("db.t", model.SCHEMA, primary_keys=["k", "p"],
                                                         partition_keys=["p"], options=self.options)
-        self.engine = Engine.of(self.options)
+        self.engine = model.Engine.of(self.options)
         self.producer = self.options.get("changelog-producer", "none")
         self.row_dedup = self.options.get("changelog-producer.row-deduplicate") == "true"
         self.decoupled = "changelog.num-retained.max" in self.options
@@ -230,8 +55,8 @@ class Run:
         self.identifiers = [0, 0]
         self.tags: dict[str, int] = {}
         self.long = self.open_long()
-        self.lagging: LongStream | None = None
-        self.held: LongStream | None = None
+        self.lagging: model.LongStream | None = None
+        self.held: model.LongStream | None = None
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -250,26 +75,26 @@ class Run:
         snapshot = self.table.latest_snapshot()
         return snapshot.id if snapshot else 0
 
-    def open_long(self, consumer: str = "c") -> LongStream:
+    def open_long(self, consumer: str = "c") -> model.LongStream:
         long = self.tracked(self.table.stream(max_rows=self.rng.choice([1, 3, 100]), consumer_id=consumer))
         long.consumer = consumer
         return long
 
-    def tracked(self, stream: cl.ChangeStream) -> LongStream:
-        return LongStream(stream, dict(self.names), {}, columns={self.aliases.get(c, c) for c in stream.schema.names})
+    def tracked(self, stream: cl.ChangeStream) -> model.LongStream:
+        return model.LongStream(stream, {}, columns={self.aliases.get(c, c) for c in stream.schema.names})
 
-    def drain(self, long: LongStream, *, exact: bool = True) -> list[Row]:
+    def drain(self, long: model.LongStream, *, exact: bool = True) -> list[Row]:
         got: list[Row] = []
         for batch in long.stream:
-            rows = canonical(batch.data.to_pylist(), self.aliases)
+            rows = model.canonical(batch.data.to_pylist(), self.aliases)
             got.extend(rows)
             long.rows.extend(tuple(sorted(r.items())) for r in rows)
-            long.saved.append(Saved(batch.offset, len(long.rows)))
+            long.saved.append(model.Saved(batch.offset, len(long.rows)))
         if self.exact and exact:
-            problems = exact_fold(long.state, got, long.columns, row_dedup=self.row_dedup)
+            problems = model.exact_fold(long.state, got, long.columns, row_dedup=self.row_dedup)
             assert not problems, ("changelog over the stream's state", problems, self.config, self.log)
         else:
-            long.state = fold(long.state, got)
+            long.state = model.fold(long.state, got)
         return got
 
     @property
@@ -304,17 +129,7 @@ class Run:
             kinds = [self.rng.choice(["+I", "+I", "+U", "-D"]) for _ in rows]
         else:
             kinds = ["+I"] * n
-        if self.engine.name == "partial-update":
-            # a -D then a +I of one key in one batch merge into a +I that keeps no older value
-            deleted: set[Key] = set()
-            kept = []
-            for r, kind in zip(rows, kinds, strict=True):
-                if (r["k"], r["p"]) not in deleted:
-                    kept.append((r, kind.replace("+U", "+I")))
-                    if kind == "-D":
-                        deleted.add((r["k"], r["p"]))
-            rows, kinds = [r for r, _ in kept], [k for _, k in kept]
-        return rows, kinds
+        return model.partial_batch(rows, kinds) if self.engine.name == "partial-update" else (rows, kinds)
 
     def apply(self, rows: list[Row], kinds: list[str]) -> None:
         for r, kind in zip(rows, kinds, strict=True):
@@ -512,7 +327,7 @@ class Run:
 
     def read(self, **scan: Any) -> State:
         out: State = {}
-        for r in canonical(self.table.scan(**scan).to_arrow().to_pylist(), self.aliases):
+        for r in model.canonical(self.table.scan(**scan).to_arrow().to_pylist(), self.aliases):
             out[(r["k"], r["p"])] = {c: r.get(c) for c in VALUES}
         return out
 
@@ -524,15 +339,15 @@ class Run:
             start = {key: row for key, row in start.items() if keep(key, row)}
         stream = self.table.stream(**kwargs)
         columns = {self.aliases.get(c, c) for c in stream.schema.names}
-        changes = [r for b in stream for r in canonical(b.data.to_pylist(), self.aliases)]
+        changes = [r for b in stream for r in model.canonical(b.data.to_pylist(), self.aliases)]
         if self.exact:
             state = {key: dict(row) for key, row in start.items()}
-            problems = exact_fold(state, changes, columns, row_dedup=self.row_dedup)
+            problems = model.exact_fold(state, changes, columns, row_dedup=self.row_dedup)
             assert not problems, (what, kwargs, problems, *where)
         else:
-            state = fold(start, changes)
+            state = model.fold(start, changes)
         want = self.model if keep is None else {key: row for key, row in self.model.items() if keep(key, row)}
-        assert same(state, want, columns), (what, kwargs, differences(state, want, columns), *where)
+        assert model.same(state, want, columns), (what, kwargs, model.differences(state, want, columns), *where)
 
     def overwrite_gap(self, start: int) -> bool:
         """Whether a stream from snapshot ``start`` meets an OVERWRITE it is to read
@@ -543,7 +358,7 @@ class Run:
 
     def check(self, step: int) -> None:
         where = (self.config, step, self.log)
-        assert same(self.read(), self.model), ("read", differences(self.read(), self.model), *where)
+        assert model.same(self.read(), self.model), ("read", model.differences(self.read(), self.model), *where)
         # the long stream (consumer "c"), then resumed from one of its saved offsets
         long = self.long
         before = dict(long.state)
@@ -557,17 +372,18 @@ class Run:
             return
         long.stream.commit()
         if self.overwrote and not self.read_overwrite:
-            assert same(long.state, before), ("an overwrite is skipped", differences(long.state, before), *where)
+            assert model.same(long.state, before), \
+                ("an overwrite is skipped", model.differences(long.state, before), *where)
             long.state = self.changelog_view()
         elif self.promised:
-            assert same(long.state, self.model, long.columns), \
-                ("long stream", differences(long.state, self.model, long.columns), *where)
+            assert model.same(long.state, self.model, long.columns), \
+                ("long stream", model.differences(long.state, self.model, long.columns), *where)
         if long.saved:
             saved = self.rng.choice(long.saved)
             try:
                 resumed = self.table.stream(offset=saved.offset, max_rows=self.rng.choice([1, 2, 50]))
                 rows = [tuple(sorted((c, v) for c, v in r.items() if c in long.columns))
-                        for b in resumed for r in canonical(b.data.to_pylist(), self.aliases)]
+                        for b in resumed for r in model.canonical(b.data.to_pylist(), self.aliases)]
             except errors.SnapshotExpiredError:
                 assert (saved.offset.snapshot_id < min(s.id for s in self.table.snapshots())) or \
                     self.overwrite_gap(saved.offset.snapshot_id), where
@@ -610,9 +426,10 @@ class Run:
                     assert self.decoupled and b + 1 not in live, where
                 else:
                     columns = {self.aliases.get(c, c) for c in changes.schema.names}
-                    state = fold(self.states[b], canonical(changes.to_arrow().to_pylist(), self.aliases))
-                    assert same(state, self.model, columns), ("changes", b, differences(state, self.model, columns),
-                                                              *where)
+                    rows = model.canonical(changes.to_arrow().to_pylist(), self.aliases)
+                    state = model.fold(self.states[b], rows)
+                    assert model.same(state, self.model, columns), \
+                        ("changes", b, model.differences(state, self.model, columns), *where)
                 if b + 1 in live:
                     millis = self.table.snapshot(b + 1).time_millis
                     # snapshots of the same millisecond: the first of them
