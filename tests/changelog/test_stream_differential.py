@@ -361,7 +361,7 @@ class Run:
         assert model.same(self.read(), self.model), ("read", model.differences(self.read(), self.model), *where)
         # the long stream (consumer "c"), then resumed from one of its saved offsets
         long = self.long
-        before = dict(long.state)
+        before, in_full_read = dict(long.state), long.stream.offset.scan_snapshot
         try:
             self.drain(long)
         except errors.SnapshotExpiredError:
@@ -372,7 +372,8 @@ class Run:
             return
         long.stream.commit()
         if self.overwrote and not self.read_overwrite:
-            assert model.same(long.state, before), \
+            # (a stream yet to make its first full read reads the overwrite's rows there)
+            assert in_full_read or model.same(long.state, before), \
                 ("an overwrite is skipped", model.differences(long.state, before), *where)
             long.state = self.changelog_view()
         elif self.promised:
