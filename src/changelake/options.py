@@ -282,8 +282,8 @@ class TableOptions(BucketOptions, FileOptions, OperationOptions):
     )
     streaming_read_overwrite: bool = declare(
         "streaming-read-overwrite", values.parse_bool, "false",
-        "Primary-key tables: streams read OVERWRITE commits too (the replaced files' rows as -D, "
-        "the new files' as written); not with changelog-producer lookup or full-compaction.",
+        "Primary-key tables: streams read OVERWRITE commits too (the replaced files' merged rows as -D, "
+        "the new files' as +I); not with changelog-producer lookup or full-compaction.",
     )
     streaming_read_append_overwrite: bool = declare(
         "streaming-read-append-overwrite", values.parse_bool, "false",

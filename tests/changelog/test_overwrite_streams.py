@@ -1,7 +1,8 @@
 """Streams over OVERWRITE snapshots: skipped by default, as Paimon's; with Paimon's
 ``streaming-read-overwrite`` (primary-key tables) the rows of the files an overwrite removed
-come as -D (Paimon's ``ReverseReader``: an insert as -D, a retraction as +I; rows deletion
-vectors marked left out), then the rows of the files it added as stored; with
+come per bucket merged, each as -D (Paimon's IncrementalChangelogReadProvider since 1.0: merge
+reader, ReverseReader; rows deletion vectors marked left out), then the merged rows of the files
+it added; with
 ``streaming-read-append-overwrite`` (append tables) the rows of the files it added, as +I."""
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def test_an_overwrite_streams_its_removed_rows_as_deletes_then_its_new_rows(tmp_
     added = [c for c in changes if c[0] != "-D"]
     assert changes == removed + added  # the removed files first
     assert sorted(added) == [("+I", 1, "a"), ("+I", 2, "B"), ("+I", 3, "c"), ("+I", 4, "d")]
-    # Not merged: every stored row of the removed files, key 2's replaced one too.
-    assert sorted(removed) == [("-D", 1, "a"), ("-D", 2, "B"), ("-D", 2, "b"), ("-D", 3, "c"), ("-D", 4, "d")]
+    # Merged: each key once, with the value it had (not key 2's replaced "b").
+    assert sorted(removed) == [("-D", 1, "a"), ("-D", 2, "B"), ("-D", 3, "c"), ("-D", 4, "d")]
     table.write(pa.table({"k": pa.array([5], pa.int64()), "v": ["e"]}))
     assert _changes(stream) == [("+I", 5, "e")]
 
@@ -56,7 +57,9 @@ def test_rows_the_deletion_vectors_mark_in_a_removed_file_are_left_out(tmp_path:
     assert removed == sorted([("-D", k, "a") for k in range(100) if k != 2] + [("-D", 2, "B"), ("-D", 400, "d")])
 
 
-def test_a_retraction_of_a_removed_file_streams_as_an_insert(tmp_path: Path) -> None:
+def test_a_key_a_removed_file_deletes_is_not_brought_back(tmp_path: Path) -> None:
+    # Paimon 0.9 read the removed files unmerged and refused their retractions; a retraction
+    # read as +I (what changelake did) brought key 2 back to a consumer folding the stream.
     table = cl.Catalog(str(tmp_path)).create_table(
         "db.t", SCHEMA, primary_keys=["k"], options={"bucket": "1", "streaming-read-overwrite": "true",
                                                      "write-only": "true"})
@@ -65,7 +68,22 @@ def test_a_retraction_of_a_removed_file_streams_as_an_insert(tmp_path: Path) -> 
     stream = table.stream(mode="latest")
     assert _changes(stream) == []
     table.rescale(bucket=2)
-    assert sorted(_changes(stream)) == [("+I", 1, "a"), ("+I", 2, None), ("-D", 1, "a"), ("-D", 2, "b")]
+    assert sorted(_changes(stream)) == [("+I", 1, "a"), ("-D", 1, "a")]
+
+
+def test_an_overwrite_whose_replaced_snapshot_expired_is_a_clear_error(tmp_path: Path) -> None:
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", SCHEMA, primary_keys=["k"], options={"bucket": "1", "streaming-read-overwrite": "true"})
+    table.write(pa.table({"k": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}))
+    stream = table.stream(mode="latest", consumer_id="c")
+    assert _changes(stream) == []
+    stream.commit()
+    overwrite = table.overwrite(pa.table({"k": pa.array([3], pa.int64()), "v": ["c"]}))
+    assert overwrite is not None
+    # The consumer holds the overwrite; expiring the snapshot before it deletes the files it removed.
+    table.expire_snapshots(retain_max=1, retain_min=1)
+    with pytest.raises(errors.SnapshotExpiredError, match=f"OVERWRITE snapshot {overwrite.id}"):
+        _changes(stream)
 
 
 def test_streams_skip_overwrites_unless_asked(tmp_path: Path) -> None:

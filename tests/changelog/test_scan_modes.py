@@ -155,3 +155,39 @@ def test_offsets_of_another_table_or_beyond_the_history_are_refused(table: cl.Ta
     # An offset made elsewhere (no tableId) is accepted where it fits the history.
     paimon_shaped = cl.StreamOffset.from_json('{"snapshotId": 4, "index": 0, "scanSnapshot": false}')
     assert _changes(table.stream(offset=paimon_shaped))[0] == (4, "delta", "-D", 3, "a")
+
+
+@pytest.mark.parametrize("mode", ["latest-full", "compacted-full"])
+def test_a_stream_made_on_an_empty_table_reads_the_latest_once_its_first_snapshot_expired(tmp_path: Path,
+                                                                                         mode: str) -> None:
+    # It starts at snapshot 1 in full; once that expired before it came to read it, it failed
+    # with SnapshotExpiredError, where Paimon's stream picks the latest snapshot at its first plan.
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", SCHEMA, primary_keys=["k"], options={"bucket": "1"})
+    stream = table.stream(mode=mode, consumer_id="c")
+    assert list(stream) == []
+    stream.commit()  # inside the first full read: records nothing
+    for k in range(3):
+        table.write(pa.table({"k": pa.array([k], pa.int64()), "v": pa.array([str(k)])}))
+    table.expire_snapshots(retain_max=1, retain_min=1)
+    assert sorted((r["rowkind"], r["k"]) for b in stream for r in b.data.to_pylist()) == [
+        ("+I", 0), ("+I", 1), ("+I", 2)]
+    # An offset that has read part of an expired snapshot's full read still fails.
+    with pytest.raises(SnapshotExpiredError):
+        list(table.stream(offset=cl.StreamOffset(snapshotId=1, index=1, scanSnapshot=True)))
+
+
+def test_a_full_read_of_a_snapshot_whose_changelog_alone_is_kept_is_expired(tmp_path: Path) -> None:
+    # It said "snapshot 1 does not exist yet" (SnapshotNotFoundError): the kept changelog made
+    # the expiry check pass, and the snapshot itself was gone.
+    table = cl.Catalog(str(tmp_path)).create_table(
+        "db.t", SCHEMA, primary_keys=["k"],
+        options={"bucket": "1", "changelog-producer": "input", "changelog.num-retained.max": "10",
+                 "snapshot.num-retained.max": "2"})
+    for k in range(3):
+        table.write(pa.table({"k": pa.array([k], pa.int64()), "v": pa.array([str(k)])}))
+    table.expire_snapshots(retain_max=1, retain_min=1)
+    assert [r["k"] for b in table.stream(mode="from-snapshot", snapshot_id=1) for r in b.data.to_pylist()] == [0, 1, 2]
+    with pytest.raises(SnapshotExpiredError, match="snapshot 1 has expired"):
+        table.stream(mode="from-snapshot-full", snapshot_id=1)
+    with pytest.raises(SnapshotNotFoundError, match="does not exist yet"):
+        table.stream(mode="from-snapshot-full", snapshot_id=4)  # the next one

@@ -5,8 +5,8 @@ As in Paimon: with producer ``none`` a stream reads the data files each APPEND s
 with any other producer it reads the changelog files of every snapshot that lists a changelog
 manifest list (``input``: the APPEND snapshot; ``lookup`` and ``full-compaction``: the COMPACT
 snapshot of the same commit). OVERWRITE snapshots are skipped, as Paimon's streams skip them,
-unless ``streaming-read-overwrite`` (primary-key tables: the rows of the files it removed as -D,
-then the rows of the files it added) or ``streaming-read-append-overwrite`` (append tables: the
+unless ``streaming-read-overwrite`` (primary-key tables: per bucket, the merged rows of the files
+it removed as -D, then the merged rows of the files it added) or ``streaming-read-append-overwrite`` (append tables: the
 rows of the files it added, as +I).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pyarrow.compute as pc
 
 from changelake.changelog.offsets import ChangeKind
-from changelake.errors import SnapshotNotFoundError
+from changelake.errors import SnapshotExpiredError, SnapshotNotFoundError
 from changelake.option_values import ChangelogProducer
 from changelake.options import TableOptions
 from changelake.table.context import TableContext
@@ -45,7 +45,11 @@ def change_splits(ctx: TableContext, snapshot: Snapshot, kind: ChangeKind,
         try:
             before = ctx.snapshot(snapshot.id - 1) if snapshot.id > 1 else None
         except SnapshotNotFoundError:
-            before = None  # expired: deletion vectors of the removed files are not known
+            # Expiring it deleted the files the overwrite removed (unless a tag keeps them), and
+            # with them the rows to retract: an error, not a stream that silently lacks them.
+            raise SnapshotExpiredError(
+                f"the changes of OVERWRITE snapshot {snapshot.id} (streaming-read-overwrite) are the rows it "
+                f"replaced, of snapshot {snapshot.id - 1}, which has expired", table=ctx.name) from None
         return planner.plan_overwritten_files(ctx, snapshot, before, expression)
     if kind is ChangeKind.DELTA:
         manifests = live_files.manifest_list(ctx, snapshot.delta_manifest_list)

@@ -19,8 +19,8 @@ class ChangeKind(enum.StrEnum):
     DELTA = "delta"
     # The other producers: the changelog files a snapshot lists in its changelog manifest list.
     CHANGELOG = "changelog"
-    # ``streaming-read-overwrite``: an OVERWRITE snapshot's removed files (rows reversed), then
-    # its added files (rows as stored).
+    # ``streaming-read-overwrite``: an OVERWRITE snapshot's removed files (their merged rows as
+    # -D), then its added files (their merged rows as +I).
     OVERWRITE = "overwrite"
 
 

@@ -27,13 +27,13 @@ from changelake.errors import (
     SnapshotExpiredError,
     SnapshotNotFoundError,
 )
-from changelake.option_values import POSTPONE_BUCKET, ChangelogProducer
+from changelake.option_values import POSTPONE_BUCKET, ChangelogProducer, ScanMode
 from changelake.options import TableOptions, check_keys
 from changelake.table import decoupled_changelog, metadata, time_travel
 from changelake.table.context import TableContext
 from changelake.table.format import kv
 from changelake.table.format import snapshot as snapshots
-from changelake.table.format.snapshot import Snapshot
+from changelake.table.format.snapshot import CommitKind, Snapshot
 from changelake.table.maintenance import rollback
 from changelake.table.read import planner, reader, sql_filter
 from changelake.table.read.planner import Split
@@ -59,10 +59,11 @@ class ChangeSplit:
 
     @property
     def merged(self) -> bool:
-        """Whether the split's rows are read merged, as inserts (a full read's), rather than as
-        stored with their row kinds. A full read reads postpone-bucket files as stored, as
-        Paimon's no-merge reader of ``bucket-postpone/`` does (streams without a producer)."""
-        return self.kind is ChangeKind.FULL and self.split.bucket != POSTPONE_BUCKET
+        """Whether the split's rows are read merged, as inserts (a full read's, an overwrite's
+        added files) or as deletes (an overwrite's removed files), rather than as stored with
+        their row kinds. Postpone-bucket files are read as stored, as Paimon's no-merge reader
+        of ``bucket-postpone/`` does."""
+        return self.kind in (ChangeKind.FULL, ChangeKind.OVERWRITE) and self.split.bucket != POSTPONE_BUCKET
 
     @property
     def rows(self) -> tuple[int, int]:
@@ -193,8 +194,19 @@ class ChangeSource:
             if type(exc) is SnapshotNotFoundError:
                 raise OffsetError(f"offset {offset.to_json()} is beyond this table's history: {exc.message}",
                                   table=self.context.name) from None
-            raise
+            if not self._starts_anew(offset):
+                raise
+            snapshot_id, full = starting.starting_position(self.context, self.options)
+            return StreamOffset(snapshotId=snapshot_id, scanSnapshot=full, tableId=current)
         return offset if offset.table_id == current else offset.model_copy(update={"table_id": current})
+
+    def _starts_anew(self, offset: StreamOffset) -> bool:
+        """Whether an expired ``offset`` is the start of a ``latest-full`` (or ``compacted-full``)
+        stream that has read nothing yet: one made on an empty table starts at snapshot 1 in
+        full, which may expire before it comes to read it. Paimon's stream picks its first
+        snapshot when it first plans; so does this one, instead of failing."""
+        return offset.scan_snapshot and offset.index == 0 and \
+            starting.start_mode(self.options) in (ScanMode.LATEST_FULL, ScanMode.COMPACTED_FULL)
 
     def _check_rollbacks(self, offset: StreamOffset, rollbacks: Sequence[rollback.RollbackRecord]) -> None:
         """OffsetError unless ``offset`` (of another table id) is of this table before some
@@ -259,9 +271,13 @@ class ChangeSource:
         return ChangePlan(first, tuple(splits), offset)
 
     def _after(self, offset: StreamOffset, position: int, total: int) -> StreamOffset:
-        """The offset at ``position`` of ``offset``'s snapshot read: the next snapshot's
-        changes once the read is done."""
+        """The offset at ``position`` of ``offset``'s snapshot read: once the read is done, the
+        next snapshot's changes (after a full read of a table with deletion vectors, the same
+        snapshot's: :func:`starting.changes_follow_full_read`)."""
         if position >= total:
+            if offset.scan_snapshot and starting.changes_follow_full_read(self.options) and \
+                    self.context.snapshot(offset.snapshot_id).commit_kind is not CommitKind.OVERWRITE:
+                return _at(offset, offset.snapshot_id)
             return _at(offset, offset.snapshot_id + 1)
         return _at(offset, offset.snapshot_id, position, full=offset.scan_snapshot)
 
@@ -344,12 +360,14 @@ class ChangeSource:
 
     def _output(self, rows: pa.Table, *, merged: bool, reverse: bool) -> pa.Table:
         rows = reader.apply_filter(self.context, rows, self.row_filter)
-        if merged:
-            kinds: pa.Array = pa.repeat(pa.scalar(kv.ROW_KIND_SYMBOLS[kv.INSERT]), rows.num_rows)
-        elif reverse:  # Paimon's ReverseReader: an insert or update after as -D, a retraction as +I
-            stored = rows.column(kv.VALUE_KIND)
-            adds = pc.is_in(stored, pa.array([kv.INSERT, kv.UPDATE_AFTER], pa.int8()))
-            kinds = _SYMBOLS.take(pc.if_else(adds, pa.scalar(kv.DELETE, pa.int8()), pa.scalar(kv.INSERT, pa.int8())))
+        if merged:  # a removed file's merged rows as -D (Paimon's ReverseReader), else as +I
+            kind = kv.DELETE if reverse else kv.INSERT
+            kinds: pa.Array = pa.repeat(pa.scalar(kv.ROW_KIND_SYMBOLS[kind]), rows.num_rows)
+        elif reverse:
+            # A removed postpone-bucket file, as stored: its inserts and update-afters as -D; a
+            # retraction retracts a row the overwrite removed as well, so it brings nothing back.
+            rows = rows.filter(pc.is_in(rows.column(kv.VALUE_KIND), pa.array([kv.INSERT, kv.UPDATE_AFTER], pa.int8())))
+            kinds = pa.repeat(pa.scalar(kv.ROW_KIND_SYMBOLS[kv.DELETE]), rows.num_rows)
         else:
             kinds = _SYMBOLS.take(rows.column(kv.VALUE_KIND))
         return pa.Table.from_arrays([kinds, *(rows.column(c) for c in self.columns)], schema=self._row_schema)

@@ -71,6 +71,16 @@ def full_read_levels(options: TableOptions) -> Callable[[int], bool] | None:
     return None
 
 
+def changes_follow_full_read(options: TableOptions) -> bool:
+    """Whether a stream reads the changes of the snapshot it read in full next, rather than
+    those of the snapshot after it: with deletion vectors and no ``lookup`` changelog, the full
+    read leaves out level 0 (as every read of such a table does), so the rows the snapshot
+    itself wrote there come from its changes (Paimon's ``DELETION_VECTOR_ONLY`` lookup
+    strategy: ``nextSnapshotId = currentSnapshotId``). Not after an OVERWRITE snapshot: its
+    changes are the rows of the snapshot it replaced, which the full read already left out."""
+    return options.deletion_vectors_enabled and options.changelog_producer is not ChangelogProducer.LOOKUP
+
+
 def check_follow_up_start(ctx: TableContext, snapshot_id: int, option: str | None) -> None:
     """Raise unless the changes of ``snapshot_id`` can be read: it is not expired (or its
     changelog is kept under ``changelog/``), and it exists or is the next snapshot to come."""
@@ -109,6 +119,10 @@ def starting_position(ctx: TableContext, options: TableOptions) -> tuple[int, bo
             ctx.snapshot(snapshot_id)
         except SnapshotNotFoundError:
             check_follow_up_start(ctx, snapshot_id, option)
+            if snapshot_id <= (latest.id if latest else 0):
+                # only its changelog is kept (changelog.num-retained.*): a full read needs its files
+                raise SnapshotExpiredError(f"snapshot {snapshot_id} has expired (its changelog alone is kept)",
+                                           table=ctx.name, option=option) from None
             raise SnapshotNotFoundError(f"snapshot {snapshot_id} does not exist yet", table=ctx.name,
                                         option=option) from None
         return snapshot_id, True

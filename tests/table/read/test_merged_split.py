@@ -171,3 +171,19 @@ def test_retractions_of_a_file_counted_wrong_are_dropped_after_it_moved_up(tmp_p
     files = table.system("files")
     assert files.column("level").to_pylist() == [5] and files.column("file_source").to_pylist() == ["APPEND"]
     assert table.scan(columns=["k"]).to_arrow().column("k").to_pylist() == [1, 3]
+
+
+def test_a_split_whose_oldest_file_has_no_live_row(tmp_path: Path) -> None:
+    # A file its deletion vector marks whole reads as no rows; first in the split, its empty
+    # run compared numeric[0:-1] (every row but the last) with nothing: a broadcast error where
+    # a stream read the files an overwrite removed (test_stream_differential found it).
+    table = cl.Catalog(str(tmp_path)).create_table("db.t", pa.schema([pa.field("k", pa.int64(), nullable=False)]),
+                                                   primary_keys=["k"], options={"bucket": "1"})
+    parts = [pa.table({"k": pa.array([], pa.int64())}), pa.table({"k": pa.array([1, 3], pa.int64())}),
+             pa.table({"k": pa.array([2, 3], pa.int64())})]
+    grouped = merged_split._grouped(table.context, parts, [0, 2, 2], ranked=True)
+    assert grouped is not None
+    order, ends, ranks = grouped
+    assert order.tolist() == [0, 2, 1, 3]  # keys 1, 2, 3 (older file), 3 (newer file)
+    assert ends.tolist() == [True, True, False, True]
+    assert ranks().tolist() == [1, 1, 2, 2]

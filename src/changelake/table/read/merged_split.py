@@ -110,7 +110,9 @@ def _grouped(ctx: TableContext, parts: Sequence[pa.Table], counts: Sequence[int]
     if numeric is not None:
         # Each file's keys ascending and unique (files are sorted by key): one stable sort of
         # the files' runs, oldest first, orders the rows by (key, file).
-        if any(np.any(numeric[low + 1:high] <= numeric[low:high - 1]) for low, high in itertools.pairwise(bounds)):
+        # (a file whose rows its deletion vector all marks holds none: numeric[0:-1] is not empty)
+        if any(np.any(numeric[low + 1:high] <= numeric[low:high - 1])
+               for low, high in itertools.pairwise(bounds) if high - low > 1):
             return None
         order = np.asarray(np.argsort(numeric, kind="stable"), dtype=np.int64)
         ordered = numeric[order]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from changelake.option_values import POSTPONE_BUCKET, MergeEngineKind
 from changelake.table.append import splits as append_splits
 from changelake.table.context import TableContext
 from changelake.table.format import binary_row, kv
+from changelake.table.format.index_manifest import IndexFileMeta
 from changelake.table.format.manifest import (
     DataFileMeta,
     FileKind,
@@ -52,7 +53,7 @@ class Split:
     files: tuple[DataFileMeta, ...]
     raw_convertible: bool
     deletion_files: tuple[DeletionFile | None, ...] = ()
-    # A stream's read of the files an OVERWRITE removed: every row with its kind reversed.
+    # A stream's read of the files an OVERWRITE removed: their merged rows, each as a -D.
     reversed: bool = False
 
     @property
@@ -306,21 +307,35 @@ def plan_added_files(ctx: TableContext, manifests: Sequence[ManifestFileMeta],
 def plan_overwritten_files(ctx: TableContext, snapshot: Snapshot, before: Snapshot | None,
                            expression: pc.Expression | None) -> list[Split]:
     """An OVERWRITE snapshot's changes as a stream reads them (Paimon's ``readChanges`` with
-    ``streaming-read-overwrite``): one split per file it removed, whose rows are read reversed
-    (an insert as -D, a retraction as +I) without those the deletion vectors of ``before`` (the
-    snapshot it replaced) mark, then one per file it added, read as stored."""
+    ``streaming-read-overwrite``, IncrementalChangelogReadProvider): per bucket, the files it
+    removed merged (without the rows the deletion vectors of ``before``, the snapshot it
+    replaced, mark) into the rows they held, each read as a -D (``reversed``), then per bucket
+    the files it added, merged. Merged as Paimon merges them since 1.0: a key a removed file
+    deletes is not brought back, and a key is retracted once, with the value it had. Files of
+    ``bucket-postpone/`` are read as stored, one split each."""
     bounded = _bounds_filter(expression)
     kept = _prune_manifests(ctx, live_files.manifest_list(ctx, snapshot.delta_manifest_list), bounded)
     entries = [e for m in kept for e in live_files.manifest_entries(ctx, m.file_name)]
-    removed = _file_splits(ctx, _prune_files(ctx, [e for e in entries if e.kind is FileKind.DELETE], bounded))
-    added = _file_splits(ctx, _prune_files(ctx, [e for e in entries if e.kind is FileKind.ADD], bounded))
+    removed = _prune_files(ctx, [e for e in entries if e.kind is FileKind.DELETE], bounded)
+    added = _prune_files(ctx, [e for e in entries if e.kind is FileKind.ADD], bounded)
     vectors = deletion_vectors.snapshot_vectors(ctx, before) \
         if before is not None and ctx.options.deletion_vectors_enabled else {}
-    found = {where: deletion_vectors.deletion_files(ctx, vectors[where])
-             for where in {(s.partition, s.bucket) for s in removed} if where in vectors}
-    reversed_splits = [dataclasses.replace(s, reversed=True, deletion_files=(
-        found.get((s.partition, s.bucket), {}).get(s.files[0].file_name),)) for s in removed]
-    return reversed_splits + added
+    return [dataclasses.replace(s, reversed=True) for s in _bucket_splits(ctx, removed, vectors)] + \
+        _bucket_splits(ctx, added, {})
+
+
+def _bucket_splits(ctx: TableContext, entries: list[ManifestEntry],
+                   vectors: Mapping[tuple[bytes, int], Sequence[IndexFileMeta]]) -> list[Split]:
+    """One split per bucket of all its files, to be merged (files with their deletion vectors
+    in ``vectors``); one per file, as stored, for ``bucket-postpone/``."""
+    splits = _file_splits(ctx, [e for e in entries if e.bucket == POSTPONE_BUCKET])
+    for (partition, bucket), files in sorted(live_files.files_by_bucket(
+            [e for e in entries if e.bucket != POSTPONE_BUCKET]).items(), key=lambda item: item[0]):
+        found = deletion_vectors.deletion_files(ctx, vectors[(partition, bucket)]) \
+            if (partition, bucket) in vectors else {}
+        splits.append(Split(partition, bucket, ctx.bucket_dir(partition, bucket), tuple(files), raw_convertible=False,
+                            deletion_files=tuple(found.get(f.file_name) for f in files)))
+    return splits
 
 
 def _file_splits(ctx: TableContext, entries: list[ManifestEntry]) -> list[Split]:
