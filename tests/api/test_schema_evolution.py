@@ -462,3 +462,29 @@ def test_type_changes_only_paimon_makes_read_older_values_as_paimon_casts_them(t
     with pytest.raises(DataError, match="'x' is not a whole number") as failed:
         table.scan().to_arrow()
     assert (failed.value.table, failed.value.column) == ("db.t", "s")
+
+
+def test_a_stream_in_an_older_schema_never_wraps_a_wider_value(tmp_path: Path) -> None:
+    """A stream keeps the schema it began with (a snapshot's, or the table's when it was made):
+    values written after a widening that fit the old type read as they are; one that does not
+    is a DataError naming the column, not a wrapped number; in the newest schema it reads."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int32())])
+    table = changelake.Catalog(str(tmp_path)).create_table(
+        "db.s", schema, primary_keys=["id"], options={"bucket": "1", "changelog-producer": "input"})
+    table.write(pa.table({"id": [1], "v": pa.array([5], pa.int32())}, schema=schema))
+    follower = table.stream(mode="latest-full")
+    assert [r["v"] for b in follower for r in b.data.to_pylist()] == [5]
+    with table.update_schema() as u:
+        u.update_column("v", pa.int64())
+    table = changelake.Catalog(str(tmp_path)).get_table("db.s")
+    table.write(pa.table({"id": [2], "v": [7]}))
+    assert [r["v"] for b in follower for r in b.data.to_pylist()] == [7]  # fits: read as it is
+    table.write(pa.table({"id": [3], "v": [2**40]}))
+    with pytest.raises(DataError, match=r"does not fit INT.*scan\.time-travel\.schema=latest") as raised:
+        list(follower)
+    assert raised.value.column == "v"
+    from_first = table.stream(mode="from-snapshot", snapshot_id=1)
+    with pytest.raises(DataError, match="does not fit INT"):
+        list(from_first)
+    newest = table.stream(mode="from-snapshot", snapshot_id=1, options={"scan.time-travel.schema": "latest"})
+    assert [r["v"] for b in newest for r in b.data.to_pylist()] == [5, 7, 2**40]

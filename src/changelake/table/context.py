@@ -370,6 +370,9 @@ class OlderSchema:
     renames: Mapping[str, str | None]
     read_schema: pa.Schema
     retyped: Mapping[str, tuple[PaimonType, PaimonType]]
+    # The files' schema is newer than the reader's (a stream reading on in the schema it began
+    # with, past a widening): a value the reader's type cannot hold is an error, never wrapped.
+    newer: bool = False
 
     @staticmethod
     def of(ctx: TableContext, older: TableSchema) -> OlderSchema:
@@ -380,7 +383,7 @@ class OlderSchema:
         for name, (old, _) in retyped.items():
             index = read_schema.get_field_index(name)
             read_schema = read_schema.set(index, read_schema.field(index).with_type(types.to_arrow(old)))
-        return OlderSchema(ctx.schema.names_in(older), read_schema, retyped)
+        return OlderSchema(ctx.schema.names_in(older), read_schema, retyped, newer=older.id > ctx.schema.id)
 
     def cast(self, rows: pa.Table, ctx: TableContext, path: str) -> pa.Table:
         """``rows`` read in the old types, in the context's types."""
@@ -388,6 +391,8 @@ class OlderSchema:
             index = rows.schema.get_field_index(name)
             if index >= 0:
                 column = casts.cast(rows.column(index), old, new, table=ctx.name, column=name, file=path)
+                if self.newer:
+                    casts.check_held(rows.column(index), column, old, new, table=ctx.name, column=name, file=path)
                 rows = rows.set_column(index, ctx.file_schema.field(name), column)
         return rows
 

@@ -70,6 +70,21 @@ def cast(values: pa.ChunkedArray | pa.Array, source: PaimonType, target: PaimonT
     return result if result.type == arrow_target else result.cast(arrow_target)
 
 
+def check_held(values: pa.ChunkedArray | pa.Array, cast_values: pa.Array, source: PaimonType, target: PaimonType, *,
+               table: str, column: str, file: str) -> None:
+    """DataError unless the integers or decimals ``values`` (of a file newer than its reader,
+    written as ``source``) came through their cast to the reader's narrower ``target`` unchanged:
+    Paimon's cast would wrap an integer or null a decimal, and the reader get other values."""
+    if root(target)[0] not in INTEGERS and root(target)[0] != "DECIMAL":
+        return
+    original = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if not cast(cast_values, target, source, table=table, column=column, file=file).equals(original):
+        raise DataError(f"a value written as {types.sql_string(source)} does not fit {types.sql_string(target)}, "
+                        "the type of the older schema this read is in (a stream keeps the schema it began "
+                        "with): read in the table's newest schema (option scan.time-travel.schema=latest)",
+                        table=table, column=column, file=file)
+
+
 def _rule(source: str, target: str) -> Rule | None:
     """Paimon's rule for ``source`` to ``target`` roots; None where Arrow's cast is that rule
     or Paimon has none."""
