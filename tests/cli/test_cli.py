@@ -103,6 +103,10 @@ def test_errors_are_one_line_with_an_exit_code(table: changelake.Table, tmp_path
     _one_error_line(cli("scan", str(tmp_path / "db.db" / "missing")), 1, "does not exist")
     _one_error_line(cli("scan", table.location, "--where", "id = = 3"), 2,
                     "--where: expected a column or a value at character 6")
+    latest = table.latest_snapshot()
+    assert latest is not None
+    _one_error_line(cli("changes", table.location, "--from", str(latest.id + 1), "--follow"), 2,
+                    f"--from {latest.id + 1} is past the latest snapshot ({latest.id})")
 
 
 def test_follow_prints_later_commits_until_interrupted(tmp_path: Path) -> None:

@@ -155,6 +155,10 @@ def changes(
                     writer.write([batch])
             writer.close()
             return
+        latest = opened.latest_snapshot()
+        if start > (latest.id if latest else 0):
+            raise UsageError(f"--from {start} is past the latest snapshot ({latest.id if latest else 'none yet'}): "
+                             "--follow starts from a snapshot the table has")
         stream = opened.stream(mode="from-snapshot", snapshot_id=start + 1, columns=selected, filter=row_filter)
         writer = RowWriter(stream.schema, chosen, sink)
         # Ctrl-C ends the follow between polls. The SIGINT handler is set again before every poll:
