@@ -51,6 +51,11 @@ def test_tables_are_renamed_and_dropped_and_databases_with_them(catalog: cl.Cata
 
     catalog.drop_table("other.c")
     assert not catalog.table_exists("other.c") and catalog.list_tables("other") == []
+    # a handle kept past the drop reads nothing as if the table were empty: the table is gone
+    for use in (lambda: renamed.scan().to_arrow(), renamed.compact, renamed.latest_snapshot,
+                lambda: list(renamed.stream())):
+        with pytest.raises(errors.TableNotFoundError):
+            use()
     with pytest.raises(errors.TableNotFoundError):
         catalog.drop_table("other.c")
     catalog.drop_table("other.c", ignore_if_not_exists=True)

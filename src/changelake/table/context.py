@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 from pyroaring import BitMap
 
-from changelake.errors import OptionError, ScanError
+from changelake.errors import OptionError, ScanError, TableNotFoundError
 from changelake.options import TableOptions
 from changelake.table.format import binary_row, casts, data_file, file_index, kv, snapshot, types, value_stats
 from changelake.table.format.file_settings import FileSettings
@@ -351,8 +351,11 @@ class TableContext:
         return functools.lru_cache(maxsize=4096)(name)
 
     def latest_snapshot(self) -> Snapshot | None:
-        """The newest snapshot, or None for a table never written."""
+        """The newest snapshot, or None for a table never written; TableNotFoundError for a
+        table dropped since this context was made (not read as an empty one)."""
         latest = snapshot.latest_id(self.file_io, self.paths)
+        if latest is None and not self.file_io.exists(self.paths.schema(self.schema.id)):
+            raise TableNotFoundError(f"does not exist (no schema under {self.paths.schema_dir})", table=self.name)
         return None if latest is None else self.snapshot(latest)
 
     def snapshot(self, snapshot_id: int) -> Snapshot:
