@@ -35,6 +35,9 @@ from changelake.table.io.paths import TablePaths, partition_path
 from changelake.table.merge import parse
 from changelake.table.merge.engines import MergeEngine
 
+# Paimon's default ``target-file-size`` of an append table (a primary-key table's is the option's)
+APPEND_TARGET_FILE_SIZE = 256 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class TableContext:
@@ -71,6 +74,14 @@ class TableContext:
         if self.kind is TableKind.APPEND:
             return self.arrow_schema
         return kv.file_schema(self.arrow_schema, self.key_names)
+
+    @property
+    def target_file_size(self) -> int:
+        """``target-file-size``, whose default is Paimon's by table kind
+        (``CoreOptions.targetFileSize``): 128 MB with a primary key, 256 MB without."""
+        if "target-file-size" in self.options.raw or self.kind is TableKind.PRIMARY_KEY:
+            return self.options.target_file_size
+        return APPEND_TARGET_FILE_SIZE
 
     @property
     def key_value_files(self) -> bool:
@@ -198,7 +209,7 @@ class TableContext:
             compression=options.file_compression,
             zstd_level=options.zstd_level,
             compression_per_level=options.file_compression_per_level,
-            target_file_size=options.target_file_size,
+            target_file_size=self.target_file_size,
             dictionary=options.parquet_dictionary,
             prefix=options.data_file_prefix,
             thin=options.data_file_thin_mode,

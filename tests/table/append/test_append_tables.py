@@ -16,7 +16,7 @@ import pytest
 
 import changelake as cl
 from changelake.errors import OptionError, RowKindError
-from changelake.table.append import compaction as append_compaction
+from changelake.table import context as table_context
 from changelake.table.format import data_file
 from changelake.table.read import live_files
 
@@ -329,7 +329,8 @@ def test_every_append_write_rolls_files_at_the_append_default_target(catalog: cl
     table = catalog.create_table("db.t", SCHEMA)
     table.write(_rows(list(range(3000))))
     assert _files(table).num_rows == 1
-    monkeypatch.setattr(append_compaction, "APPEND_TARGET_FILE_SIZE", 1)
+    monkeypatch.setattr(table_context, "APPEND_TARGET_FILE_SIZE", 1)
+    table = catalog.get_table("db.t")  # a context's file settings are worked out once
     table.delete("id = 0")  # rewrites the file: 2999 rows
     assert sorted(_files(table)["record_count"].to_pylist()) == [951, 1024, 1024]
     table.overwrite(_rows(list(range(2500))))

@@ -22,7 +22,6 @@ vectors dropped, in the same snapshot (Paimon's ``AppendDeleteFileMaintainer``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -39,29 +38,16 @@ from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.executor import map_all
 from changelake.table.format import data_file, deletion_vector
-from changelake.table.format.file_settings import FileSettings
 from changelake.table.format.manifest import DataFileMeta, FileSource
 from changelake.table.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from changelake.table.io import killpoints
 from changelake.table.io.killpoints import KillPoint
 from changelake.table.read import deletion_vectors, live_files
 
-APPEND_TARGET_FILE_SIZE = 256 * 1024 * 1024
 _UNAWARE_MAX_FILE_NUM = 50
 _BUCKETED_MAX_FILE_NUM = 5
 _FULL_COMPACT_MIN_FILE = 3
 _BATCH_ROWS = 64 * 1024
-
-
-def file_settings(ctx: TableContext) -> FileSettings:
-    """How an append table's files are written: as the table's, rolling at its target size."""
-    return dataclasses.replace(ctx.file_settings, target_file_size=target_file_size(ctx))
-
-
-def target_file_size(ctx: TableContext) -> int:
-    """``target-file-size``; an append table's default is Paimon's 256 MB."""
-    options = ctx.options
-    return options.target_file_size if "target-file-size" in options.raw else APPEND_TARGET_FILE_SIZE
 
 
 def pick(ctx: TableContext, total_buckets: int, files: Sequence[DataFileMeta], *,
@@ -77,7 +63,7 @@ def pick(ctx: TableContext, total_buckets: int, files: Sequence[DataFileMeta], *
 
 def _pick_unaware(ctx: TableContext, files: Sequence[DataFileMeta], *, full: bool) -> list[list[DataFileMeta]]:
     options = ctx.options
-    target = target_file_size(ctx)
+    target = ctx.target_file_size
     most = options.compaction_max_file_num or _UNAWARE_MAX_FILE_NUM
     small = sorted((f for f in files if f.file_size < target // 10 * 7), key=lambda f: f.file_size)
     bins: list[list[DataFileMeta]] = []
@@ -96,7 +82,7 @@ def _pick_unaware(ctx: TableContext, files: Sequence[DataFileMeta], *, full: boo
 
 def _pick_bucketed(ctx: TableContext, files: Sequence[DataFileMeta]) -> list[DataFileMeta] | None:
     options = ctx.options
-    target = target_file_size(ctx)
+    target = ctx.target_file_size
     most = options.compaction_max_file_num or _BUCKETED_MAX_FILE_NUM
     window: deque[DataFileMeta] = deque()
     total = 0
@@ -111,7 +97,7 @@ def _pick_bucketed(ctx: TableContext, files: Sequence[DataFileMeta]) -> list[Dat
 
 
 def _pick_bucketed_full(ctx: TableContext, files: Sequence[DataFileMeta]) -> list[DataFileMeta] | None:
-    target = target_file_size(ctx)
+    target = ctx.target_file_size
     rest = list(files)
     while rest and rest[0].file_size >= target:
         rest.pop(0)
@@ -140,7 +126,7 @@ def rewrite(ctx: TableContext, partition: bytes, bucket: int, files: Sequence[Da
                 if live.num_rows:
                     yield live
 
-    written = data_file.write(ctx.file_io, bucket_dir, chunks(), file_settings(ctx), level=0,
+    written = data_file.write(ctx.file_io, bucket_dir, chunks(), ctx.file_settings, level=0,
                               file_source=FileSource.COMPACT, first_sequence=files[0].min_sequence_number)
     try:
         killpoints.reached(KillPoint.COMPACTION)

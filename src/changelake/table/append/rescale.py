@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 
 from changelake.errors import OptionError
-from changelake.table.append import compaction
 from changelake.table.commit.message import CommitMessage
 from changelake.table.context import TableContext
 from changelake.table.format import bucket as bucket_hash
@@ -64,7 +63,7 @@ class _NewBuckets:
         self.pending_bytes.pop(new_bucket)
         first = self.next_sequence.get(new_bucket, 0)
         bucket_dir = self.ctx.bucket_dir(self.partition, new_bucket)
-        written = data_file.write(self.ctx.file_io, bucket_dir, parts, compaction.file_settings(self.ctx), level=0,
+        written = data_file.write(self.ctx.file_io, bucket_dir, parts, self.ctx.file_settings, level=0,
                                   file_source=FileSource.COMPACT, first_sequence=first)
         self.on_write(self.ctx.file_paths(bucket_dir, written))
         self.files.setdefault(new_bucket, []).extend(written)

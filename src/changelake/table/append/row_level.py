@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from pyroaring import BitMap
 
-from changelake.table.append import compaction, vectors
+from changelake.table.append import vectors
 from changelake.table.append.vectors import BucketVectors
 from changelake.table.append.writer import AppendWrite
 from changelake.table.commit import overwrite
@@ -360,7 +360,7 @@ def _rewrite_file(ctx: TableContext, entry: ManifestEntry, stored: pa.Table, gon
         order = np.argsort(np.concatenate([np.flatnonzero(keep), at]), kind="stable")
         rows = pa.concat_tables([rows, new]).take(order)
     bucket_dir = ctx.bucket_dir(entry.partition, entry.bucket)
-    files = data_file.write(ctx.file_io, bucket_dir, [rows] if rows.num_rows else [], compaction.file_settings(ctx),
+    files = data_file.write(ctx.file_io, bucket_dir, [rows] if rows.num_rows else [], ctx.file_settings,
                             entry.file.level, first_sequence=entry.file.min_sequence_number)
     written.extend(ctx.file_paths(bucket_dir, files))
     return Rewritten(entry, CommitMessage(entry.partition, entry.bucket, entry.total_buckets, new_files=tuple(files)),

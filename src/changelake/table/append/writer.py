@@ -125,7 +125,7 @@ class AppendWrite:
         data = pa.concat_tables(self._pending).combine_chunks()
         groups, order, bounds = group_rows(self.ctx, data)
         committed: dict[Where, list[DataFileMeta]] = {}
-        settings = compaction.file_settings(self.ctx)
+        settings = self.ctx.file_settings
         new = [w for w in zip(groups.partitions, groups.buckets, strict=True) if w not in self._next_sequence]
         if new:
             # Numbers continue those committed in the bucket (the check refuses a partition

@@ -179,7 +179,7 @@ def _append_pending(ctx: TableContext, ordered: Sequence[DataFileMeta]) -> Pendi
     """What an append table's small-file compaction would join next in a bucket (files in write
     order, each its own run: an append table's rows have no key to sort by)."""
     options = ctx.options
-    target = append_compaction.target_file_size(ctx)
+    target = ctx.target_file_size
     settings = (f"target-file-size {human_size(target)}, compaction.min.file-num {options.compaction_min_file_num}"
                 + (f", compaction.max.file-num {options.compaction_max_file_num}"
                    if options.compaction_max_file_num else ""))

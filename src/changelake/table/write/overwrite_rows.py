@@ -26,7 +26,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from changelake.errors import DataError, OptionError
-from changelake.table.append import compaction as append_compaction
 from changelake.table.append import writer as append_writer
 from changelake.table.commit import overwrite
 from changelake.table.commit.message import CommitMessage
@@ -108,7 +107,7 @@ def write_files(ctx: TableContext, data: pa.Table, written: list[str], *,
         if not rows.num_rows:
             return [], set()
         groups, order, bounds = append_writer.group_rows(ctx, rows)
-        settings, level = append_compaction.file_settings(ctx), 0
+        settings, level = ctx.file_settings, 0
 
         def part(group: int) -> pa.Table:
             return rows.take(order[bounds[group]:bounds[group + 1]])
